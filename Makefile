@@ -1,0 +1,33 @@
+# Set-up, tests, demo and benchmarks. `make setup` does the whole set-up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch (a wheel lies on disk on the project's machines). Use TORCH="torch" or a CUDA
+# build on GPU nodes, e.g. `make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
+TORCH ?= torch==2.13.0
+
+.PHONY: setup test test-fast demo bench clean
+
+setup: $(BIN)/wildmerge
+
+$(BIN)/wildmerge: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e ".[dev]"
+	@touch $@
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+demo: setup
+	$(BIN)/python sample_and_merge.py
+
+bench: setup
+	$(BIN)/python benchmarks/bench_merge_methods.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

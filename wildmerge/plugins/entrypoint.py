@@ -1,0 +1,45 @@
+"""The door every mergekit merge goes through once wildmerge is installed.
+
+``wildmerge._autoload`` calls ``on_merge_module_imported`` right after ``mergekit.merge`` is imported, before
+``mergekit-yaml`` binds ``run_merge``. We wrap ``run_merge`` so that, for every recipe:
+
+1. parameters are checked strictly before any tensor is loaded (mergekit ignores a misspelled key silently);
+2. layer-sequential methods that cannot be written as a per-tensor mergekit method (Chain of Merges, RegMean)
+   are handed to their own driver, so the same YAML works with the stock ``mergekit-yaml``.
+"""
+
+import functools
+import importlib
+
+# merge_method name -> "module:function(merge_config, out_path, options, config_source)"
+LAYERWISE_METHODS = {
+    "chain_of_merges": "wildmerge.plugins.layerwise:run_layerwise_merge",
+    "regmean": "wildmerge.plugins.layerwise:run_layerwise_merge",
+}
+
+
+def _load(target: str):
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def wrap_run_merge(original):
+    if getattr(original, "__wildmerge_wrapped__", False):
+        return original
+
+    @functools.wraps(original)
+    def run_merge(merge_config, out_path, options, config_source=None):
+        method = merge_config.merge_method
+        if method in LAYERWISE_METHODS:
+            return _load(LAYERWISE_METHODS[method])(merge_config, out_path, options, config_source)
+        from wildmerge.plugins.validation import validate_merge_config
+
+        validate_merge_config(merge_config)
+        return original(merge_config, out_path, options, config_source=config_source)
+
+    run_merge.__wildmerge_wrapped__ = True
+    return run_merge
+
+
+def on_merge_module_imported(module) -> None:
+    module.run_merge = wrap_run_merge(module.run_merge)
