@@ -29,11 +29,13 @@ def wrap_run_merge(original):
 
     @functools.wraps(original)
     def run_merge(merge_config, out_path, options, config_source=None):
+        from wildmerge.plugins.validation import validate_merge_config, validate_recipe_source
+
+        if config_source is not None:
+            validate_recipe_source(config_source)
         method = merge_config.merge_method
         if method in LAYERWISE_METHODS:
             return _load(LAYERWISE_METHODS[method])(merge_config, out_path, options, config_source)
-        from wildmerge.plugins.validation import validate_merge_config
-
         validate_merge_config(merge_config)
         return original(merge_config, out_path, options, config_source=config_source)
 

@@ -33,7 +33,11 @@ def _dtype(precision: str) -> torch.dtype:
 
 
 def thin_svd(
-    a: torch.Tensor, k: Optional[int] = None, tol: Optional[float] = None, precision: str = "float64"
+    a: torch.Tensor,
+    k: Optional[int] = None,
+    tol: Optional[float] = None,
+    precision: str = "float64",
+    scale: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Thin SVD ``a ~= U diag(S) V^T`` limited to the numerical rank (and to the top ``k`` if given).
 
@@ -41,6 +45,7 @@ def thin_svd(
     below the rank threshold come back as exact zeros with zero U/V columns, so they contribute nothing.
     ``precision="float64"`` uses the Gram route (see the module docstring); ``"float32"`` calls LAPACK's SVD in
     float32 and retries in float64 if it fails to converge (it does on some nearly low-rank matrices).
+    The rank threshold is ``tol * s_1``, or ``tol * scale`` when a reference scale is given (shape ``[..., 1]``).
     """
     if precision == "float32":
         try:
@@ -59,7 +64,7 @@ def thin_svd(
     if k is not None:
         s, v = s[..., :k], v[..., :k]
         u = None if u is None else u[..., :k]
-    threshold = (default_tol(a.shape) if tol is None else tol) * s[..., :1]
+    threshold = (default_tol(a.shape) if tol is None else tol) * (s[..., :1] if scale is None else scale.to(s))
     keep = s > threshold
     s = torch.where(keep, s, torch.zeros_like(s))
     v = v * keep.to(v.dtype).unsqueeze(-2)
@@ -144,7 +149,8 @@ def iso_cts(
     1. Common subspace: the top ``k`` singular directions of the summed task vectors, ``k = round(fraction * r)``
        adjusted so that ``r - k`` splits evenly into ``s = (r - k) // T`` directions per task (``r = min(m, n)``).
     2. Each task vector with the common left subspace projected out, ``(I - U_c U_c^T) delta_t``, gives its own
-       top ``s`` directions.
+       top ``s`` directions (rank threshold relative to ``||delta_t||_F``, so that what projection leaves of a task
+       lying inside the common subspace counts as zero rather than as directions of rounding noise).
     3. The stacked U and V are orthogonalised (polar factor) and every singular value is set to the mean of the
        stacked singular values.
     ``fraction = 1`` is Iso-C.
@@ -163,7 +169,8 @@ def iso_cts(
     if per_task > 0:
         stacked = torch.stack(list(deltas)).to(u_c.dtype)
         projected = stacked - u_c @ (u_c.transpose(-2, -1) @ stacked)
-        u_t, s_t, v_t = thin_svd(projected, k=per_task, tol=tol, precision=precision)
+        norms = torch.linalg.matrix_norm(stacked).unsqueeze(-1)
+        u_t, s_t, v_t = thin_svd(projected, k=per_task, tol=tol, precision=precision, scale=norms)
         us += list(u_t)
         vs += list(v_t)
         ss += list(s_t)

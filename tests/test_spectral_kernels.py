@@ -1,0 +1,203 @@
+"""The spectral kernels against independent float64 implementations written from the papers' equations.
+
+The references below use a full float64 LAPACK SVD (numpy), not the Gram route of the code under test.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from wildmerge.plugins import spectral
+
+F32_EPS = np.finfo(np.float32).eps
+
+
+# ---------------------------------------------------------------- references (float64, from the papers)
+
+
+def ref_svd(a, scale=None):
+    """Thin SVD truncated to the numerical rank s_i > max(m, n) * eps32 * s_1 (or * scale)."""
+    u, s, vh = np.linalg.svd(np.asarray(a, dtype=np.float64), full_matrices=False)
+    r = int((s > max(a.shape) * F32_EPS * (s[0] if scale is None else scale)).sum()) if s[0] > 0 else 0
+    return u[:, :r], s[:r], vh[:r].T
+
+
+def ref_polar(m):
+    """Orthogonal polar factor P Q^T of m = P D Q^T, on the range of m."""
+    p, d, qh = np.linalg.svd(m, full_matrices=False)
+    keep = d > 1e-10 * d.max()
+    return p[:, keep] @ qh[keep]
+
+
+def ref_iso_c(deltas):
+    """Iso-C (Marczak et al. 2025, Eq. 4): mean singular value times U V^T of the summed task vectors."""
+    u, s, v = ref_svd(sum(deltas))
+    return s.mean() * u @ v.T
+
+
+def ref_tsv(deltas):
+    """TSV-M (Gargiulo et al. 2025, Alg. 1): top floor(r/T) triplets per task, orthogonalised U and V."""
+    k = max(1, min(deltas[0].shape) // len(deltas))
+    us, ss, vs = [], [], []
+    for d in deltas:
+        u, s, v = ref_svd(d)
+        us.append(u[:, :k]), ss.append(s[:k]), vs.append(v[:, :k])
+    u, s, v = np.concatenate(us, 1), np.concatenate(ss), np.concatenate(vs, 1)
+    return ref_polar(u) @ np.diag(s) @ ref_polar(v).T
+
+
+def ref_boost(delta, beta):
+    """Subspace Boosting (Skorobogat et al. 2025): s_j <- s_{j*} for j > j*, j* = min{j : cumsum(s)/sum(s) >= beta}."""
+    u, s, v = ref_svd(delta)
+    energy = np.cumsum(s) / s.sum()
+    j_star = int(np.argmax(energy >= beta - 1e-12))
+    s2 = s.copy()
+    s2[j_star + 1 :] = s[j_star]
+    return u @ np.diag(s2) @ v.T
+
+
+def ref_iso_cts(deltas, fraction):
+    """Iso-CTS (Marczak et al. 2025, Alg. 2): common top-k of the sum + per-task directions off the common space."""
+    t, r = len(deltas), min(deltas[0].shape)
+    per_task = (r - int(round(fraction * r))) // t
+    k = r - per_task * t
+    u_c, s_c, v_c = (x[..., :k] if x.ndim == 2 else x[:k] for x in ref_svd(sum(deltas)))
+    us, ss, vs = [u_c], [s_c], [v_c]
+    for d in deltas:
+        if per_task == 0:
+            break
+        u, s, v = ref_svd(d - u_c @ (u_c.T @ d), scale=np.linalg.norm(d))
+        us.append(u[:, :per_task]), ss.append(s[:per_task]), vs.append(v[:, :per_task])
+    s = np.concatenate(ss)
+    return s.mean() * ref_polar(np.concatenate(us, 1)) @ ref_polar(np.concatenate(vs, 1)).T
+
+
+# ---------------------------------------------------------------- inputs
+
+SHAPES = {"tall": (48, 20), "wide": (20, 48), "square": (32, 32)}
+
+
+def make_deltas(shape, n, rank=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if rank is None:
+        return [torch.randn(*shape, generator=g, dtype=torch.float64) for _ in range(n)]
+    return [torch.randn(shape[0], rank, generator=g, dtype=torch.float64)
+            @ torch.randn(rank, shape[1], generator=g, dtype=torch.float64) for _ in range(n)]
+
+
+def close(a, b, rtol):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return np.abs(a - b).max() <= rtol * max(np.abs(b).max(), 1e-30)
+
+
+CASES = [(name, shape, rank) for name, shape in SHAPES.items() for rank in (None, 3)]
+IDS = [f"{n}-{'full' if r is None else f'rank{r}'}" for n, _, r in CASES]
+
+
+# ---------------------------------------------------------------- equations
+
+
+@pytest.mark.parametrize("name,shape,rank", CASES, ids=IDS)
+@pytest.mark.parametrize("precision,rtol", [("float64", 1e-9), ("float32", 2e-4)])
+def test_thin_svd_matches_lapack(name, shape, rank, precision, rtol):
+    a = make_deltas(shape, 1, rank)[0]
+    u, s, v = spectral.thin_svd(a, precision=precision)
+    ru, rs, rv = ref_svd(a.numpy())
+    r = len(rs)
+    assert int((s > 0).sum()) == r
+    assert close(s[:r], rs, rtol)
+    assert close((u * s) @ v.T, a.numpy(), rtol)
+
+
+@pytest.mark.parametrize("name,shape,rank", CASES, ids=IDS)
+@pytest.mark.parametrize("n_tasks", [1, 3])
+def test_iso_c_matches_reference(name, shape, rank, n_tasks):
+    deltas = make_deltas(shape, n_tasks, rank)
+    ours = spectral.isotropic(torch.stack(deltas).sum(0))
+    assert close(ours, ref_iso_c([d.numpy() for d in deltas]), 1e-8)
+
+
+@pytest.mark.parametrize("name,shape,rank", CASES, ids=IDS)
+@pytest.mark.parametrize("n_tasks", [1, 3, 7])
+def test_tsv_matches_reference(name, shape, rank, n_tasks):
+    deltas = make_deltas(shape, n_tasks, rank)
+    ours = spectral.tsv_merge(deltas)
+    assert close(ours, ref_tsv([d.numpy() for d in deltas]), 1e-7)
+
+
+@pytest.mark.parametrize("name,shape,rank", CASES, ids=IDS)
+@pytest.mark.parametrize("beta", [0.0, 0.2, 0.5, 0.9])
+def test_subspace_boost_matches_reference(name, shape, rank, beta):
+    delta = make_deltas(shape, 1, rank)[0]
+    ours = delta + spectral.subspace_boost(delta, beta)
+    assert close(ours, ref_boost(delta.numpy(), beta), 1e-8)
+
+
+@pytest.mark.parametrize("name,shape,rank", CASES, ids=IDS)
+@pytest.mark.parametrize("fraction", [0.5, 0.8])
+def test_iso_cts_matches_reference(name, shape, rank, fraction):
+    deltas = make_deltas(shape, 3, rank)
+    ours = spectral.iso_cts(deltas, common_fraction=fraction)
+    assert close(ours, ref_iso_cts([d.numpy() for d in deltas], fraction), 1e-7)
+
+
+# ---------------------------------------------------------------- invariants
+
+
+@pytest.mark.parametrize("rank", [None, 4])
+def test_iso_c_spectrum_is_flat_and_rank_is_kept(rank):
+    delta = make_deltas((40, 24), 1, rank)[0]
+    s = torch.linalg.svdvals(spectral.isotropic(delta))
+    r = 24 if rank is None else rank
+    assert torch.allclose(s[:r], s[:r].mean().expand(r), rtol=1e-9)
+    assert float(torch.cat([s[r:], s.new_zeros(1)]).max()) < 1e-9 * float(s[0])
+    # Iso-C keeps the nuclear norm's mean: s_bar = mean of the input's singular values
+    assert torch.isclose(s[0], torch.linalg.svdvals(delta)[:r].mean(), rtol=1e-9)
+
+
+def test_boost_beta_one_is_identity_and_beta_zero_raises_all_to_s1():
+    delta = make_deltas((30, 18), 1)[0]
+    assert not bool(spectral.subspace_boost(delta, 1.0).any())
+    s = torch.linalg.svdvals(delta + spectral.subspace_boost(delta, 0.0))
+    assert torch.allclose(s, s[0].expand_as(s), rtol=1e-9)
+
+
+def test_boost_keeps_rank_of_low_rank_update():
+    delta = make_deltas((30, 18), 1, rank=3)[0]
+    assert torch.linalg.matrix_rank(delta + spectral.subspace_boost(delta, 0.0)) == 3
+
+
+def test_polar_factor_has_orthonormal_columns():
+    m = torch.randn(40, 12, dtype=torch.float64)
+    p = spectral.polar(m)
+    assert torch.allclose(p.T @ p, torch.eye(12, dtype=torch.float64), atol=1e-10)
+    # it is the closest such matrix: same column space, and p^T m is symmetric positive definite
+    sym = p.T @ m
+    assert torch.allclose(sym, sym.T, atol=1e-10) and bool((torch.linalg.eigvalsh(sym) > 0).all())
+
+
+def test_tsv_single_task_is_identity_and_bases_are_orthogonal():
+    delta = make_deltas((36, 20), 1)[0]
+    assert close(spectral.tsv_merge([delta]), delta.numpy(), 1e-9)
+    deltas = make_deltas((36, 20), 4)
+    merged = spectral.tsv_merge(deltas)
+    # the merged update has orthonormal singular vectors whose singular values are exactly the kept sigmas
+    kept = torch.cat([torch.linalg.svdvals(d)[: 20 // 4] for d in deltas]).sort(descending=True).values
+    assert torch.allclose(torch.linalg.svdvals(merged)[: len(kept)], kept, rtol=1e-9)
+
+
+def test_iso_cts_with_full_common_space_is_iso_c():
+    deltas = make_deltas((32, 24), 3)
+    assert close(spectral.iso_cts(deltas, common_fraction=1.0), spectral.isotropic(sum(deltas)).numpy(), 1e-9)
+
+
+def test_iso_cts_rejects_bad_fraction():
+    with pytest.raises(ValueError, match="common_fraction"):
+        spectral.iso_cts(make_deltas((8, 8), 2), common_fraction=0.0)
+
+
+def test_zero_matrix_gives_zero():
+    zero = torch.zeros(10, 6, dtype=torch.float64)
+    assert not bool(spectral.isotropic(zero).any())
+    assert not bool(spectral.subspace_boost(zero, 0.2).any())
+    assert not bool(spectral.tsv_merge([zero, zero]).any())

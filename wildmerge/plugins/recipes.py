@@ -1,0 +1,91 @@
+"""Method recipes: a mergekit recipe without its models, filled in with a base and a list of experts.
+
+``merge_recipes/methods/<name>.yml`` holds one method with the paper's hyperparameters::
+
+    name: ta                       # file name, used on the command line
+    label: TA                      # as in the paper's tables
+    min_experts: 1                 # optional
+    recipe: {merge_method: task_arithmetic, parameters: {lambda: 1.0, normalize: true}, dtype: float32}
+    model_parameters: {weight: 1.0}   # given to every expert
+
+``render_recipe`` turns it into a complete mergekit YAML dict that the stock ``mergekit-yaml`` runs.
+"""
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.paths import method_recipes_dir
+
+
+class MethodRecipe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    label: str
+    recipe: Dict[str, Any]
+    model_parameters: Dict[str, Any] = {}
+    min_experts: int = 1
+    calibration: Optional[Dict[str, Any]] = None  # layer-wise methods (CoM, RegMean): default per-expert data
+
+
+def list_method_recipes() -> List[str]:
+    return sorted(p.stem for p in method_recipes_dir().glob("*.yml"))
+
+
+def load_method_recipe(name_or_path: Union[str, Path]) -> MethodRecipe:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = method_recipes_dir() / f"{name_or_path}.yml"
+        if not path.is_file():
+            valid = list_method_recipes()
+            raise ConfigError(f"unknown method {str(name_or_path)!r}{did_you_mean(name_or_path, valid)}; "
+                              f"valid methods: {', '.join(valid)}")
+    try:
+        return MethodRecipe.model_validate(yaml.safe_load(path.read_text()))
+    except (ValidationError, yaml.YAMLError) as exc:
+        raise ConfigError(f"method recipe {path} is invalid: {exc}") from None
+
+
+def _base_dtype(base: str) -> Optional[str]:
+    config = Path(base) / "config.json"
+    if not config.is_file():
+        return None
+    data = json.loads(config.read_text())
+    return data.get("dtype") or data.get("torch_dtype")
+
+
+def render_recipe(
+    recipe: Union[str, MethodRecipe],
+    base: str,
+    experts: List[str],
+    overrides: Optional[Dict[str, Any]] = None,
+    model_overrides: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
+    """A complete mergekit recipe: ``recipe`` applied to ``base`` and ``experts``.
+
+    ``overrides`` update the top-level ``parameters`` (e.g. ``{"lambda": 0.5}``), ``model_overrides`` every
+    expert's parameters (e.g. ``{"density": 0.3}``). The output dtype follows the base checkpoint's when it is
+    a local folder (merging itself runs in the recipe's ``dtype``).
+    """
+    method = recipe if isinstance(recipe, MethodRecipe) else load_method_recipe(recipe)
+    if len(experts) < method.min_experts:
+        raise ConfigError(f"method {method.name!r} needs at least {method.min_experts} experts, got {len(experts)}")
+    if len(set(experts)) != len(experts):
+        raise ConfigError(f"duplicate experts in {experts}: each expert may appear once")
+    out = copy.deepcopy(method.recipe)
+    out["base_model"] = base
+    if overrides:
+        out["parameters"] = {**out.get("parameters", {}), **overrides}
+    per_model = {**method.model_parameters, **(model_overrides or {})}
+    out["models"] = [{"model": e, "parameters": dict(per_model)} if per_model else {"model": e} for e in experts]
+    if method.calibration is not None:
+        out.setdefault("calibration", copy.deepcopy(method.calibration))
+    if "out_dtype" not in out and (dtype := _base_dtype(base)):
+        out["out_dtype"] = dtype
+    return out

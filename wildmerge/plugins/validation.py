@@ -1,0 +1,95 @@
+"""Strict recipe checks, run before mergekit loads a single tensor.
+
+mergekit 0.1.5 silently ignores a parameter name its method does not know (``lamda: 0.5`` merges with the
+default lambda) and checks no ranges. We refuse both, naming the key, where it sits in the recipe and the valid
+choices.
+"""
+
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+from wildmerge.errors import ConfigError, did_you_mean
+
+
+def _settings(config) -> Iterator[Tuple[str, Optional[Dict[str, Any]]]]:
+    """(where, parameters dict) for every place a recipe can set parameters."""
+    yield "parameters", config.parameters
+    for i, model in enumerate(config.models or []):
+        yield f"models[{i}] ({model.model}).parameters", model.parameters
+    for i, s in enumerate(config.slices or []):
+        yield f"slices[{i}].parameters", s.parameters
+        for j, src in enumerate(s.sources):
+            yield f"slices[{i}].sources[{j}] ({src.model}).parameters", src.parameters
+    for name, module in (config.modules or {}).items():
+        yield f"modules.{name}.parameters", module.parameters
+        for i, model in enumerate(module.models or []):
+            yield f"modules.{name}.models[{i}] ({model.model}).parameters", model.parameters
+        for i, s in enumerate(module.slices or []):
+            yield f"modules.{name}.slices[{i}].parameters", s.parameters
+            for j, src in enumerate(s.sources):
+                yield f"modules.{name}.slices[{i}].sources[{j}] ({src.model}).parameters", src.parameters
+
+
+def _numbers(value: Any) -> Iterator[Any]:
+    """The plain values inside a mergekit ParameterSetting (scalar, gradient list, or conditional list)."""
+    if isinstance(value, list):
+        for item in value:
+            yield from _numbers(item)
+    elif isinstance(value, dict):
+        yield from _numbers(value.get("value"))
+    elif hasattr(value, "value"):  # ConditionalParameter
+        yield from _numbers(value.value)
+    else:
+        yield value
+
+
+def validate_merge_config(config) -> None:
+    """Raise ConfigError for an unknown method, an unknown parameter, or an out-of-range value of ours."""
+    from mergekit.merge_methods import registered_methods
+
+    from wildmerge.plugins.entrypoint import LAYERWISE_METHODS
+    from wildmerge.plugins.methods import check_value
+
+    methods = {m.spec.name: m for m in registered_methods()}
+    name = config.merge_method
+    if name not in methods:
+        valid = sorted(set(methods) | set(LAYERWISE_METHODS))
+        raise ConfigError(f"unknown merge_method {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}")
+    valid_keys = [p.name for p in methods[name].spec.parameters]
+    checked = getattr(methods[name], "checked_parameters", ("density",))
+    for where, params in _settings(config):
+        for key, value in (params or {}).items():
+            if key not in valid_keys:
+                raise ConfigError(
+                    f"{where}: unknown parameter {key!r} for merge_method {name!r}{did_you_mean(key, valid_keys)}; "
+                    f"valid parameters: {', '.join(valid_keys)}"
+                )
+            if key in checked:
+                for number in _numbers(value):
+                    check_value(name, key, number)
+
+
+# Keys a recipe may carry beyond mergekit's own: the layer-wise methods' calibration data.
+_EXTRA_KEYS = ("calibration",)
+
+
+def validate_recipe_source(source: str) -> None:
+    """Unknown top-level or per-model keys in the YAML text (pydantic would drop ``base_modle:`` silently)."""
+    import yaml
+    from mergekit.config import InputModelDefinition, MergeConfiguration
+
+    try:
+        data = yaml.safe_load(source)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"the recipe is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("the recipe must be a YAML mapping with merge_method, base_model and models")
+    _check_keys("recipe", data, [*MergeConfiguration.model_fields, *_EXTRA_KEYS])
+    for i, model in enumerate(data.get("models") or []):
+        if isinstance(model, dict):
+            _check_keys(f"models[{i}]", model, [*InputModelDefinition.model_fields, *_EXTRA_KEYS])
+
+
+def _check_keys(where: str, data: dict, valid) -> None:
+    for key in data:
+        if key not in valid:
+            raise ConfigError(f"{where}: unknown key {key!r}{did_you_mean(key, valid)}; valid keys: {', '.join(valid)}")
