@@ -1,0 +1,119 @@
+"""Fixtures shared by the eval and report tests: tiny models WITH a tokenizer, local lm-eval tasks, a fake run.
+
+conftest's tiny models have no tokenizer; lm-eval needs one, so a byte-level BPE is trained here and saved next to
+each model. The two tasks (one multiple_choice, one generate_until) read absolute JSONL paths (relative
+``data_files`` resolve against the process CWD in lm-eval 0.4.13).
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import make_tiny_model
+
+MC_DOCS = [
+    {"question": "The sky is", "choices": ["blue", "green", "loud"], "answer": 0},
+    {"question": "Two plus two is", "choices": ["five", "four", "seven"], "answer": 1},
+    {"question": "Fire is", "choices": ["cold", "wet", "hot"], "answer": 2},
+    {"question": "Ice is", "choices": ["cold", "hot", "loud"], "answer": 0},
+    {"question": "A cat says", "choices": ["moo", "meow", "quack"], "answer": 1},
+    {"question": "Grass is", "choices": ["red", "blue", "green"], "answer": 2},
+]
+GEN_DOCS = [{"question": f"{a} plus {b} equals", "answer": str(a + b)} for a, b in [(1, 1), (2, 3), (4, 4)]]
+
+
+def write_tokenizer(path) -> int:
+    """Train a tiny byte-level BPE and save it as a transformers tokenizer at ``path``; returns its size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = [d["question"] + " " + " ".join(d["choices"]) for d in MC_DOCS] + \
+             [d["question"] + " " + d["answer"] for d in GEN_DOCS] * 3
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|pad|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                   pad_token="<|pad|>")
+    fast.save_pretrained(str(path))
+    return len(fast)
+
+
+def make_lm(path, seed=0, base=None, noise=0.0, vocab=None):
+    """A tiny Llama with a tokenizer at ``path`` (an expert of ``base`` when given)."""
+    if base is None:
+        vocab = vocab or write_tokenizer(Path(path).parent / "_tok")
+        make_tiny_model(path, "llama", seed=seed, vocab_size=vocab)
+    else:
+        make_tiny_model(path, base=base, seed=seed, noise=noise)
+    write_tokenizer(path)
+    return str(path)
+
+
+def write_tasks(folder) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "mini_mc.jsonl").write_text("".join(json.dumps(d) + "\n" for d in MC_DOCS))
+    (folder / "mini_gen.jsonl").write_text("".join(json.dumps(d) + "\n" for d in GEN_DOCS))
+    mc = {"task": "mini_mc", "dataset_path": "json",
+          "dataset_kwargs": {"data_files": {"test": str((folder / "mini_mc.jsonl").resolve())}},
+          "test_split": "test", "output_type": "multiple_choice", "doc_to_text": "{{question}}",
+          "doc_to_choice": "{{choices}}", "doc_to_target": "answer",
+          "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+          "metadata": {"version": 1.0}}
+    gen = {"task": "mini_gen", "dataset_path": "json",
+           "dataset_kwargs": {"data_files": {"test": str((folder / "mini_gen.jsonl").resolve())}},
+           "test_split": "test", "output_type": "generate_until", "doc_to_text": "{{question}}",
+           "doc_to_target": "{{answer}}",
+           "generation_kwargs": {"until": ["\n"], "max_gen_toks": 4, "do_sample": False},
+           "filter_list": [{"name": "strict", "filter": [{"function": "regex", "regex_pattern": "(\\d+)"},
+                                                         {"function": "take_first"}]}],
+           "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True}],
+           "metadata": {"version": 1.0}}
+    (folder / "mini_mc.yaml").write_text(yaml.safe_dump(mc))
+    (folder / "mini_gen.yaml").write_text(yaml.safe_dump(gen))
+    return folder
+
+
+def write_suite(path, tasks_dir, metric_mc="acc,none", extra_tasks=()):
+    suite = {"name": "mini", "description": "two local tasks", "include_path": str(tasks_dir),
+             "tasks": [{"task": "mini_mc", "num_fewshot": 0, "metric": metric_mc, "label": "mc"},
+                       {"task": "mini_gen", "num_fewshot": 0, "metric": "exact_match,strict", "label": "gen"},
+                       *extra_tasks],
+             "settings": {"dtype": "float32", "batch_size": 4, "device": "cpu", "include_defaults": False}}
+    Path(path).write_text(yaml.safe_dump(suite, sort_keys=False))
+    return str(path)
+
+
+def write_plan(run_dir, entries):
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "plan.json").write_text(json.dumps({"run": run_dir.name, "entries": entries}, indent=1))
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def lm_family(tmp_path_factory):
+    """base, two experts, a copy of expert 0 (same content, other path) and the local task folder + suite."""
+    os.environ.setdefault("HF_HOME", str(tmp_path_factory.mktemp("hf_home")))
+    root = tmp_path_factory.mktemp("lm_family")
+    base = make_lm(root / "base", seed=0)
+    experts = [make_lm(root / f"expert{i}", base=base, seed=i + 1, noise=0.5) for i in range(2)]
+    copy = root / "expert0_copy"
+    shutil.copytree(experts[0], copy)
+    tasks = write_tasks(root / "tasks")
+    suite = write_suite(root / "mini.yml", tasks)
+    return {"root": root, "base": base, "experts": experts, "copy": str(copy), "tasks": tasks, "suite": suite}
+
+
+def test_family_has_tokenizer_and_tasks(lm_family):
+    """The fixture itself: lm-eval needs a tokenizer beside the weights and task YAMLs with absolute paths."""
+    assert (Path(lm_family["base"]) / "tokenizer.json").is_file()
+    mc = yaml.safe_load((lm_family["tasks"] / "mini_mc.yaml").read_text())
+    assert Path(mc["dataset_kwargs"]["data_files"]["test"]).is_absolute()

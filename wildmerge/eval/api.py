@@ -1,0 +1,123 @@
+"""Evaluate a run (or a few models) on a suite: fingerprint, dedupe, skip finished jobs, run the rest, summarise.
+
+``evaluate_run(run_dir, suite, executor="serial", **options)`` is what ``wildmerge eval RUN`` and
+``sample_and_merge.py --evaluate`` call. Results live in ``RUN/eval/<suite>/`` (see ``store.py``).
+"""
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import yaml
+from tqdm.auto import tqdm
+
+from wildmerge.atomic import write_json, write_text
+from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.eval.executors import run_jobs
+from wildmerge.eval.jobs import make_job
+from wildmerge.eval.models import FingerprintCache, check_model_dir, fingerprint_model, resolve_model_ref
+from wildmerge.eval.plan import load_plan
+from wildmerge.eval.store import FAILED, OK, ResultStore, write_result
+from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
+
+
+def apply_overrides(suite: Suite, overrides: Optional[Dict[str, Any]]) -> Suite:
+    """The suite with some settings replaced (e.g. ``{"limit": 10, "device": "cpu"}``); they change job ids."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if not overrides:
+        return suite
+    unknown = sorted(set(overrides) - set(SuiteSettings.model_fields))
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {unknown}; valid: {', '.join(SuiteSettings.model_fields)}")
+    try:
+        settings = SuiteSettings.model_validate({**suite.settings.model_dump(), **overrides})
+    except Exception as exc:
+        raise ConfigError(f"invalid setting override {overrides}: {exc}") from None
+    return suite.model_copy(update={"settings": settings})
+
+
+def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[str, Any]:
+    return {"job_id": job_id, "status": FAILED, "error": error, "model_path": path, "fingerprint": None,
+            "suite": suite.name, "settings": suite.settings.model_dump(mode="json"), "finished": time.time()}
+
+
+def _evaluate(entries: List[Dict[str, Any]], suite: Suite, store_root, executor: str, retry_failed: bool,
+              strict: bool, allow_pickle: bool, **options) -> Dict[str, Any]:
+    include_path = suite.resolved_include_path()
+    include_defaults = check_tasks(suite)  # unknown task names fail here, before any model is loaded
+    store = ResultStore(store_root).prepare()
+    write_text(store.root / "suite.yml", yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False))
+    cache = FingerprintCache(store.root / "fingerprints.json")
+    jobs: Dict[str, Dict[str, Any]] = {}
+    index: Dict[str, str] = {}
+    for e in tqdm(entries, desc="fingerprint models", unit="model"):
+        try:
+            fp = fingerprint_model(e["path"], cache, allow_pickle)
+        except WildmergeError as exc:
+            if strict:
+                raise
+            job_id = f"{suite.name}-invalid-{hashlib.sha256(str(e['path']).encode()).hexdigest()[:12]}"
+            write_result(store.result_path(job_id), _invalid_record(job_id, suite, str(e["path"]), str(exc)))
+            index[e["model_id"]] = job_id
+            continue
+        job = make_job(e["path"], fp, suite, include_path, include_defaults)
+        job = jobs.setdefault(job.job_id, job.to_dict())
+        job["models"].append(e["model_id"])
+        job["result_path"], job["log_path"] = str(store.result_path(job["job_id"])), str(store.log_path(job["job_id"]))
+        index[e["model_id"]] = job["job_id"]
+    cache.save()
+    write_json(store.root / "index.json", {"suite": suite.name, "suite_source": suite.source, "models": index,
+                                           "jobs": {j: {k: v for k, v in job.items() if k not in ("tasks",)}
+                                                    for j, job in jobs.items()}})
+    todo, skipped = [], 0
+    for job_id, job in jobs.items():
+        status = store.load(job_id)
+        if status["status"] == OK or (status["status"] == FAILED and not retry_failed):
+            skipped += 1
+        else:
+            if status["status"] == "corrupt":
+                print(f"warning: {status['error']}")
+            todo.append(job)
+    print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
+          f"({executor})")
+    run_jobs(todo, executor, **options)
+    records = {job_id: store.load(job_id) for job_id in set(index.values())}
+    failures = {m: records[j].get("error") for m, j in index.items() if records[j]["status"] != OK}
+    for model_id, error in failures.items():
+        first = (error or "").splitlines()[0] if error else "no result"
+        print(f"FAILED {model_id}: {first}")
+    if failures:
+        print(f"{len(failures)} model(s) failed; details in {store.root}/results and logs; rerun with "
+              f"--retry-failed to run only those again")
+    return {"store": store.root, "suite": suite.name, "models": len(entries), "jobs": len(jobs), "ran": len(todo),
+            "skipped": skipped, "ok": sum(r["status"] == OK for r in records.values()),
+            "failed": failures, "index": index}
+
+
+def evaluate_run(run_dir, suite, executor: str = "serial", retry_failed: bool = False,
+                 overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False, **options) -> Dict[str, Any]:
+    """Score every model of ``RUN/plan.json`` on ``suite``; identical models once; finished jobs are skipped.
+
+    A model that is missing or broken is recorded as failed and the others go on. ``options`` go to the executor
+    (``ray_address``, ``gpus_per_job``, ``slurm_partition``, ``slurm_time``...).
+    """
+    run_dir = Path(run_dir).resolve()
+    suite = apply_overrides(load_suite(suite), overrides)
+    entries = load_plan(run_dir)
+    return _evaluate(entries, suite, run_dir / "eval" / suite.name, executor, retry_failed, strict=False,
+                     allow_pickle=allow_pickle, **options)
+
+
+def evaluate_models(models: List[str], suite, out_dir, executor: str = "serial", retry_failed: bool = False,
+                    overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
+                    **options) -> Dict[str, Any]:
+    """Ad hoc: score a few models (paths, hub ids in the local cache, ``demo:<name>``); bad input fails early."""
+    suite = apply_overrides(load_suite(suite), overrides)
+    entries = []
+    for ref in models:
+        path = resolve_model_ref(ref)
+        check_model_dir(path, allow_pickle)
+        entries.append({"model_id": ref, "path": path})
+    return _evaluate(entries, suite, Path(out_dir).resolve() / suite.name, executor, retry_failed, strict=True,
+                     allow_pickle=allow_pickle, **options)

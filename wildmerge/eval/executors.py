@@ -1,0 +1,125 @@
+"""Where jobs run, on existing engines: serially here (default), on Ray (local GPUs or a cluster), on Slurm (submitit).
+
+Every executor calls ``worker.run_job`` per job, which starts a fresh process and writes the result file itself,
+so the store is complete whatever the engine; results travel back as well, for Ray workers without a shared disk.
+A job that fails, or an engine error for one job, is recorded and the others go on.
+"""
+
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from tqdm.auto import tqdm
+
+from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.eval.store import FAILED, read_result, write_result
+from wildmerge.eval.worker import base_record, run_job
+
+EXECUTORS = ("serial", "ray", "slurm")
+Callback = Optional[Callable[[Dict[str, Any]], None]]
+
+
+def _engine_failure(job: Dict[str, Any], exc: BaseException) -> Dict[str, Any]:
+    """Record a job the engine lost (Ray worker died, Slurm job cancelled) unless the worker wrote a result."""
+    record = read_result(job["result_path"])
+    if record["status"] in ("ok", "failed"):
+        return record
+    return write_result(job["result_path"], {**base_record(job), "status": FAILED, "host": socket.gethostname(),
+                                             "error": f"{type(exc).__name__}: {exc}", "finished": time.time()})
+
+
+def _keep(job: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
+    """Write a record that came back from a remote worker whose disk we do not share."""
+    if read_result(job["result_path"])["status"] not in ("ok", "failed") and "checksum" in record:
+        write_result(job["result_path"], record)
+    return record
+
+
+def run_serial(jobs: List[Dict[str, Any]], on_done: Callback = None, **_) -> List[Dict[str, Any]]:
+    records = []
+    for job in tqdm(jobs, desc="eval jobs", unit="job"):
+        records.append(run_job(job))
+        on_done and on_done(records[-1])
+    return records
+
+
+def run_ray(jobs: List[Dict[str, Any]], on_done: Callback = None, ray_address: Optional[str] = None,
+            gpus_per_job: Optional[float] = None, cpus_per_job: float = 1, **_) -> List[Dict[str, Any]]:
+    """One Ray task per job; with GPUs, ``gpus_per_job`` (default 1) each, so Ray queues jobs on free GPUs.
+
+    ``ray_address``: ``auto`` or ``ray://host:10001`` joins a cluster; none starts (or reuses) a local one.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise WildmergeError("--executor ray needs Ray: pip install 'wildmerge[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+    try:
+        has_gpu = ray.cluster_resources().get("GPU", 0) > 0
+        gpus = (1 if has_gpu else 0) if gpus_per_job is None else gpus_per_job
+        if gpus and not has_gpu:
+            raise WildmergeError(f"--gpus-per-job {gpus} but the Ray cluster has no GPU")
+        remote = ray.remote(num_cpus=cpus_per_job, num_gpus=gpus, max_retries=0)(run_job)
+        pending = {remote.remote(job): job for job in jobs}
+        records = []
+        with tqdm(total=len(jobs), desc="eval jobs (ray)", unit="job") as bar:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                job = pending.pop(done[0])
+                try:
+                    record = _keep(job, ray.get(done[0]))
+                except Exception as exc:  # the task died (node lost, worker crash)
+                    record = _engine_failure(job, exc)
+                records.append(record)
+                on_done and on_done(record)
+                bar.update()
+        return records
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def run_slurm(jobs: List[Dict[str, Any]], on_done: Callback = None, folder: Optional[str] = None,
+              slurm_partition: Optional[str] = None, slurm_time: int = 240, gpus_per_job: Optional[float] = None,
+              cpus_per_job: float = 4, slurm_mem_gb: Optional[int] = None, slurm_array_parallelism: int = 64,
+              slurm_cluster: Optional[str] = None, slurm_extra: Optional[Dict[str, Any]] = None,
+              **_) -> List[Dict[str, Any]]:
+    """One Slurm array task per job via submitit (``slurm_cluster='local'`` runs them here, for tests)."""
+    try:
+        import submitit
+    except ImportError:
+        raise WildmergeError("--executor slurm needs submitit: pip install 'wildmerge[slurm]'") from None
+    if not jobs:
+        return []
+    folder = folder or str(Path(jobs[0]["result_path"]).parent.parent / "slurm")
+    executor = submitit.AutoExecutor(folder=folder, cluster=slurm_cluster)
+    params = {"timeout_min": int(slurm_time), "cpus_per_task": int(cpus_per_job),
+              "slurm_array_parallelism": int(slurm_array_parallelism), "name": "wildmerge-eval"}
+    if executor.cluster == "slurm":
+        params["gpus_per_node"] = int(1 if gpus_per_job is None else gpus_per_job)
+        params["slurm_partition"] = slurm_partition
+        if slurm_mem_gb:
+            params["mem_gb"] = slurm_mem_gb
+        params.update(slurm_extra or {})
+    executor.update_parameters(**{k: v for k, v in params.items() if v is not None})
+    submitted = executor.map_array(run_job, jobs)
+    print(f"submitted {len(submitted)} Slurm job(s) to {executor.cluster}; logs in {folder}")
+    records = []
+    for job, sub in tqdm(list(zip(jobs, submitted)), desc="eval jobs (slurm)", unit="job"):
+        try:
+            record = _keep(job, sub.result())
+        except Exception as exc:  # timeout, preemption, node failure
+            record = _engine_failure(job, exc)
+        records.append(record)
+        on_done and on_done(record)
+    return records
+
+
+def run_jobs(jobs: List[Dict[str, Any]], executor: str = "serial", **options) -> List[Dict[str, Any]]:
+    runners = {"serial": run_serial, "ray": run_ray, "slurm": run_slurm}
+    if executor not in runners:
+        raise ConfigError(f"unknown executor {executor!r}; valid executors: {', '.join(EXECUTORS)}")
+    return runners[executor](jobs, **options)

@@ -1,0 +1,84 @@
+"""The result store: one JSON file per job, written atomically, with a checksum so a damaged file is never used.
+
+Layout of a store folder (``RUN/eval/<suite>/`` for a run)::
+
+    index.json            model id -> job id, and each job's spec (written before the jobs run)
+    suite.yml             the suite as it was run
+    results/<job>.json    status ok|failed, scores, lm-eval output, versions, settings, fingerprint, checksum
+    logs/<job>.log        the worker's stdout and stderr
+    fingerprints.json     cached per-file hashes
+"""
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from wildmerge.atomic import clean_stale_tmp, write_json
+
+OK, FAILED, CORRUPT, MISSING = "ok", "failed", "corrupt", "missing"
+REQUIRED_KEYS = ("job_id", "status", "fingerprint", "settings")
+
+
+def _checksum(record: Dict[str, Any]) -> str:
+    body = {k: v for k, v in record.items() if k != "checksum"}
+    return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def seal(record: Dict[str, Any]) -> Dict[str, Any]:
+    """Round-trip through JSON (so the checksum covers what is on disk) and add the checksum."""
+    record = json.loads(json.dumps(record, default=str))
+    record["checksum"] = _checksum(record)
+    return record
+
+
+def write_result(path, record: Dict[str, Any]) -> Dict[str, Any]:
+    record = seal(record)
+    write_json(path, record)
+    return record
+
+
+def read_result(path) -> Dict[str, Any]:
+    """The result record, or ``{"status": "missing"|"corrupt", "error": why}``: a damaged file is never trusted."""
+    path = Path(path)
+    if not path.is_file():
+        return {"status": MISSING, "error": f"no result file {path}"}
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return {"status": CORRUPT, "error": f"result file {path} is not valid JSON ({exc}); it will be recomputed"}
+    if not isinstance(record, dict) or any(k not in record for k in REQUIRED_KEYS):
+        return {"status": CORRUPT, "error": f"result file {path} lacks {list(REQUIRED_KEYS)}; it will be recomputed"}
+    if record.get("checksum") != _checksum(record):
+        return {"status": CORRUPT, "error": f"result file {path} fails its checksum (edited or truncated); "
+                                            f"it will be recomputed"}
+    if record["status"] not in (OK, FAILED):
+        return {"status": CORRUPT, "error": f"result file {path} has unknown status {record['status']!r}"}
+    return record
+
+
+class ResultStore:
+    def __init__(self, root):
+        self.root = Path(root)
+
+    def prepare(self) -> "ResultStore":
+        for sub in ("results", "logs", "jobs"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+            clean_stale_tmp(self.root / sub)
+        return self
+
+    def result_path(self, job_id: str) -> Path:
+        return self.root / "results" / f"{job_id}.json"
+
+    def log_path(self, job_id: str) -> Path:
+        return self.root / "logs" / f"{job_id}.log"
+
+    def job_path(self, job_id: str) -> Path:
+        return self.root / "jobs" / f"{job_id}.json"
+
+    def load(self, job_id: str) -> Dict[str, Any]:
+        return read_result(self.result_path(job_id))
+
+    def index(self) -> Optional[Dict[str, Any]]:
+        path = self.root / "index.json"
+        return json.loads(path.read_text()) if path.is_file() else None

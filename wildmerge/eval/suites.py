@@ -1,0 +1,190 @@
+"""Evaluation suites as data: which lm-eval tasks, with how many shots, which metric counts as the task's accuracy.
+
+``merge_recipes/suites/<name>.yml``::
+
+    name: paper16
+    description: the 16 tasks of the in-the-wild study
+    include_path: null        # folder of custom lm-eval task YAMLs: absolute, relative to this file, or demo:tasks
+    tasks:
+      - {task: arc_easy, num_fewshot: 0, metric: "acc,none", label: ARC-e}
+    settings: {dtype: float16, batch_size: auto, apply_chat_template: false, limit: null, backend: hf}
+
+Unknown keys are errors that list the valid ones (lm-eval and mergekit would silently ignore them).
+"""
+
+from pathlib import Path
+from typing import Any, Dict, List, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.paths import suites_dir
+
+
+class SuiteTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field(min_length=1)
+    num_fewshot: int = Field(ge=0)
+    metric: str = "acc,none"
+    label: Optional[str] = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_has_filter(cls, v: str) -> str:
+        if "," not in v:
+            raise ValueError(f"metric {v!r} must be lm-eval's 'metric,filter' key, e.g. 'acc,none' or "
+                             f"'exact_match,strict-match'")
+        return v
+
+    @property
+    def name(self) -> str:
+        """The column name in tables: the label, else the task name."""
+        return self.label or self.task
+
+
+class SuiteSettings(BaseModel):
+    """lm-eval settings shared by every task of the suite; they are part of each job's identity."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: str = "auto"
+    batch_size: Union[int, Literal["auto"]] = "auto"
+    max_batch_size: Optional[int] = None
+    apply_chat_template: bool = False
+    limit: Optional[Union[int, float]] = None
+    backend: Literal["hf", "vllm"] = "hf"
+    device: str = "auto"  # auto: cuda when a GPU is visible, else cpu
+    model_args: Dict[str, Any] = {}  # passed to the backend, e.g. {parallelize: true} or {tensor_parallel_size: 2}
+    include_defaults: bool = True  # also index lm-eval's own ~15k tasks (18 s); false for suites of local tasks only
+    bootstrap_iters: int = Field(default=0, ge=0)
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, v: str) -> str:
+        valid = ["auto", "float16", "bfloat16", "float32"]
+        if v not in valid:
+            raise ValueError(f"dtype {v!r} is not one of {valid}{did_you_mean(v, valid)}")
+        return v
+
+
+class Suite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    include_path: Optional[str] = None
+    tasks: List[SuiteTask] = Field(min_length=1)
+    settings: SuiteSettings = SuiteSettings()
+    source: Optional[str] = Field(default=None, exclude=True)  # the file it was read from
+
+    @model_validator(mode="after")
+    def _unique(self):
+        for what, values in (("task", [t.task for t in self.tasks]), ("label", [t.name for t in self.tasks])):
+            dup = sorted({v for v in values if values.count(v) > 1})
+            if dup:
+                raise ValueError(f"duplicate {what} {dup} in suite {self.name!r}: each task appears once")
+        return self
+
+    def resolved_include_path(self) -> Optional[str]:
+        """The include path as an absolute folder (``demo:tasks`` builds the demo family's task folder)."""
+        if not self.include_path:
+            return None
+        if self.include_path == "demo:tasks":
+            try:
+                from wildmerge.demo import resolve_demo_ref
+            except ImportError as exc:
+                raise ConfigError(f"suite {self.name!r} uses include_path demo:tasks but the demo family is not "
+                                  f"available ({exc})") from None
+            return str(resolve_demo_ref("demo:tasks"))
+        path = Path(self.include_path).expanduser()
+        if not path.is_absolute() and self.source:
+            path = Path(self.source).parent / path
+        if not path.is_dir():
+            raise ConfigError(f"suite {self.name!r}: include_path {str(path)!r} is not a folder; give an absolute "
+                              f"path or one relative to the suite file")
+        return str(path.resolve())
+
+
+_MODELS = {(): Suite, ("tasks", "*"): SuiteTask, ("settings",): SuiteSettings}
+
+
+def _check_unknown_keys(data: dict, where: str) -> None:
+    """Name every unknown key with the valid ones; pydantic alone says only 'extra inputs are not permitted'."""
+    def check(obj, model, loc):
+        if not isinstance(obj, dict):
+            return
+        valid = [f for f in model.model_fields if f != "source"]
+        for key in obj:
+            if key not in valid:
+                raise ConfigError(f"{where}: unknown key {key!r} in {loc or 'the suite'}{did_you_mean(key, valid)}; "
+                                  f"valid keys: {', '.join(valid)}")
+
+    check(data, Suite, "")
+    check(data.get("settings"), SuiteSettings, "settings")
+    for i, task in enumerate(data.get("tasks") or []):
+        check(task, SuiteTask, f"tasks[{i}]")
+
+
+def list_suites() -> List[str]:
+    return sorted(p.stem for p in suites_dir().glob("*.yml"))
+
+
+def suite_from_dict(data: Any, where: str = "suite") -> Suite:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping with name, tasks and settings, got {type(data).__name__}")
+    _check_unknown_keys(data, where)
+    try:
+        return Suite.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'suite'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{where} is invalid: {problems}") from None
+
+
+def load_suite(name_or_path: Union[str, Path, Suite]) -> Suite:
+    """A shipped suite by name (``paper16``) or a suite YAML file by path."""
+    if isinstance(name_or_path, Suite):
+        return name_or_path
+    path = Path(name_or_path).expanduser()
+    if not path.is_file():
+        if path.suffix in (".yml", ".yaml") or "/" in str(name_or_path):
+            raise ConfigError(f"suite file {str(path)!r} does not exist")
+        path = suites_dir() / f"{name_or_path}.yml"
+        if not path.is_file():
+            valid = list_suites()
+            raise ConfigError(f"unknown suite {str(name_or_path)!r}{did_you_mean(name_or_path, valid)}; shipped "
+                              f"suites: {', '.join(valid) or 'none'}; or give the path of a suite YAML file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"suite file {path} is not valid YAML: {exc}") from None
+    suite = suite_from_dict(data, where=f"suite file {path}")
+    suite.source = str(path.resolve())
+    return suite
+
+
+def check_tasks(suite: Suite) -> bool:
+    """Fail early on a task name lm-eval does not know. Returns whether lm-eval's own task index is needed.
+
+    Indexing only the include path takes ~0 s; lm-eval's full index takes ~18 s, so it is built only when a
+    task is not found locally and the suite allows it (``settings.include_defaults``).
+    """
+    from lm_eval.tasks import TaskManager
+
+    include = suite.resolved_include_path()
+    wanted = [t.task for t in suite.tasks]
+    known: List[str] = []
+    if include:
+        known = TaskManager(include_path=include, include_defaults=False).all_tasks
+        if all(t in known for t in wanted):
+            return False
+    if suite.settings.include_defaults:
+        known = TaskManager(include_path=include, include_defaults=True).all_tasks
+    missing = [t for t in wanted if t not in known]
+    if missing:
+        where = f"in {include}" + (" or lm-eval's own tasks" if suite.settings.include_defaults else "")
+        hints = "".join(f"\n  {t!r}{did_you_mean(t, known)}" for t in missing)
+        raise ConfigError(f"suite {suite.name!r}: unknown lm-eval task(s) {where}:{hints}\nlist tasks with "
+                          f"`lm-eval ls tasks`, or fix the name in {suite.source or 'the suite'}")
+    return True
