@@ -1,0 +1,202 @@
+"""Calibration data for the layer-wise methods: the ``calibration:`` section of a recipe, validated and loaded.
+
+RegMean and Chain of Merges need inputs from each model's own task (with shared data CoM collapses to plain
+averaging, spec property 4), so every expert needs a data source. A recipe gives defaults at the top level and
+per-model overrides next to each ``model:``::
+
+    merge_method: chain_of_merges
+    base_model: path/to/base
+    calibration: {n_samples: 64, seq_len: 256, text_field: text}   # defaults for every model
+    models:
+      - model: path/to/math_expert
+        calibration: data/math.jsonl                # a string is the data source
+      - model: path/to/code_expert
+        calibration: {data: org/code_dataset, split: train, text_field: content}
+      - model: path/to/chat_expert
+        parameters: {calibration: data/chat.txt}     # same, when only mergekit's parsed config travels
+
+A data source is a local ``.jsonl`` / ``.json`` (records with ``text_field``, or pre-tokenised ``input_ids``) or
+``.txt`` file (one sample per non-empty line), or a 🤗 ``datasets`` name.
+"""
+
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
+
+log = logging.getLogger("wildmerge")
+
+FILE_SUFFIXES = (".jsonl", ".json", ".txt")
+
+
+class CalibrationSpec(BaseModel):
+    """Where one model's calibration text comes from and how much of it to use."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: Optional[str] = None
+    text_field: str = "text"
+    n_samples: int = Field(64, ge=1)
+    seq_len: int = Field(256, ge=2)
+    min_tokens: int = Field(4, ge=1)
+    batch_size: int = Field(8, ge=1)
+    split: str = "train"
+    subset: Optional[str] = None
+    seed: int = 0
+
+
+def _validate(values: Dict[str, Any], where: str) -> CalibrationSpec:
+    unknown = sorted(set(values) - set(CalibrationSpec.model_fields))
+    valid = ", ".join(CalibrationSpec.model_fields)
+    if unknown:
+        hint = did_you_mean(unknown[0], CalibrationSpec.model_fields)
+        raise ConfigError(f"unknown key {unknown[0]!r} in {where}{hint}; valid keys: {valid}")
+    try:
+        return CalibrationSpec.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"{where}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+def _as_dict(value: Any, where: str) -> Dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return {"data": value}
+    if isinstance(value, dict):
+        return dict(value)
+    raise ConfigError(f"{where} must be a data source (string) or a mapping of calibration settings, got {value!r}")
+
+
+def resolve_calibration(raw: Dict[str, Any], model_names: List[str], base_dir: Optional[Path] = None):
+    """One validated ``CalibrationSpec`` per model, from the raw recipe dict (errors name the model to fix)."""
+    defaults = _as_dict(raw.get("calibration"), "the top-level 'calibration' section")
+    _validate(defaults, "the top-level 'calibration' section")
+    raw_models = raw.get("models") or []
+    specs = []
+    for j, name in enumerate(model_names):
+        entry = raw_models[j] if j < len(raw_models) and isinstance(raw_models[j], dict) else {}
+        params = entry.get("parameters") or {}
+        where = f"calibration of model {name!r}"
+        override = _as_dict(entry.get("calibration"), where)
+        if "calibration" in params:
+            if override:
+                raise ConfigError(f"model {name!r} sets calibration twice (next to 'model:' and in 'parameters'): keep one")
+            override = _as_dict(params["calibration"], where)
+        spec = _validate({**defaults, **override}, where)
+        if spec.data is None:
+            raise ConfigError(
+                f"model {name!r} has no calibration data: RegMean and Chain of Merges need each model's own "
+                f"task data. Add 'calibration: path/to/data.jsonl' under that model (or 'data:' in the "
+                f"top-level calibration section)"
+            )
+        if base_dir is not None and not Path(spec.data).is_absolute() and (base_dir / spec.data).exists():
+            spec = spec.model_copy(update={"data": str(base_dir / spec.data)})
+        specs.append(spec)
+    return specs
+
+
+def _records_from_file(path: Path) -> List[Any]:
+    if path.suffix == ".txt":
+        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if path.suffix == ".jsonl":
+        rows = []
+        for k, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise WildmergeError(f"{path}: line {k + 1} is not valid JSON ({exc.msg})") from None
+        return rows
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise WildmergeError(f"{path} is not valid JSON ({exc.msg})") from None
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data = data["data"]
+    if not isinstance(data, list):
+        raise WildmergeError(f"{path} must hold a JSON list of records (or {{'data': [...]}})")
+    return data
+
+
+def _records(spec: CalibrationSpec) -> List[Any]:
+    path = Path(spec.data)
+    if path.exists():
+        if path.suffix not in FILE_SUFFIXES:
+            raise ConfigError(f"calibration file {path} must end in one of {', '.join(FILE_SUFFIXES)}")
+        return _records_from_file(path)
+    if path.suffix in FILE_SUFFIXES or spec.data.startswith((".", "/")):
+        raise ConfigError(f"calibration file {spec.data!r} not found (relative paths start at the current folder "
+                          f"or the recipe's folder)")
+    try:
+        import datasets
+
+        return list(datasets.load_dataset(spec.data, spec.subset, split=spec.split))
+    except Exception as exc:  # offline, missing, wrong split...
+        raise WildmergeError(f"could not load calibration dataset {spec.data!r} (split {spec.split!r}): {exc}. "
+                             f"Download it first or point 'data' at a local .jsonl file") from None
+
+
+def _to_ids(record: Any, spec: CalibrationSpec, tokenizer, where: str) -> List[int]:
+    if isinstance(record, str):
+        text = record
+    elif isinstance(record, dict) and spec.text_field in record:
+        text = record[spec.text_field]
+    elif isinstance(record, dict) and "input_ids" in record:
+        return [int(t) for t in record["input_ids"]][: spec.seq_len]
+    else:
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise ConfigError(f"{where}: records have no {spec.text_field!r} field (found {keys}); set "
+                          f"calibration.text_field")
+    if tokenizer is None:
+        raise WildmergeError(f"{where}: the base model has no tokenizer to encode text; save one beside it or "
+                             f"give pre-tokenised records with 'input_ids'")
+    return tokenizer(str(text), truncation=True, max_length=spec.seq_len)["input_ids"]
+
+
+def load_token_batches(spec: CalibrationSpec, tokenizer, model_name: str, vocab_size: int):
+    """Token batches ``[(input_ids [b, s], attention_mask [b, s])]`` of one model's calibration data."""
+    import torch
+
+    where = f"calibration data {spec.data!r} of model {model_name!r}"
+    records = _records(spec)
+    order = list(range(len(records)))
+    random.Random(spec.seed).shuffle(order)
+    seqs = []
+    for k in order:
+        ids = _to_ids(records[k], spec, tokenizer, where)
+        if len(ids) >= spec.min_tokens:
+            seqs.append(ids)
+            if len(seqs) == spec.n_samples:
+                break
+    if len(seqs) < spec.n_samples:
+        raise WildmergeError(
+            f"{where}: only {len(seqs)} of {len(records)} records have at least {spec.min_tokens} tokens, "
+            f"{spec.n_samples} needed; add data or lower calibration.n_samples (or min_tokens)"
+        )
+    bad = [t for s in seqs for t in s if not 0 <= t < vocab_size]
+    if bad:
+        raise WildmergeError(f"{where}: token id {bad[0]} is outside the model's vocabulary (size {vocab_size})")
+    batches = []
+    for start in range(0, len(seqs), spec.batch_size):
+        chunk = seqs[start : start + spec.batch_size]
+        width = max(len(s) for s in chunk)
+        ids = torch.zeros(len(chunk), width, dtype=torch.long)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        for r, s in enumerate(chunk):
+            ids[r, : len(s)] = torch.tensor(s)
+            mask[r, : len(s)] = 1
+        batches.append((ids, mask))
+    return batches
+
+
+def warn_if_shared(specs: List[CalibrationSpec], method: str) -> None:
+    """Spec A15: with one data source for every model, CoM is exactly plain averaging."""
+    if len(specs) > 1 and len({(s.data, s.subset, s.split, s.text_field, s.seed) for s in specs}) == 1:
+        log.warning("every model uses the same calibration data (%s): %s then reduces to simple averaging; give "
+                    "each model its own task data", specs[0].data, method)
