@@ -1,0 +1,179 @@
+"""``wildmerge sample`` (and ``python sample_and_merge.py``): the in-the-wild protocol on one pool.
+
+Draw the subsets once, merge each with every method (resumably), then evaluate and write the leaderboard.
+With no arguments it runs on the embedded demo family with fewer subsets, so it finishes in minutes on a CPU.
+"""
+
+import argparse
+import inspect
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+from wildmerge.errors import ConfigError
+
+DEMO_SIZES, DEMO_K = (1, 2, 4), 2
+PAPER_SIZES, PAPER_K = (1, 2, 4, 6, 8, 10), 15
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", "--pool", dest="pool", default="demo",
+                   help="pool name (llama-3.2-3b, llama-3.1-8b, qwen3-4b, qwen3-8b, qwen3-4b-homogeneous, ..., demo) "
+                        "or the path of a pool YAML (default: demo)")
+    p.add_argument("--out", help="run directory (default: runs/<pool>-seed<seed>)")
+    p.add_argument("--methods", type=_csv, default=None,
+                   help="comma-separated method recipes (default: the paper's seven: ta,ties,model_stock,tsv_m,"
+                        "iso_c,ta_sb,ties_sb; 'all' = every recipe in merge_recipes/methods)")
+    p.add_argument("--sizes", type=_ints, default=None,
+                   help=f"subset sizes n (default {','.join(map(str, PAPER_SIZES))}; demo "
+                        f"{','.join(map(str, DEMO_SIZES))}); n = 1 means every expert alone, n = N is added")
+    p.add_argument("--k", type=int, default=None, help=f"random subsets per size (default {PAPER_K}; demo {DEMO_K})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the subset draw (default 0)")
+    p.add_argument("--no-full", dest="full", action="store_false", help="do not add the full pool (n = N)")
+    p.add_argument("--homogeneous", action="store_true",
+                   help="Appendix E: one merge per expert domain plus one of all experts, instead of random subsets")
+    p.add_argument("--ablation", action="append", default=[], type=_csv,
+                   help="Appendix C sweeps on the full pool: ta_lambda, ta_lambda_nonorm, ties_grid, ties_density, "
+                        "sb_beta, or all (repeatable or comma-separated)")
+    p.add_argument("--grid", help="YAML of extra sweeps: {name: {method: ta, grid: {lambda: [0.5, 1.0]}}}")
+    p.add_argument("--exclude", action="append", default=[], type=_csv, help="leave these experts (names) out")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its cost; merge nothing")
+    p.add_argument("--keep-models", choices=("all", "none"), default="all",
+                   help="'none' deletes each merged model's weights once it is evaluated (keeps recipe and info)")
+    ev = p.add_mutually_exclusive_group()
+    ev.add_argument("--evaluate", dest="evaluate", action="store_true", default=None,
+                    help="evaluate every model and write the report (default for the demo pool)")
+    ev.add_argument("--no-evaluate", dest="evaluate", action="store_false", help="merge only")
+    p.add_argument("--suite", help="evaluation suite (default: demo for the demo pool)")
+    p.add_argument("--executor", default="serial", help="evaluation executor: serial, ray or slurm")
+    p.add_argument("--device", default="cpu", help="mergekit math device: cpu, cuda, auto")
+    p.add_argument("--allow-pickle", action="store_true", help="accept checkpoints that ship only pickle weights")
+    p.add_argument("--no-download", action="store_true", help="use only the local hub cache, even when online")
+
+
+def _settings(args, pool) -> dict:
+    demo = pool.name == "demo"
+    return dict(seed=args.seed, sizes=args.sizes or (DEMO_SIZES if demo else PAPER_SIZES),
+                k=args.k if args.k is not None else (DEMO_K if demo else PAPER_K), full=args.full,
+                homogeneous=args.homogeneous)
+
+
+def _method_names(args) -> list[str]:
+    from wildmerge.sampling.plan import PAPER_METHODS
+
+    names = args.methods or list(PAPER_METHODS)
+    if names == ["all"]:
+        from wildmerge.plugins.recipes import list_method_recipes
+
+        names = list_method_recipes()
+    return list(dict.fromkeys(names))
+
+
+def _evaluator(run_dir: Path, args, suite: str):
+    """(evaluate whole run, evaluate one model or None), from wildmerge.eval.api when it is installed."""
+    try:
+        from wildmerge.eval.api import evaluate_run
+    except ImportError:
+        return None, None
+    params = inspect.signature(evaluate_run).parameters
+    key = next((k for k in ("model_ids", "models", "only") if k in params), None)
+
+    def whole():
+        return evaluate_run(str(run_dir), suite, executor=args.executor)
+
+    def one(entry):
+        return evaluate_run(str(run_dir), suite, executor=args.executor, **{key: [entry["model_id"]]})
+
+    return whole, (one if key else None)
+
+
+def run(args) -> int:
+    from wildmerge.sampling.ablations import load_grids
+    from wildmerge.sampling.plan import build_entries, load_methods, merged_with_previous
+    from wildmerge.sampling.pools import load_pool
+
+    pool = load_pool(args.pool)
+    excluded = [n for group in args.exclude for n in group]
+    if excluded:
+        pool = pool.without(excluded)
+    settings = _settings(args, pool)
+    if settings["k"] < 1:
+        raise ConfigError(f"--k must be at least 1 (got {settings['k']})")
+    too_big = [n for n in settings["sizes"] if n > len(pool.experts) or n < 1]
+    if too_big:
+        raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
+                          f"use sizes between 1 and {len(pool.experts)}")
+    methods = load_methods(_method_names(args))
+    grids = load_grids([n for group in args.ablation for n in group], args.grid)
+    load_methods({g.method for g in grids.values()})
+    evaluate = pool.name == "demo" if args.evaluate is None else args.evaluate
+    suite = args.suite or ("demo" if pool.name == "demo" else None)
+    if evaluate and not suite:
+        raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
+    run_dir = Path(args.out or Path("runs") / f"{pool.name}-seed{args.seed}").resolve()
+
+    if args.dry_run:
+        from wildmerge.sampling.dryrun import print_dry_run
+
+        return print_dry_run(run_dir, pool, settings, methods, grids, args)
+
+    from wildmerge.atomic import write_json
+    from wildmerge.sampling.manifest import prepare
+    from wildmerge.sampling.runner import merge_options, run_plan
+
+    whole, one = (None, None)
+    if evaluate:
+        whole, one = _evaluator(run_dir, args, suite)
+    if args.keep_models == "none" and one is None:
+        raise ConfigError("--keep-models none deletes each merge after evaluating it, which needs --evaluate and an "
+                          "evaluation harness that scores one model at a time; use --keep-models all")
+    started = time.time()
+    manifest, models = prepare(run_dir, pool, allow_pickle=args.allow_pickle,
+                               download=False if args.no_download else None, **settings)
+    entries = build_entries(run_dir, manifest, models, methods, grids)
+    previous = []
+    if (run_dir / "plan.json").is_file():
+        previous = [dict(e, path=str(run_dir / "models" / e["model_id"]))
+                    for e in json.loads((run_dir / "plan.json").read_text())["entries"] if e["kind"] == "merge"]
+    entries = merged_with_previous(entries, previous)
+    write_json(run_dir / "plan.json", {"run": run_dir.name, "run_dir": str(run_dir), "pool": pool.name,
+                                       "methods": list(methods), "ablations": list(grids), "entries": entries})
+    merges = [e for e in entries if e["kind"] == "merge"]
+    print(f"run {run_dir}: pool {pool.name!r}, {len(pool.experts)} experts, {len(manifest['subsets'])} subsets, "
+          f"{len(merges)} merges ({', '.join(f'{m} {c}' for m, c in Counter(e['method'] for e in merges).items())})")
+    for note in manifest.get("notes", []):
+        print(f"  note: {note}")
+    options = merge_options(models, device=args.device, allow_pickle=args.allow_pickle, seed=args.seed)
+    stats = run_plan(entries, models, methods, options, keep_models=args.keep_models,
+                     after_each=one if args.keep_models == "none" else None)
+    print(f"merges: {stats['merged']} new, {stats['redone']} redone, {stats['skipped']} already done "
+          f"({stats['seconds']:.1f} s merging)")
+    log = {"command": "wildmerge sample", "args": {k: v for k, v in vars(args).items() if k != "func"},
+           "settings": settings, "stats": stats, "seconds": round(time.time() - started, 1)}
+    if evaluate:
+        if whole is None:
+            print("evaluation skipped: wildmerge.eval.api is not installed yet; run `wildmerge eval` on this run later")
+        else:
+            whole()
+            try:
+                from wildmerge.analysis.report import write_report
+            except ImportError:
+                print("report skipped: wildmerge.analysis.report is not installed yet")
+            else:
+                outputs = write_report(run_dir)
+                log["report"] = {k: str(v) for k, v in outputs.items()}
+                print(f"report: {run_dir / 'report'}")
+    write_json(run_dir / "sample_log.json", log)
+    return 0

@@ -1,0 +1,117 @@
+"""Where a pool's weights are: a local folder, the synthetic demo family, or a hub id in huggingface_hub's cache.
+
+Hub ids are pinned to a commit hash (the snapshot folder name in the cache), so a run's manifest names exactly the
+weights it merged. Offline, every uncached model is listed in one error together with the command that fetches it,
+before any merge starts.
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from wildmerge.errors import WildmergeError
+
+# Files a merge and an evaluation need; pickled weights are fetched only with allow_pickle.
+SAFE_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja", "*.py"]
+PICKLE_PATTERNS = ["*.bin", "*.pt", "*.pth"]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A model reference resolved to a folder on this machine."""
+
+    ref: str  # as written in the pool
+    kind: str  # "local" | "demo" | "hub"
+    path: str  # absolute folder
+    revision: str | None = None  # commit hash for hub models
+
+    def as_dict(self) -> dict:
+        return {"model": self.ref, "kind": self.kind, "path": self.path, "revision": self.revision}
+
+
+class Unresolvable(WildmergeError):
+    pass
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+
+
+def classify(ref: str, relative_to: Path | None = None) -> tuple[str, str]:
+    """('demo' | 'local' | 'hub', normalised ref); raises Unresolvable for something that is none of them."""
+    if ref.startswith("demo:"):
+        return "demo", ref
+    candidates = [Path(ref).expanduser()]
+    if relative_to is not None and not Path(ref).is_absolute():
+        candidates.insert(0, relative_to / ref)
+    for c in candidates:
+        if c.exists():
+            return "local", str(c.resolve())
+    if ref.startswith(("/", ".", "~")) or os.sep in ref.strip("/").replace("/", "", 1):
+        raise Unresolvable(f"{ref!r}: local folder not found")
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(ref)
+    except HFValidationError as exc:
+        raise Unresolvable(f"{ref!r} is neither an existing local folder nor a valid hub id ({exc})") from None
+    if "/" not in ref:
+        raise Unresolvable(f"{ref!r} is neither an existing local folder nor a hub id of the form org/name")
+    return "hub", ref
+
+
+def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pickle=False, download=None) -> Resolved:
+    """Resolve one reference; hub models come from the cache, and are fetched when online and ``download``."""
+    kind, norm = classify(ref, relative_to)
+    if kind == "local":
+        return Resolved(ref, "local", norm)
+    if kind == "demo":
+        try:
+            from wildmerge.demo import resolve_demo_ref
+        except ImportError:
+            raise Unresolvable(f"{ref!r}: the demo family (wildmerge.demo) is not available in this install") from None
+        return Resolved(ref, "demo", str(Path(resolve_demo_ref(ref)).resolve()))
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    download = (not offline()) if download is None else download
+    patterns = SAFE_PATTERNS + (PICKLE_PATTERNS if allow_pickle else [])
+    try:
+        path = snapshot_download(ref, revision=revision, local_files_only=not download, allow_patterns=patterns)
+    except (LocalEntryNotFoundError, FileNotFoundError):
+        raise Unresolvable(f"{ref!r}" + (f" at revision {revision}" if revision else "") + ": not in the cache") from None
+    except HfHubHTTPError as exc:
+        raise Unresolvable(f"{ref!r}: the hub refused it ({exc.__class__.__name__}: {str(exc).splitlines()[0]})") from None
+    path = Path(path).resolve()
+    return Resolved(ref, "hub", str(path), revision=path.name)
+
+
+def fetch_command(ref: str, revision: str | None, allow_pickle=False) -> str:
+    include = " ".join(f"'{p}'" for p in SAFE_PATTERNS + (PICKLE_PATTERNS if allow_pickle else []))
+    rev = f" --revision {revision}" if revision else ""
+    return f"hf download {ref}{rev} --include {include}"
+
+
+def resolve_all(refs, *, relative_to=None, allow_pickle=False, download=None) -> list[Resolved]:
+    """Resolve ``[(label, ref, revision)]``; every failure is collected into one error that says how to fix it."""
+    from tqdm.auto import tqdm
+
+    out, problems, fetch = [], [], []
+    hub_refs = sum(1 for _, ref, _ in refs if not ref.startswith("demo:") and not Path(ref).expanduser().exists())
+    for label, ref, revision in tqdm(refs, desc="resolving models", unit="model", disable=hub_refs == 0):
+        try:
+            out.append(resolve(ref, revision, relative_to=relative_to, allow_pickle=allow_pickle, download=download))
+        except Unresolvable as exc:
+            problems.append(f"  {label}: {exc}")
+            if str(exc).endswith("not in the cache"):
+                fetch.append(fetch_command(ref, revision, allow_pickle))
+    if problems:
+        msg = f"{len(problems)} model(s) cannot be resolved:\n" + "\n".join(problems)
+        if fetch:
+            msg += (
+                "\nYou are offline (HF_HUB_OFFLINE=1) or downloads are off; fetch them on a machine with network "
+                "access (same HF_HOME), then rerun:\n" + "\n".join(f"  {c}" for c in fetch)
+            )
+        msg += "\nOr fix the ids in the pool file, or leave models out with --exclude NAME."
+        raise WildmergeError(msg)
+    return out

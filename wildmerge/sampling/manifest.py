@@ -1,0 +1,97 @@
+"""The run's manifest: the pool as resolved (hub ids pinned to commit hashes) and the subsets, written once.
+
+Every later invocation on the same run directory reuses these subsets (so methods added later merge exactly the
+same expert sets) and these revisions (so a hub repository that moved on is not silently mixed in).
+"""
+
+import csv
+import io
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from wildmerge.atomic import write_json, write_text
+from wildmerge.errors import ConfigError
+from wildmerge.sampling.checks import check_compatible
+from wildmerge.sampling.hub import resolve_all
+from wildmerge.sampling.sampler import domain_subsets, draw_subsets
+
+
+def read_manifest(run_dir) -> dict | None:
+    f = Path(run_dir) / "manifest.json"
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def _sampling(pool, seed, sizes, k, full, homogeneous) -> dict:
+    return {"pool": pool.name, "seed": seed, "sizes": sorted(set(sizes)), "k": k, "full": full,
+            "mode": "homogeneous" if homogeneous else "random",
+            "expert_refs": [[e.label, e.model, e.revision] for e in pool.experts],
+            "base_ref": [pool.base.model, pool.base.revision]}
+
+
+def _check_same(existing: dict, wanted: dict, run_dir) -> None:
+    diffs = [f"{k}: run has {existing.get('sampling', {}).get(k)!r}, this command asks for {v!r}"
+             for k, v in wanted.items() if existing.get("sampling", {}).get(k) != v]
+    if diffs:
+        raise ConfigError(
+            f"{run_dir} already holds subsets drawn differently:\n  " + "\n  ".join(diffs)
+            + "\nRerun with the run's settings (they are in manifest.json) to resume or add methods, "
+            "or pass a new --out for a new draw."
+        )
+
+
+def draw_for(pool, *, seed, sizes, k, full, homogeneous):
+    """The subsets of a pool: random draws per size, or Appendix E's domain configurations (plus n = 1)."""
+    names = pool.expert_names
+    if homogeneous:
+        draw = domain_subsets(names, [e.domain for e in pool.experts])
+        draw.subsets[:0] = draw_subsets(names, sizes=[1], k=k, seed=seed, full=False).subsets
+        return draw
+    return draw_subsets(names, sizes=sizes, k=k, seed=seed, full=full)
+
+
+def check_same(run_dir, pool, *, seed, sizes, k, full, homogeneous) -> dict | None:
+    """The existing manifest, if any, after checking it was drawn with these settings."""
+    existing = read_manifest(run_dir)
+    if existing:
+        _check_same(existing, _sampling(pool, seed, sizes, k, full, homogeneous), run_dir)
+    return existing
+
+
+def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True, homogeneous=False,
+            allow_pickle=False, download=None) -> tuple[dict, dict]:
+    """(manifest, models resolved on this machine). Resolves and checks every model before anything is merged."""
+    run_dir = Path(run_dir)
+    wanted = _sampling(pool, seed, sizes, k, full, homogeneous)
+    existing = check_same(run_dir, pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous)
+    pinned = {m["name"]: m.get("revision") for m in (existing or {}).get("models", {}).get("experts", [])}
+    pinned["base"] = (existing or {}).get("models", {}).get("base", {}).get("revision")
+    rel = Path(pool.source).parent if pool.source else None
+    refs = [("base", pool.base.model, pool.base.revision or pinned.get("base"))]
+    refs += [(e.label, e.model, e.revision or pinned.get(e.label)) for e in pool.experts]
+    resolved = resolve_all(refs, relative_to=rel, allow_pickle=allow_pickle, download=download)
+    base, experts = resolved[0], resolved[1:]
+    check_compatible(base.path, {e.label: r.path for e, r in zip(pool.experts, experts)}, allow_pickle)
+    models = {"base": {"name": "base", **base.as_dict()},
+              "experts": [{"name": e.label, "domain": e.domain, **r.as_dict()} for e, r in zip(pool.experts, experts)]}
+    if existing:
+        return existing, models
+    draw = draw_for(pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous)
+    from wildmerge import __version__
+
+    manifest = {
+        "pool": pool.name, "pool_file": pool.source, "description": pool.description,
+        "seed": seed, "sizes": sorted({s.n for s in draw.subsets}), "k": k,
+        "combinations": {str(n): c for n, c in draw.combinations.items()}, "notes": draw.notes,
+        "subsets": [s.as_dict() for s in draw.subsets], "models": models, "sampling": wanted,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "wildmerge": __version__,
+    }
+    run_dir.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["subset_id", "n", "experts", "exhaustive", "domain"])
+    for s in draw.subsets:
+        w.writerow([s.subset_id, s.n, ";".join(s.experts), s.exhaustive, s.domain or ""])
+    write_text(run_dir / "subsets.csv", buf.getvalue())
+    write_json(run_dir / "manifest.json", manifest)  # last: its presence means the draw is complete
+    return manifest, models

@@ -1,0 +1,107 @@
+"""The plan: which models a run has, as data. Base, every expert alone, and subsets x methods x hyperparameters.
+
+A merge's ``model_id`` depends only on its method, its subset and the hyperparameters that differ from the method
+recipe, so an ablation point equal to the main setting is the same model, and a rerun finds the same folders.
+"""
+
+import re
+from pathlib import Path
+
+from wildmerge.errors import ConfigError, did_you_mean
+
+PAPER_METHODS = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text))
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:g}"
+    return _safe(v)
+
+
+def load_methods(names):
+    """Method recipes by name; unknown names fail with the list of valid ones."""
+    from wildmerge.plugins.recipes import list_method_recipes, load_method_recipe
+
+    valid = list_method_recipes()
+    out = {}
+    for n in names:
+        if n not in valid:
+            raise ConfigError(f"unknown method {n!r}{did_you_mean(n, valid)}; valid methods: {', '.join(valid)}")
+        out[n] = load_method_recipe(n)
+    return out
+
+
+def default_hparams(method) -> dict:
+    return {**method.recipe.get("parameters", {}), **method.model_parameters}
+
+
+def split_hparams(method, hparams: dict) -> tuple[dict, dict]:
+    """(top-level parameters, per-expert parameters); an unknown key is an error naming the valid ones."""
+    top, per = {}, {}
+    valid = default_hparams(method)
+    for k, v in hparams.items():
+        if k not in valid:
+            raise ConfigError(f"method {method.name!r} has no hyperparameter {k!r}{did_you_mean(k, valid)}; "
+                              f"valid: {', '.join(valid)}")
+        (per if k in method.model_parameters else top)[k] = v
+    return top, per
+
+
+def merge_id(method: str, subset_id: str, overrides: dict) -> str:
+    suffix = "_".join(f"{_safe(k)}-{_fmt(v)}" for k, v in sorted(overrides.items()))
+    return f"{method}__{subset_id}" + (f"__{suffix}" if suffix else "")
+
+
+def build_entries(run_dir: Path, manifest: dict, models: dict, methods: dict, grids: dict) -> list[dict]:
+    """Plan entries in a stable order: base, experts, main merges (method-major), ablation points.
+
+    ``models`` is this machine's resolution ({"base": {...}, "experts": [{name, path, ...}]}).
+    """
+    entries = [dict(model_id="base", kind="base", method=None, label="base", n=0, subset_id=None, hparams={},
+                    experts=[], path=models["base"]["path"])]
+    subsets = manifest["subsets"]
+    alone = {s["experts"][0]: s["subset_id"] for s in subsets if s["n"] == 1}
+    for e in models["experts"]:
+        entries.append(dict(model_id=f"expert__{_safe(e['name'])}", kind="expert", method=None, label=e["name"], n=1,
+                            subset_id=alone.get(e["name"]), hparams={}, experts=[e["name"]], path=e["path"],
+                            domain=e.get("domain")))
+    merges = {}
+
+    def add(method, subset, overrides, ablation=None):
+        split_hparams(method, overrides)  # validates the keys
+        changed = {k: v for k, v in overrides.items() if default_hparams(method).get(k) != v}
+        mid = merge_id(method.name, subset["subset_id"], changed)
+        if mid not in merges:
+            merges[mid] = dict(model_id=mid, kind="merge", method=method.name, label=method.label, n=subset["n"],
+                               subset_id=subset["subset_id"], hparams={**default_hparams(method), **overrides},
+                               overrides=changed, experts=list(subset["experts"]),
+                               path=str(Path(run_dir, "models", mid).resolve()), domain=subset.get("domain"),
+                               ablations=[])
+        if ablation and ablation not in merges[mid]["ablations"]:
+            merges[mid]["ablations"].append(ablation)
+
+    for method in methods.values():
+        for s in subsets:
+            if s["n"] >= max(2, method.min_experts):
+                add(method, s, {})
+    if grids:
+        full = [s for s in subsets if s["n"] == len(models["experts"])]
+        if not full:
+            raise ConfigError("ablations merge the full pool, but this run has no n = N subset")
+        for gname, grid in grids.items():
+            method = load_methods([grid.method])[grid.method]
+            for point in grid.points():
+                add(method, full[0], point, ablation=gname)
+    return entries + list(merges.values())
+
+
+def merged_with_previous(previous: list[dict], entries: list[dict]) -> list[dict]:
+    """Keep entries of earlier invocations (e.g. other methods) that this one did not plan again."""
+    ids = {e["model_id"] for e in entries}
+    return entries + [e for e in previous if e["model_id"] not in ids]

@@ -1,0 +1,131 @@
+"""Pools as data: a base model and its public fine-tuned checkpoints ("experts"), validated by pydantic.
+
+A pool file (``merge_recipes/pools/<name>.yml``) only says *which* models; where their weights are is answered
+later by ``wildmerge.sampling.hub`` (hub cache, local folder or ``demo:`` family), so a pool loads instantly.
+"""
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.paths import pools_dir
+
+
+class ModelRef(BaseModel):
+    """A hub id (``org/name``, optional ``revision``), a local path or ``demo:<name>``."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    revision: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("model must not be empty")
+        return v.strip()
+
+    def key(self) -> tuple:
+        return (self.model, self.revision)
+
+
+class Expert(ModelRef):
+    name: str | None = None
+    domain: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Stable short name used in subset lists, model ids and tables."""
+        if self.name:
+            return self.name
+        return self.model.rstrip("/").split("/")[-1].split(":")[-1]
+
+
+class Pool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    base: ModelRef
+    experts: list[Expert]
+    source: str | None = None  # the file it was loaded from (set by load_pool; resolves relative paths)
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        if not self.experts:
+            raise ValueError("a pool needs at least one expert under 'experts:'")
+        seen, names = {}, {}
+        for i, e in enumerate(self.experts, 1):
+            if e.key() in seen:
+                raise ValueError(f"duplicate expert: #{i} {e.model!r} repeats #{seen[e.key()]}; remove one of them")
+            if e.key() == self.base.key():
+                raise ValueError(f"expert #{i} {e.model!r} is the base model itself; remove it from 'experts:'")
+            if e.label in names:
+                raise ValueError(
+                    f"experts #{names[e.label]} and #{i} share the name {e.label!r}; give one a distinct 'name:'"
+                )
+            seen[e.key()], names[e.label] = i, i
+        return self
+
+    @property
+    def expert_names(self) -> list[str]:
+        return [e.label for e in self.experts]
+
+    def expert(self, name: str) -> Expert:
+        for e in self.experts:
+            if e.label == name:
+                return e
+        raise ConfigError(f"pool {self.name!r} has no expert {name!r}{did_you_mean(name, self.expert_names)}")
+
+    def without(self, names) -> "Pool":
+        """The same pool minus some experts (e.g. an id that cannot be resolved)."""
+        for n in names:
+            self.expert(n)
+        kept = [e for e in self.experts if e.label not in set(names)]
+        return self.model_copy(update={"experts": kept})
+
+
+def list_pools() -> list[str]:
+    return sorted(p.stem for p in pools_dir().glob("*.yml"))
+
+
+def load_pool(name_or_path) -> Pool:
+    """A shipped pool by name (``qwen3-4b``, ``demo``) or a pool YAML file by path."""
+    path = Path(str(name_or_path)).expanduser()
+    if not (path.suffix in (".yml", ".yaml") or path.exists()):
+        path = pools_dir() / f"{name_or_path}.yml"
+        if not path.exists():
+            names = list_pools()
+            raise ConfigError(
+                f"unknown pool {str(name_or_path)!r}{did_you_mean(name_or_path, names)}; "
+                f"shipped pools: {', '.join(names)}; or pass the path of a pool YAML file"
+            )
+    if not path.is_file():
+        raise ConfigError(f"pool file {str(path)!r} does not exist; pass a shipped pool name ({', '.join(list_pools())})")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"pool file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"pool file {path} must be a mapping with keys name, base, experts")
+    data.setdefault("name", path.stem)
+    try:
+        return Pool.model_validate({**data, "source": str(path.resolve())})
+    except ValidationError as exc:
+        raise ConfigError(f"pool file {path} is invalid:\n{_explain(exc)}") from None
+
+
+def _explain(exc: ValidationError) -> str:
+    """One line per problem; unknown keys list the valid ones."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            model = Pool if len(err["loc"]) == 1 else Expert if err["loc"][0] == "experts" else ModelRef
+            valid = [f for f in model.model_fields if f != "source"]
+            key = str(err["loc"][-1])
+            lines.append(f"  {where}: unknown key{did_you_mean(key, valid)}; valid keys: {', '.join(valid)}")
+        else:
+            lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
