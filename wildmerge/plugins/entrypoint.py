@@ -23,6 +23,25 @@ def _load(target: str):
     return getattr(importlib.import_module(module), name)
 
 
+def check_local_checkpoints(merge_config) -> None:
+    """Shapes, architecture and safetensors-only weights of local inputs, from headers (milliseconds), so a
+    mismatched or pickle-only expert is named before mergekit loads anything. Hub ids are left to mergekit."""
+    import os
+    from pathlib import Path
+
+    from wildmerge.sampling.checks import check_compatible
+
+    base = merge_config.base_model
+    if base is None or base.lora is not None or not Path(base.model.path).is_dir():
+        return
+    experts = {}
+    for ref in merge_config.referenced_models():
+        if ref != base and ref.lora is None and Path(ref.model.path).is_dir():
+            experts[str(ref)] = ref.model.path
+    allow_pickle = os.environ.get("WILDMERGE_ALLOW_PICKLE", "") == "1"
+    check_compatible(base.model.path, experts, allow_pickle=allow_pickle)
+
+
 def wrap_run_merge(original):
     if getattr(original, "__wildmerge_wrapped__", False):
         return original
@@ -37,6 +56,7 @@ def wrap_run_merge(original):
         if method in LAYERWISE_METHODS:
             return _load(LAYERWISE_METHODS[method])(merge_config, out_path, options, config_source)
         validate_merge_config(merge_config)
+        check_local_checkpoints(merge_config)
         return original(merge_config, out_path, options, config_source=config_source)
 
     run_merge.__wildmerge_wrapped__ = True
