@@ -12,7 +12,7 @@ from pathlib import Path
 from wildmerge.errors import WildmergeError
 
 # Files a merge and an evaluation need; pickled weights are fetched only with allow_pickle.
-SAFE_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja", "*.py"]
+SAFE_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
 PICKLE_PATTERNS = ["*.bin", "*.pt", "*.pth"]
 
 
