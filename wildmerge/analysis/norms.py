@@ -1,0 +1,82 @@
+"""Task-vector norm ``||theta_merged - theta_base||_2`` over the whole model (seed 002, Fig. 4).
+
+Streaming: tensors are read one at a time from the safetensors files (large ones in row blocks), differences are
+accumulated in float64, so memory stays at one block whatever the model size.
+"""
+
+import json
+import math
+from pathlib import Path
+from typing import Dict
+
+from wildmerge.atomic import write_json
+from wildmerge.errors import WildmergeError
+
+BLOCK = 1 << 22  # elements per block (32 MiB in float64)
+
+
+def _tensor_files(model_dir) -> Dict[str, Path]:
+    """tensor name -> safetensors file, across shards."""
+    from safetensors import safe_open
+
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise WildmergeError(f"{model_dir} has no *.safetensors weights; cannot compute its task-vector norm")
+    out = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as h:
+            out.update({k: f for k in h.keys()})
+    return out
+
+
+def task_vector_norm(merged_dir, base_dir) -> float:
+    """L2 norm of the difference of every tensor of the two checkpoints (they must hold the same tensors)."""
+    import torch
+    from safetensors import safe_open
+
+    merged, base = _tensor_files(merged_dir), _tensor_files(base_dir)
+    if set(merged) != set(base):
+        only_m, only_b = sorted(set(merged) - set(base))[:3], sorted(set(base) - set(merged))[:3]
+        raise WildmergeError(f"{merged_dir} and base {base_dir} hold different tensors (only in merge: {only_m}, "
+                             f"only in base: {only_b}); is the base the right one?")
+    total = 0.0
+    for name in sorted(merged):
+        with safe_open(str(merged[name]), framework="pt") as hm, safe_open(str(base[name]), framework="pt") as hb:
+            sm, sb = hm.get_slice(name), hb.get_slice(name)
+            shape = sm.get_shape()
+            if shape != sb.get_shape():
+                raise WildmergeError(f"tensor {name}: shape {shape} in {merged_dir} but {sb.get_shape()} in the base")
+            if len(shape) == 0:
+                d = hm.get_tensor(name).double() - hb.get_tensor(name).double()
+                total += float(d * d)
+                continue
+            rows = max(1, BLOCK // max(1, math.prod(shape[1:])))
+            for start in range(0, shape[0], rows):
+                d = sm[start:start + rows].to(torch.float64) - sb[start:start + rows].to(torch.float64)
+                total += float(torch.sum(d * d))
+    return math.sqrt(total)
+
+
+def _signature(model_dir) -> str:
+    return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                    for p in sorted(Path(model_dir).glob("*.safetensors")))
+
+
+class NormCache:
+    """Norms keyed by both checkpoints' file signatures, so a report rerun reads no weights."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        try:
+            self.data = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        except ValueError:
+            self.data = {}
+
+    def norm(self, merged_dir, base_dir) -> float:
+        key = f"{Path(merged_dir).resolve()}|{_signature(merged_dir)}|{Path(base_dir).resolve()}|{_signature(base_dir)}"
+        if key not in self.data:
+            self.data[key] = task_vector_norm(merged_dir, base_dir)
+        return self.data[key]
+
+    def save(self) -> None:
+        write_json(self.path, self.data)

@@ -1,0 +1,117 @@
+"""The paper's figures as PNG and SVG (matplotlib, Agg backend): accuracy vs n per method with a one-standard-
+deviation band (Fig. 3/6), the same per task (Figs. 7-10), and the task-vector norm vs n (Fig. 4).
+
+n = 1 is the experts alone, drawn as the first point of every method's curve; the base (dashed) and the best expert
+(dotted) are horizontal lines. The band is the standard deviation over subsets (ddof = 0, none where k = 1).
+"""
+
+import math
+import os
+from pathlib import Path
+from typing import Dict, List, Optional
+
+OK = "ok"
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path_stem: Path) -> Dict[str, Path]:
+    """PNG and SVG, each written to a temporary sibling then renamed (never half a file)."""
+    out = {}
+    for ext in ("png", "svg"):
+        final = path_stem.with_suffix(f".{ext}")
+        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+        fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight")
+        os.replace(tmp, final)
+        out[ext] = final
+    _plt().close(fig)
+    return out
+
+
+def _curves(df, column: str):
+    """{variant: (ns, means, stds)} with n = 1 taken from the experts."""
+    ok = df[(df["status"] == OK) & df[column].notna()]
+    experts = ok[ok["kind"] == "expert"][column]
+    curves = {}
+    for variant in dict.fromkeys(ok[ok["kind"] == "merge"]["variant"]):
+        sub = ok[(ok["kind"] == "merge") & (ok["variant"] == variant)]
+        ns, means, stds = [], [], []
+        if len(experts):
+            ns.append(1), means.append(experts.mean()), stds.append(experts.std(ddof=0))
+        for n in sorted(sub["n"].dropna().unique()):
+            g = sub[sub["n"] == n][column]
+            ns.append(int(n)), means.append(g.mean()), stds.append(g.std(ddof=0) if len(g) > 1 else 0.0)
+        curves[variant] = (ns, means, stds)
+    return curves
+
+
+def _draw(ax, df, column: str, ylabel: str, refs: bool = True) -> None:
+    import numpy as np
+
+    colors = _plt().get_cmap("tab10")
+    for i, (variant, (ns, means, stds)) in enumerate(_curves(df, column).items()):
+        c = colors(i % 10)
+        ax.plot(ns, means, marker="o", ms=4, lw=1.8, color=c, label=variant)
+        ax.fill_between(ns, np.subtract(means, stds), np.add(means, stds), color=c, alpha=0.15, lw=0)
+    ok = df[df["status"] == OK]
+    if refs:
+        base = ok[ok["kind"] == "base"][column]
+        experts = ok[ok["kind"] == "expert"][column]
+        if len(base):
+            ax.axhline(base.iloc[0], color="black", ls="--", lw=1.2, label="base")
+        if len(experts):
+            ax.axhline(experts.max(), color="grey", ls=":", lw=1.2, label="best expert")
+    ax.set_xlabel("number of merged experts n")
+    ax.set_ylabel(ylabel)
+    ns = sorted(ok["n"].dropna().unique())
+    ax.set_xticks([int(n) for n in ns if n >= 1])
+    ax.grid(alpha=0.3)
+
+
+def accuracy_vs_n(df, out_dir, title: str) -> Dict[str, Path]:
+    """Fig. 3/6: mean accuracy over the suite vs n."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    _draw(ax, df, "mean", "mean accuracy (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="best", ncol=2)
+    return _save(fig, Path(out_dir) / "accuracy_vs_n")
+
+
+def per_task_vs_n(df, tasks: List[str], out_dir, title: str) -> Dict[str, Path]:
+    """Figs. 7-10: one panel per task, one shared legend."""
+    plt = _plt()
+    cols = min(4, len(tasks))
+    rows = math.ceil(len(tasks) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    for ax, task in zip(axes.flat, tasks):
+        _draw(ax, df, task, "accuracy (%)")
+        ax.set_title(task, fontsize=11)
+    for ax in list(axes.flat)[len(tasks):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(6, len(labels)), fontsize=9,
+               bbox_to_anchor=(0.5, 1.0 + 0.04 / rows))
+    fig.suptitle(title, y=1.0 + 0.1 / rows)
+    fig.tight_layout()
+    return _save(fig, Path(out_dir) / "accuracy_vs_n_per_task")
+
+
+def norm_vs_n(df, out_dir, title: str) -> Optional[Dict[str, Path]]:
+    """Fig. 4: ||theta_merged - theta_base||_2 vs n (mean and std over subsets)."""
+    if "task_vector_norm" not in df or df["task_vector_norm"].notna().sum() == 0:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ok = df.assign(status=df["task_vector_norm"].notna().map({True: OK, False: "no norm"}))
+    _draw(ax, ok, "task_vector_norm", r"$\|\theta_{merged} - \theta_{base}\|_2$", refs=False)
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="best", ncol=2)
+    return _save(fig, Path(out_dir) / "norm_vs_n")

@@ -1,0 +1,111 @@
+"""One row per model of a run with its per-task accuracies (percent) and their mean: the table everything reads.
+
+A model whose result is missing, failed, corrupt or lacks a task of the suite gets ``status != ok`` and empty
+scores: it is listed, never averaged in.
+"""
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import yaml
+
+from wildmerge.errors import WildmergeError
+from wildmerge.eval.plan import load_plan
+from wildmerge.eval.store import OK, ResultStore
+
+METHOD_ORDER = ["ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c", "iso_cts", "regmean", "com"]
+FALLBACK_LABELS = {"ta": "TA", "model_stock": "Model Stock", "ties": "TIES", "ta_sb": "TA+SB", "ties_sb": "TIES+SB",
+                   "tsv_m": "TSV-M", "iso_c": "Iso-C", "iso_cts": "Iso-CTS", "regmean": "RegMean", "com": "CoM"}
+
+
+def evaluated_suites(run_dir) -> List[str]:
+    root = Path(run_dir) / "eval"
+    return sorted(p.name for p in root.iterdir() if (p / "index.json").is_file()) if root.is_dir() else []
+
+
+def pick_suite(run_dir, suite: Optional[str]) -> str:
+    suites = evaluated_suites(run_dir)
+    if suite:
+        if suite not in suites:
+            raise WildmergeError(f"suite {suite!r} was not evaluated in {run_dir} (evaluated: "
+                                 f"{', '.join(suites) or 'none'}); run `wildmerge eval {run_dir} --suite {suite}`")
+        return suite
+    if not suites:
+        raise WildmergeError(f"{run_dir} has no evaluation results; run `wildmerge eval {run_dir} --suite NAME`")
+    if len(suites) > 1:
+        raise WildmergeError(f"{run_dir} has results for several suites ({', '.join(suites)}): pick one with --suite")
+    return suites[0]
+
+
+def method_label(method: Optional[str]) -> str:
+    if not method:
+        return ""
+    try:
+        from wildmerge.plugins.recipes import load_method_recipe
+
+        return load_method_recipe(method).label
+    except Exception:
+        return FALLBACK_LABELS.get(method, method)
+
+
+def _variants(rows: List[Dict]) -> None:
+    """Name each (method, hyperparameters) pair; hyperparameters appear only where a method has several."""
+    by_method: Dict[str, set] = {}
+    for r in rows:
+        if r["kind"] == "merge":
+            by_method.setdefault(r["method"], set()).add(r["hparams"])
+    for r in rows:
+        if r["kind"] != "merge":
+            r["variant"] = r["kind"]
+            continue
+        label = method_label(r["method"])
+        if len(by_method[r["method"]]) > 1:
+            all_hp = [json.loads(h) for h in by_method[r["method"]]]
+            keys = sorted({k for hp in all_hp for k in hp if len({json.dumps(h.get(k)) for h in all_hp}) > 1})
+            hp = json.loads(r["hparams"])
+            label += " (" + ", ".join(f"{k}={hp.get(k)}" for k in keys) + ")"
+        r["variant"] = label
+
+
+def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List[str], List[str]]:
+    """(DataFrame, task column names, notes) for ``suite`` of the run; scores in percent."""
+    import pandas as pd
+
+    run_dir = Path(run_dir)
+    suite = pick_suite(run_dir, suite)
+    store = ResultStore(run_dir / "eval" / suite)
+    index = store.index()["models"]
+    suite_data = yaml.safe_load((store.root / "suite.yml").read_text())
+    tasks = [t.get("label") or t["task"] for t in suite_data["tasks"]]
+    notes, rows = [], []
+    for e in load_plan(run_dir):
+        row = {"model_id": e["model_id"], "kind": e["kind"], "method": e["method"] or "",
+               "method_label": method_label(e["method"]), "n": e["n"], "subset_id": e["subset_id"],
+               "hparams": json.dumps(e["hparams"] or {}, sort_keys=True), "experts": ";".join(e["experts"] or []),
+               "job_id": index.get(e["model_id"], ""), "status": "not evaluated", "error": ""}
+        record = store.load(row["job_id"]) if row["job_id"] else {"status": "not evaluated", "error": ""}
+        row["status"], row["error"] = record["status"], (record.get("error") or "").split("\n")[0]
+        if record["status"] == OK:
+            missing = [t for t in tasks if t not in record.get("scores", {})]
+            if missing:
+                row["status"], row["error"] = "incomplete", f"result lacks task(s) {missing}; rerun the evaluation"
+            else:
+                for t in tasks:
+                    row[t] = 100.0 * float(record["scores"][t])
+                row["mean"] = sum(row[t] for t in tasks) / len(tasks)
+        if row["status"] != OK:
+            notes.append(f"{e['model_id']} ({e['kind']}) has no score: {row['status']}: {row['error']}")
+        rows.append(row)
+    _variants(rows)
+    df = pd.DataFrame(rows)
+    for col in tasks + ["mean"]:
+        if col not in df:
+            df[col] = float("nan")
+    df["n"] = pd.to_numeric(df["n"], errors="coerce")
+    order = {m: i for i, m in enumerate(METHOD_ORDER)}
+    df["_kind"] = df["kind"].map({"base": 0, "expert": 1, "merge": 2})
+    df["_method"] = df["method"].map(lambda m: order.get(m, len(order)))
+    df = df.sort_values(["_kind", "_method", "variant", "n", "model_id"], kind="stable").drop(columns=["_kind",
+                                                                                                       "_method"])
+    return df.reset_index(drop=True), tasks, notes
