@@ -65,7 +65,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def _settings(args, pool) -> dict:
     demo = pool.name == "demo"
-    return dict(seed=args.seed, sizes=args.sizes or (DEMO_SIZES if demo else PAPER_SIZES),
+    default = [n for n in (DEMO_SIZES if demo else PAPER_SIZES) if n < len(pool.experts)]  # n = N is added anyway
+    return dict(seed=args.seed, sizes=args.sizes or default,
                 k=args.k if args.k is not None else (DEMO_K if demo else PAPER_K), full=args.full,
                 homogeneous=args.homogeneous)
 
