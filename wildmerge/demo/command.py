@@ -1,0 +1,48 @@
+"""``wildmerge demo build|report``: build (or reuse) the synthetic family; score it with lm-eval."""
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="demo_command", metavar="ACTION", required=True)
+    for name, help_text in (("build", "build the family, or reuse the cached one if it is intact"),
+                            ("report", "score the base, every expert and their average on the demo tasks")):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--out", metavar="DIR", help="cache folder (default: $WILDMERGE_DEMO_CACHE or "
+                                                    "~/.cache/wildmerge/demo)")
+        p.add_argument("--seed", type=int, default=0, help="build seed (default 0)")
+        p.add_argument("--quick", action="store_true", help="the reduced family: tiny model, 3 experts, seconds")
+        p.add_argument("--threads", type=int, default=1, help="torch threads for training (default 1: "
+                                                              "deterministic and fastest for this size)")
+        if name == "build":
+            p.add_argument("--rebuild", action="store_true", help="rebuild even if the cache is intact")
+        else:
+            p.add_argument("--report-dir", metavar="DIR", help="where to write report.json/csv "
+                                                                "(default: next to the family, <key>-report/)")
+            p.add_argument("--limit", type=int, help="score only the first N items of each task")
+
+
+def run(args) -> int:
+    from wildmerge.demo.family import ensure_family
+    from wildmerge.errors import ConfigError
+
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be at least 1, got {args.threads}")
+    if args.seed < 0:
+        raise ConfigError(f"--seed must be a non-negative integer, got {args.seed}")
+    info = ensure_family(args.out, seed=args.seed, quick=args.quick, threads=args.threads,
+                         rebuild=getattr(args, "rebuild", False))
+    if args.demo_command == "build":
+        print(f"demo family: {info['root']}")
+        print(f"  base      {info['base']}")
+        for e in info["pool"]["experts"]:
+            print(f"  {e['name']} {info['experts'][e['name']]}  [{e['domain']}] {e['description']}")
+        print(f"  tasks     {info['tasks']}  ({', '.join(info['task_names'])})")
+        print(f"  pool file {info['pool_file']}")
+        return 0
+    from wildmerge.demo.report import family_report
+
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be at least 1, got {args.limit}")
+    family_report(info, out_dir=args.report_dir, limit=args.limit)
+    return 0

@@ -1,0 +1,103 @@
+"""Train the demo models: a Qwen3 base pre-trained from scratch, experts fully fine-tuned from it.
+
+Deterministic on CPU: seeded data streams, ``torch.manual_seed``, ``torch.use_deterministic_algorithms`` and a
+fixed thread count, so the same seed gives the same weights bit for bit on one machine.
+Pre-training learns every token; fine-tuning learns the answers only (``prompt`` tokens are masked), like SFT.
+"""
+
+import contextlib
+import math
+
+IGNORE = -100
+
+
+@contextlib.contextmanager
+def deterministic(threads: int):
+    """Deterministic kernels and a fixed thread count for the block; the caller's settings come back after."""
+    import torch
+
+    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_det)
+
+
+def new_model(spec, tokenizer, seed: int):
+    """A freshly initialised Qwen3 causal LM of the size in ``spec``."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden,
+        intermediate_size=spec.intermediate,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.kv_heads,
+        head_dim=spec.hidden // spec.heads,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def make_batch(items, tokenizer, answers_only: bool):
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (padding and, optionally, prompts masked)."""
+    import torch
+
+    rows = []
+    for item in items:
+        prompt = tokenizer(item.prompt, add_special_tokens=False)["input_ids"]
+        answer = tokenizer(" " + item.answer + "\n", add_special_tokens=False)["input_ids"]
+        ids = prompt + answer + [tokenizer.eos_token_id]
+        labels = ([IGNORE] * len(prompt) if answers_only else list(prompt)) + answer + [tokenizer.eos_token_id]
+        rows.append((ids, labels))
+    width = max(len(ids) for ids, _ in rows)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in rows])
+    labels = torch.tensor([lab + [IGNORE] * (width - len(lab)) for _, lab in rows])
+    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows])
+    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+def train(model, stream, tokenizer, *, steps: int, lr: float, batch: int, answers_only: bool, seed: int,
+          desc: str, weight_decay: float = 0.0, progress=None) -> list:
+    """AdamW with linear warm-up and cosine decay to 10 %; returns the loss of every step.
+
+    ``progress`` is an optional tqdm bar advanced once per step (one bar for the whole build).
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
+    warmup = max(1, steps // 10)
+
+    def schedule(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    losses = []
+    for step in range(steps):
+        loss = model(**make_batch([next(stream) for _ in range(batch)], tokenizer, answers_only)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if progress is not None:
+            progress.set_postfix_str(f"{desc} loss {losses[-1]:.3f}", refresh=False)
+            progress.update(1)
+    model.eval()
+    return losses
