@@ -92,10 +92,11 @@ def _evaluator(run_dir: Path, args, suite: str):
     key = next((k for k in ("model_ids", "models", "only") if k in params), None)
 
     def whole():
-        return evaluate_run(str(run_dir), suite, executor=args.executor)
+        return evaluate_run(str(run_dir), suite, executor=args.executor, allow_pickle=args.allow_pickle)
 
     def one(entry):
-        return evaluate_run(str(run_dir), suite, executor=args.executor, **{key: [entry["model_id"]]})
+        return evaluate_run(str(run_dir), suite, executor=args.executor, allow_pickle=args.allow_pickle,
+                            **{key: [entry["model_id"]]})
 
     return whole, (one if key else None)
 

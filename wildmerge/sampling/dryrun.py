@@ -13,6 +13,8 @@ def _one_model_bytes(pool, methods) -> int | None:
     from wildmerge.sampling.checks import param_count, read_config
     from wildmerge.sampling.hub import Unresolvable, resolve
 
+    if pool.base.model.startswith("demo:"):
+        return None  # resolving would build the demo family; a dry run stays instant
     try:
         base = resolve(pool.base.model, pool.base.revision, download=False,
                        relative_to=Path(pool.source).parent if pool.source else None).path
@@ -43,7 +45,7 @@ def print_dry_run(run_dir, pool, settings, methods, grids, args) -> int:
     size = _one_model_bytes(pool, methods)
     todo = len(merges) - done
     if size is None:
-        print("  disk: unknown (the base is not on this machine yet)")
+        print("  disk: unknown (the base is not on this machine yet, or is the demo family, built on first use)")
     else:
         need = size * (min(todo, 1) if args.keep_models == "none" else todo)
         print(f"  disk: {size / 1e9:.3g} GB per merged model, {need / 1e9:.3g} GB needed for the merges to do "

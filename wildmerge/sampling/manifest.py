@@ -67,8 +67,9 @@ def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True
     pinned = {m["name"]: m.get("revision") for m in (existing or {}).get("models", {}).get("experts", [])}
     pinned["base"] = (existing or {}).get("models", {}).get("base", {}).get("revision")
     rel = Path(pool.source).parent if pool.source else None
-    refs = [("base", pool.base.model, pool.base.revision or pinned.get("base"))]
-    refs += [(e.label, e.model, e.revision or pinned.get(e.label)) for e in pool.experts]
+    # the manifest's commit hashes win: a branch that moved upstream must not mix new weights into an old run
+    refs = [("base", pool.base.model, pinned.get("base") or pool.base.revision)]
+    refs += [(e.label, e.model, pinned.get(e.label) or e.revision) for e in pool.experts]
     resolved = resolve_all(refs, relative_to=rel, allow_pickle=allow_pickle, download=download)
     base, experts = resolved[0], resolved[1:]
     check_compatible(base.path, {e.label: r.path for e, r in zip(pool.experts, experts)}, allow_pickle)
