@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from tests.conftest import make_tiny_model
+from conftest import make_tiny_model
 from wildmerge.cli import main
 from wildmerge.errors import WildmergeError
 from wildmerge.sampling.checks import check_compatible
