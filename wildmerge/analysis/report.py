@@ -45,9 +45,9 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
             write_text(tmp / name, text)
             written[name.replace(".", "_")] = target / name
 
-        put("scores.csv", leaderboard.scores_table(df, tasks).to_csv(index=False, float_format="%.4f"))
+        put("scores.csv", leaderboard.scores_table(df, tasks).to_csv(index=False, float_format="%.10g"))
         put("norms.csv", df[["model_id", "kind", "variant", "n", "subset_id", "task_vector_norm"]]
-            .to_csv(index=False, float_format="%.6g"))
+            .to_csv(index=False, float_format="%.10g"))
         md = [f"# Leaderboard: run `{run_dir.name}`, suite `{suite}`\n",
               f"Scores are accuracies in percent; a model's score is the mean over {len(tasks)} task(s): "
               f"{', '.join(tasks)}.\n"]
@@ -55,7 +55,7 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
             md.append("**The base model has no score, so Tables 1-3 cannot be computed** (see notes).\n")
         else:
             vs_base = leaderboard.interference_table(df, base, "base")
-            put("table_vs_base.csv", vs_base.to_csv(index=False, float_format="%.4f"))
+            put("table_vs_base.csv", vs_base.to_csv(index=False, float_format="%.10g"))
             put("table_vs_base.md", leaderboard.to_markdown(vs_base, "Base", base))
             md += ["## Merges vs the base (Tables 1 and 3)\n",
                    "Cell `P / D`: P = % of subsets whose mean accuracy beats the base, D = mean difference to the "
@@ -63,7 +63,7 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
                    "experts alone.\n", leaderboard.to_markdown(vs_base, "Base", base)]
         if best is not None:
             vs_best = leaderboard.interference_table(df, best, f"best expert {best_id}")
-            put("table_vs_best_expert.csv", vs_best.to_csv(index=False, float_format="%.4f"))
+            put("table_vs_best_expert.csv", vs_best.to_csv(index=False, float_format="%.10g"))
             put("table_vs_best_expert.md", leaderboard.to_markdown(vs_best, "Best FT", best))
             md += [f"## Merges vs the best single expert (Table 2): `{best_id}`, {best:.2f}\n",
                    leaderboard.to_markdown(vs_best, "Best FT", best)]

@@ -1,0 +1,147 @@
+"""Leaderboard arithmetic against hand-computed values, norms against an independent float64 computation, plots.
+
+The run's results are fabricated (sealed result files with chosen scores); the models are conftest's tiny ones, so
+the norms are real.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from test_eval_helpers import write_plan
+from wildmerge.analysis.report import write_report
+from wildmerge.cli import main
+from wildmerge.eval.store import write_result
+
+# scores as lm-eval fractions (t1, t2); a model's mean is their mean in percent
+SCORES = {"base": (0.50, 0.30), "e1": (0.40, 0.30), "e2": (0.60, 0.30), "e3": (0.50, 0.20),
+          "ta_2_s0": (0.50, 0.40), "ta_2_s1": (0.40, 0.36), "ta_2_s2": (0.50, 0.30), "ta_3_s0": (0.60, 0.40),
+          "ties_2_s0": (0.42, 0.40)}
+FAILED = {"ties_2_s1"}
+CORRUPT = {"ties_3_s0"}
+
+
+def _fabricate(run: Path, family, base_scores=True) -> Path:
+    ex = family["experts"]
+    paths = {"base": family["base"], "e1": ex[0], "e2": ex[1], "e3": ex[2], "ta_2_s0": ex[0], "ta_2_s1": ex[1],
+             "ta_2_s2": ex[2], "ta_3_s0": family["base"], "ties_2_s0": ex[2], "ties_2_s1": ex[0], "ties_3_s0": ex[1]}
+    entries = []
+    for mid, path in paths.items():
+        kind = "base" if mid == "base" else "expert" if mid.startswith("e") else "merge"
+        method, n, subset = (mid.split("_")[0], int(mid.split("_")[1]), mid.split("_")[2]) if kind == "merge" \
+            else (None, 1 if kind == "expert" else 0, None)
+        entries.append({"model_id": mid, "kind": kind, "path": path, "method": method, "n": n, "subset_id": subset,
+                        "hparams": {"lambda": 1.0 if method == "ta" else 0.1} if method else {}})
+    write_plan(run, entries)
+    store = run / "eval" / "mini"
+    (store / "results").mkdir(parents=True)
+    suite = {"name": "mini", "tasks": [{"task": "t1", "num_fewshot": 0, "metric": "acc,none", "label": "t1"},
+                                       {"task": "t2", "num_fewshot": 0, "metric": "acc,none", "label": "t2"}]}
+    (store / "suite.yml").write_text(yaml.safe_dump(suite))
+    index = {}
+    for mid in paths:
+        job = f"mini-{mid}"
+        index[mid] = job
+        record = {"job_id": job, "fingerprint": "sha256:" + mid, "settings": {}, "status": "ok"}
+        if mid in FAILED:
+            record.update(status="failed", error="CUDA out of memory")
+        elif mid == "base" and not base_scores:
+            record.update(status="failed", error="boom")
+        else:
+            t1, t2 = SCORES.get(mid, (0.9, 0.9))
+            record["scores"] = {"t1": t1, "t2": t2}
+        write_result(store / "results" / f"{job}.json", record)
+        if mid in CORRUPT:  # a hand-edited result must never be used
+            path = store / "results" / f"{job}.json"
+            path.write_text(path.read_text().replace("0.9", "0.95"))
+    (store / "index.json").write_text(json.dumps({"suite": "mini", "models": index, "jobs": {}}))
+    return run
+
+
+@pytest.fixture(scope="module")
+def report(tiny_family, tmp_path_factory):
+    run = _fabricate(tmp_path_factory.mktemp("r") / "run", tiny_family)
+    return run, write_report(run)
+
+
+def test_scores_csv(report):
+    run, written = report
+    df = pd.read_csv(written["scores_csv"])
+    assert len(df) == 11
+    row = df.set_index("model_id")
+    assert row.loc["ta_2_s1", "mean"] == pytest.approx(38.0) and row.loc["ta_2_s1", "t2"] == pytest.approx(36.0)
+    assert row.loc["ties_2_s1", "status"] == "failed" and np.isnan(row.loc["ties_2_s1", "mean"])
+    assert row.loc["ties_3_s0", "status"] == "corrupt" and np.isnan(row.loc["ties_3_s0", "mean"])
+    assert row.loc["ta_2_s0", "method_label"] == "TA" and row.loc["ta_2_s0", "n"] == 2
+
+
+def test_table_vs_base_hand_computed(report):
+    _, written = report
+    t = pd.read_csv(written["table_vs_base_csv"]).set_index(["method", "n"])
+    # experts: 35, 45, 35 vs base 40 -> 1 of 3 above, mean diff -5/3
+    assert t.loc[("TA", 1), "k"] == 3 and t.loc[("TA", 1), "pct_beat"] == pytest.approx(100 / 3)
+    assert t.loc[("TA", 1), "mean_diff_pp"] == pytest.approx(-5 / 3)
+    # TA n=2: 45, 38, 40 (equal is not above) -> 1 of 3, mean diff (5 - 2 + 0) / 3
+    assert t.loc[("TA", 2), "pct_beat"] == pytest.approx(100 / 3) and t.loc[("TA", 2), "mean_diff_pp"] == pytest.approx(1.0)
+    assert t.loc[("TA", 3), "k"] == 1 and t.loc[("TA", 3), "mean_diff_pp"] == pytest.approx(10.0)
+    # TIES n=2: one subset failed -> k = 1 (41 vs 40); n=3 only has a corrupt result -> no cell
+    assert t.loc[("TIES", 2), "k"] == 1 and t.loc[("TIES", 2), "mean_diff_pp"] == pytest.approx(1.0)
+    assert ("TIES", 3) not in t.index
+    md = Path(written["table_vs_base_md"]).read_text().splitlines()
+    assert md[0] == "| Method | Base | n = 1 (3) | n = 2 (3) | n = 3 (1) |"
+    assert md[2] == "| TA | 40.0 | 33 / -1.67 | 33 / +1.00 | 100 / +10.00 |"
+    assert md[3] == "| TIES | 40.0 | 33 / -1.67 | 100 / +1.00 (k=1) |  |"
+
+
+def test_table_vs_best_expert_hand_computed(report):
+    _, written = report
+    md = Path(written["table_vs_best_expert_md"]).read_text().splitlines()
+    # best expert e2 = 45: experts -10, 0, -10; TA n=2: 0, -7, -5; TA n=3: +5; TIES n=2: -4
+    assert md[2] == "| TA | 45.0 | 0 / -6.67 | 0 / -4.00 | 100 / +5.00 |"
+    assert md[3] == "| TIES | 45.0 | 0 / -6.67 | 0 / -4.00 (k=1) |  |"
+    lb = Path(report[1]["leaderboard_md"]).read_text()
+    assert "`e2`, 45.00" in lb and "ties_3_s0 (merge) has no score: corrupt" in lb
+
+
+def _norm64(a_dir, b_dir):
+    from safetensors.numpy import load_file
+
+    a = {k: v for f in sorted(Path(a_dir).glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+    b = {k: v for f in sorted(Path(b_dir).glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+    return float(np.sqrt(sum(np.sum((a[k].astype(np.float64) - b[k].astype(np.float64)) ** 2) for k in a)))
+
+
+def test_norms_match_float64_reference(report, tiny_family):
+    from wildmerge.analysis import norms
+
+    _, written = report
+    df = pd.read_csv(written["norms_csv"]).set_index("model_id")
+    for mid, path in (("e1", tiny_family["experts"][0]), ("ta_2_s2", tiny_family["experts"][2])):
+        assert df.loc[mid, "task_vector_norm"] == pytest.approx(_norm64(path, tiny_family["base"]), rel=1e-9)
+    assert df.loc["ta_3_s0", "task_vector_norm"] == 0.0  # the base itself
+    old = norms.BLOCK
+    try:  # row blocks must add up to the same norm
+        norms.BLOCK = 7
+        small = norms.task_vector_norm(tiny_family["experts"][1], tiny_family["base"])
+    finally:
+        norms.BLOCK = old
+    assert small == pytest.approx(_norm64(tiny_family["experts"][1], tiny_family["base"]), rel=1e-9)
+
+
+def test_plots_are_written(report):
+    _, written = report
+    for name in ("accuracy_vs_n", "accuracy_vs_n_per_task", "norm_vs_n"):
+        assert Path(written[f"{name}_png"]).stat().st_size > 10_000
+        svg = Path(written[f"{name}_svg"]).read_text()
+        assert "number of merged experts n" in svg or "number" in svg
+
+
+def test_no_base_score_means_no_tables(tiny_family, tmp_path, capsys):
+    run = _fabricate(tmp_path / "run", tiny_family, base_scores=False)
+    assert main(["report", str(run)]) == 0
+    assert not (run / "report" / "table_vs_base.csv").exists()
+    assert "base model has no score" in (run / "report" / "leaderboard.md").read_text()
