@@ -19,6 +19,15 @@ from wildmerge.plugins.layerwise import DIAGNOSTICS_FILE, merge_layerwise
 N_SAMPLES, SEQ = 8, 16
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matmuls on a shared 2-core machine: thread hand-offs cost 100x the maths, so run on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _save_tokenizer(path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -303,7 +312,7 @@ def test_stock_mergekit_yaml_runs_the_recipe(family, tiny_family, tiny_qwen3_fam
     path = tmp_path / "recipe.yml"
     path.write_text(yaml.safe_dump(recipe))
     exe = Path(sys.executable).with_name("mergekit-yaml")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.run([str(exe), str(path), str(tmp_path / "out"), "--no-copy-tokenizer", "--device", "cpu"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -321,3 +330,57 @@ def test_wildmerge_merge_command(family, tmp_path):
     assert main(["merge", str(path), str(tmp_path / "out"), "--device", "cpu", "--quiet"]) == 0
     assert json.loads((tmp_path / "out" / DIAGNOSTICS_FILE).read_text())["method"] == "chain_of_merges"
     _generate(tmp_path / "out")
+
+
+def test_data_template_gives_each_model_its_own_file(family, tmp_path):
+    """``data: calib/{name}.jsonl`` in the top-level section: one default, one file per model."""
+    import shutil
+
+    (tmp_path / "calib").mkdir()
+    for e, d in zip(family["experts"], family["tokens"]):
+        shutil.copy(d, tmp_path / "calib" / f"{Path(e).name}.jsonl")
+    recipe = _recipe(family, "regmean", data=str(tmp_path / "calib" / "{name}.jsonl"))
+    for m in recipe["models"]:
+        del m["calibration"]
+    out = merge_layerwise(recipe, tmp_path / "out", device="cpu", progress=False)
+    explicit = _merge(family, _recipe(family, "regmean"), "template_ref")
+    got, expected = _weights(out), _weights(explicit)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("recipe_name", ["com", "regmean"])
+def test_method_recipe_through_run_merge_like_the_sampler(family, tmp_path, recipe_name):
+    """render_recipe + per-expert data + mergekit's run_merge (wrapped by wildmerge), as the sampler calls it."""
+    from mergekit.config import MergeConfiguration
+    from mergekit.merge import run_merge
+    from mergekit.options import MergeOptions
+
+    from wildmerge.plugins.recipes import render_recipe
+
+    recipe = render_recipe(recipe_name, family["base"], family["experts"], overrides={"lam_rel": 0.1})
+    recipe["calibration"].update(n_samples=N_SAMPLES, seq_len=SEQ)
+    for m, data in zip(recipe["models"], family["texts"]):
+        m["calibration"] = data
+    text = yaml.safe_dump(recipe)
+    options = MergeOptions(device="cpu", copy_tokenizer=True, quiet=True)
+    run_merge(MergeConfiguration.model_validate(recipe), str(tmp_path / "out"), options=options, config_source=text)
+    diag = json.loads((tmp_path / "out" / DIAGNOSTICS_FILE).read_text())
+    assert diag["parameters"]["lam_rel"] == 0.1
+    assert diag["method"] == {"com": "chain_of_merges", "regmean": "regmean"}[recipe_name]
+    assert (tmp_path / "out" / "tokenizer.json").is_file()
+
+
+def test_run_merge_without_config_source_uses_per_model_parameters(family, tmp_path):
+    """Only mergekit's parsed config travels: per-model data as ``parameters: {calibration: path}`` still works."""
+    from mergekit.config import MergeConfiguration
+    from mergekit.merge import run_merge
+    from mergekit.options import MergeOptions
+
+    recipe = {"merge_method": "chain_of_merges", "base_model": family["base"],
+              "models": [{"model": e, "parameters": {"calibration": d}}
+                         for e, d in zip(family["experts"], family["tokens"])]}
+    run_merge(MergeConfiguration.model_validate(recipe), str(tmp_path / "out"),
+              options=MergeOptions(device="cpu", quiet=True))
+    diag = json.loads((tmp_path / "out" / DIAGNOSTICS_FILE).read_text())
+    assert [c["data"] for c in diag["calibration"]] == family["tokens"]

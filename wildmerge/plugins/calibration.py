@@ -15,6 +15,9 @@ per-model overrides next to each ``model:``::
       - model: path/to/chat_expert
         parameters: {calibration: data/chat.txt}     # same, when only mergekit's parsed config travels
 
+``data`` may be a template: ``{model}`` is the model's path, ``{name}`` its folder name, so one default such as
+``data: "{model}/calibration.jsonl"`` or ``data: "calib/{name}.jsonl"`` gives every model its own file.
+
 A data source is a local ``.jsonl`` / ``.json`` (records with ``text_field``, or pre-tokenised ``input_ids``) or
 ``.txt`` file (one sample per non-empty line), or a 🤗 ``datasets`` name.
 """
@@ -32,6 +35,8 @@ from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 log = logging.getLogger("wildmerge")
 
 FILE_SUFFIXES = (".jsonl", ".json", ".txt")
+DEFAULT_SEQ_LEN = 256
+DEFAULT_SAMPLES = 64
 
 
 class CalibrationSpec(BaseModel):
@@ -41,8 +46,8 @@ class CalibrationSpec(BaseModel):
 
     data: Optional[str] = None
     text_field: str = "text"
-    n_samples: int = Field(64, ge=1)
-    seq_len: int = Field(256, ge=2)
+    n_samples: Optional[int] = Field(None, ge=1)  # default: up to 64; an explicit count must be met
+    seq_len: Optional[int] = Field(None, ge=2)  # default: min(256, the model's max_position_embeddings)
     min_tokens: int = Field(4, ge=1)
     batch_size: int = Field(8, ge=1)
     split: str = "train"
@@ -95,10 +100,29 @@ def resolve_calibration(raw: Dict[str, Any], model_names: List[str], base_dir: O
                 f"task data. Add 'calibration: path/to/data.jsonl' under that model (or 'data:' in the "
                 f"top-level calibration section)"
             )
+        if "{" in spec.data:  # a template: "{model}/calibration.jsonl", "calib/{name}.jsonl"
+            try:
+                spec = spec.model_copy(update={"data": spec.data.format(model=name, name=Path(name).name)})
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigError(f"{where}: data template {spec.data!r} may only use {{model}} (the model path) "
+                                  f"and {{name}} (its folder name): {exc!r}") from None
         if base_dir is not None and not Path(spec.data).is_absolute() and (base_dir / spec.data).exists():
             spec = spec.model_copy(update={"data": str(base_dir / spec.data)})
         specs.append(spec)
     return specs
+
+
+def apply_seq_len(specs: List[CalibrationSpec], names: List[str], max_positions: Optional[int]):
+    """Fill the default sequence length; an explicit one beyond the model's positions is an error."""
+    out = []
+    for name, spec in zip(names, specs):
+        if spec.seq_len is None:
+            spec = spec.model_copy(update={"seq_len": min(DEFAULT_SEQ_LEN, max_positions or DEFAULT_SEQ_LEN)})
+        elif max_positions is not None and spec.seq_len > max_positions:
+            raise ConfigError(f"calibration seq_len {spec.seq_len} of model {name!r} exceeds the model's "
+                              f"max_position_embeddings ({max_positions}); lower calibration.seq_len")
+        out.append(spec)
+    return out
 
 
 def _records_from_file(path: Path) -> List[Any]:
@@ -167,17 +191,18 @@ def load_token_batches(spec: CalibrationSpec, tokenizer, model_name: str, vocab_
     records = _records(spec)
     order = list(range(len(records)))
     random.Random(spec.seed).shuffle(order)
+    wanted = spec.n_samples or DEFAULT_SAMPLES
     seqs = []
     for k in order:
         ids = _to_ids(records[k], spec, tokenizer, where)
         if len(ids) >= spec.min_tokens:
             seqs.append(ids)
-            if len(seqs) == spec.n_samples:
+            if len(seqs) == wanted:
                 break
-    if len(seqs) < spec.n_samples:
+    if not seqs or (spec.n_samples is not None and len(seqs) < spec.n_samples):
         raise WildmergeError(
             f"{where}: only {len(seqs)} of {len(records)} records have at least {spec.min_tokens} tokens, "
-            f"{spec.n_samples} needed; add data or lower calibration.n_samples (or min_tokens)"
+            f"{spec.n_samples or 1} needed; add data or lower calibration.n_samples (or min_tokens)"
         )
     bad = [t for s in seqs for t in s if not 0 <= t < vocab_size]
     if bad:

@@ -118,7 +118,8 @@ def _card(method, base_ref, expert_refs, specs, params, dims) -> str:
         "## Merged models and their calibration data", "",
         "| model | calibration data | samples | sequence length |", "|---|---|---|---|",
     ]
-    lines += [f"| `{r}` | `{s.data}` | {s.n_samples} | {s.seq_len} |" for r, s in zip(expert_refs, specs)]
+    lines += [f"| `{r}` | `{s.data}` | {sum(len(ids) for ids, _ in b)} | {s.seq_len} |"
+              for r, s, b in zip(expert_refs, specs, dims["batches"])]
     lines += ["", "## Settings", "", "```json", json.dumps(params.model_dump(), indent=2), "```", "",
               f"Linear layers of every decoder block are merged in closed form from input Gram matrices "
               f"({'layer by layer through the already merged prefix' if method == 'chain_of_merges' else 'from each model’s own activations'}); "
@@ -135,7 +136,7 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
     from transformers import AutoConfig
 
     from wildmerge.atomic import atomic_dir, write_json, write_text
-    from wildmerge.plugins.calibration import load_token_batches, resolve_calibration, warn_if_shared
+    from wildmerge.plugins.calibration import apply_seq_len, load_token_batches, resolve_calibration, warn_if_shared
     from wildmerge.plugins.layerwise_arch import check_supported
     from wildmerge.plugins.layerwise_chain import ChainJob, run_chain
     from wildmerge.plugins.layerwise_io import Checkpoint, resolve_model_path
@@ -179,11 +180,7 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
     raw_models = [m for m in (raw.get("models") or [])]
     raw_models = [m for m in raw_models if not (isinstance(m, dict) and str(m.get("model")) == str(base_ref))]
     specs = resolve_calibration({**raw, "models": raw_models}, [str(r) for r in expert_refs], recipe_dir)
-    max_pos = getattr(config, "max_position_embeddings", None)
-    for r, s in zip(expert_refs, specs):
-        if max_pos is not None and s.seq_len > max_pos:
-            raise ConfigError(f"calibration seq_len {s.seq_len} of model {str(r)!r} exceeds the model's "
-                              f"max_position_embeddings ({max_pos}); lower calibration.seq_len")
+    specs = apply_seq_len(specs, [str(r) for r in expert_refs], getattr(config, "max_position_embeddings", None))
     if method == "chain_of_merges":
         warn_if_shared(specs, "Chain of Merges")
     tokenizer, tok_path = _load_tokenizer(([base_path] if base_path else []) + expert_paths)
@@ -225,13 +222,15 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
             tokenizer.save_pretrained(str(tmp))
         write_text(tmp / "mergekit_config.yml", config_source or yaml.safe_dump(raw, sort_keys=False))
         if getattr(options, "write_model_card", True):
-            write_text(tmp / "README.md", _card(method, base_ref, expert_refs, specs, params, {"out": out_path}))
+            write_text(tmp / "README.md", _card(method, base_ref, expert_refs, specs, params,
+                                                     {"out": out_path, "batches": batches}))
         write_json(tmp / DIAGNOSTICS_FILE, {
             "method": method,
             "parameters": params.model_dump(),
             "base_model": str(base_ref) if base_ref else None,
             "models": [str(r) for r in expert_refs],
-            "calibration": [dict(s.model_dump(), tokens=int(sum(int(m.sum()) for _, m in b)))
+            "calibration": [dict(s.model_dump(), samples=sum(len(ids) for ids, _ in b),
+                                 tokens=int(sum(int(m.sum()) for _, m in b)))
                             for s, b in zip(specs, batches)],
             "tokenizer_from": tok_path,
             "device": dev, "compute_dtype": str(compute_dtype), "out_dtype": str(out_dtype),
