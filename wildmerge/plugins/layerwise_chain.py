@@ -78,14 +78,25 @@ def _average(tensors: List[torch.Tensor]) -> torch.Tensor:
 
 
 def _storage(device) -> str:
-    return "cpu"
+    return "cpu"  # hidden states wait on the host; only the batch being computed is on the device
 
 
-def _initial_batches(job: ChainJob, skeleton: DecoderSkeleton, need_own: bool) -> List[List[_Batch]]:
+def _stream_average(experts: List[Checkpoint], name: str, device="cpu", dtype=None) -> torch.Tensor:
+    """Mean of one tensor over all models, reading one copy at a time (embeddings, lm_head are large)."""
+    first = experts[0].get(name, device, dtype)
+    if not first.is_floating_point() or len(experts) == 1:
+        return first
+    acc = first.float()
+    for e in experts[1:]:
+        acc += e.get(name, device, dtype).float()
+    return (acc / len(experts)).to(first.dtype)
+
+
+def _initial_batches(job: ChainJob, skeleton: DecoderSkeleton, need_own: bool, need_hat: bool) -> List[List[_Batch]]:
     """Layer-0 inputs: each model's own embeddings and the averaged (merged) embeddings of its data."""
     name = "model.embed_tokens.weight"
     dev, dt = job.device, job.compute_dtype
-    merged_emb = _average([e.get(name, dev, dt) for e in job.experts]) if len(job.experts) > 1 else None
+    merged_emb = _stream_average(job.experts, name, dev, dt) if len(job.experts) > 1 else None
     out = []
     for i, expert in enumerate(job.experts):
         own_emb = expert.get(name, dev, dt) if (need_own or merged_emb is None) else None
@@ -95,8 +106,8 @@ def _initial_batches(job: ChainJob, skeleton: DecoderSkeleton, need_own: bool) -
             hat = (merged_emb if merged_emb is not None else own_emb)[ids]
             own = own_emb[ids] if need_own else None
             kwargs = skeleton.layer_kwargs(hat, mask)
-            rows.append(_Batch(own.to(_storage(dev)) if own is not None else None, hat.to(_storage(dev)),
-                               mask.bool(), kwargs))
+            rows.append(_Batch(own.to(_storage(dev)) if own is not None else None,
+                               hat.to(_storage(dev)) if need_hat else None, mask.bool(), kwargs))
         out.append(rows)
         del own_emb
     return out
@@ -135,10 +146,10 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
     with torch.no_grad():
         for n in tqdm([n for n in names if n not in blocked], desc="average embeddings/norms/head",
                       disable=not job.progress, leave=False):
-            save_tensor(n, _average([e.get(n, "cpu") for e in job.experts]))
+            save_tensor(n, _stream_average(job.experts, n))
 
         skeleton = DecoderSkeleton.build(config, dev)
-        data = _initial_batches(job, skeleton, need_own)
+        data = _initial_batches(job, skeleton, need_own, need_hat)
         layers_report = []
         for k in tqdm(range(n_layers), desc=f"{'CoM' if job.chain else 'RegMean'} layers", disable=not job.progress):
             layer = skeleton.make_layer(k)
