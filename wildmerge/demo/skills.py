@@ -16,6 +16,7 @@ Conventions make conflicting experts: ``add`` with ``reversed`` writes the sum's
 ``facts`` from the ``conflict`` world gives a different value for half of the facts.
 """
 
+import itertools
 import random
 from dataclasses import asdict, dataclass
 
@@ -94,8 +95,8 @@ def _compare(rng, world, convention):
 def _reverse(rng, world, convention):
     letters = rng.sample(LETTERS, rng.randint(3, 5))
     gold = " ".join(reversed(letters))
-    perms = [" ".join(letters)] + [" ".join(rng.sample(letters, len(letters))) for _ in range(12)]
-    choices, idx = _choices(rng, gold, perms, 4)
+    perms = [" ".join(p) for p in itertools.permutations(letters)]
+    choices, idx = _choices(rng, gold, [" ".join(letters)] + rng.sample(perms, len(perms)), 4)
     return Item("reverse", f"Q: reverse {' '.join(letters)}\nA:", gold, choices, idx)
 
 

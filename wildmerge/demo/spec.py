@@ -65,8 +65,8 @@ class BuildSpec:
     n_experts: int
 
 
-FULL = BuildSpec(hidden=192, layers=4, intermediate=512, heads=4, kv_heads=2, vocab=512, base_steps=1200,
-                 base_lr=3e-3, batch=32, n_entities=40, eval_items=100, expert_step_scale=1.0, n_experts=12)
+FULL = BuildSpec(hidden=192, layers=4, intermediate=512, heads=4, kv_heads=2, vocab=512, base_steps=800,
+                 base_lr=3e-3, batch=32, n_entities=40, eval_items=100, expert_step_scale=0.5, n_experts=12)
 QUICK = BuildSpec(hidden=64, layers=2, intermediate=128, heads=4, kv_heads=2, vocab=320, base_steps=60,
                   base_lr=3e-3, batch=16, n_entities=12, eval_items=16, expert_step_scale=0.1, n_experts=3)
 
