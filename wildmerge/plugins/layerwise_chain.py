@@ -86,7 +86,7 @@ def _stream_average(experts: List[Checkpoint], name: str, device="cpu", dtype=No
     first = experts[0].get(name, device, dtype)
     if not first.is_floating_point() or len(experts) == 1:
         return first
-    acc = first.float()
+    acc = first.to(torch.float32, copy=True)  # never write into a loaded tensor: it may be the file's mmap
     for e in experts[1:]:
         acc += e.get(name, device, dtype).float()
     return (acc / len(experts)).to(first.dtype)

@@ -60,6 +60,7 @@ class Checkpoint:
         return list(self.files)
 
     def get(self, name: str, device="cpu", dtype=None) -> torch.Tensor:
+        """One tensor; treat it as read-only (it may share memory with the file mapping)."""
         from safetensors import safe_open
 
         file = self.files.get(name)
