@@ -209,3 +209,27 @@ def test_cli_build_reuses_the_cache_and_refuses_bad_options(family, cache, capsy
     assert family["base"] in out and "expert_03" in out and "[knowledge]" in out
     assert main(["demo", "build", "--quick", "--out", str(cache), "--threads", "0"]) == 2
     assert "--threads" in capsys.readouterr().err
+
+
+def test_report_scores_every_model_and_resumes(family, tmp_path, capsys):
+    """The honest-signal report: base, experts and their mergekit average (checked against a float64 mean)."""
+    from wildmerge.demo.report import family_report
+
+    table = family_report(family, out_dir=tmp_path, limit=4, progress=False)
+    assert [r["model"] for r in table["rows"]] == ["base", "expert_01", "expert_02", "expert_03", "average_all_experts"]
+    assert all(0 <= r[t] <= 1 for r in table["rows"] for t in family["task_names"])
+    assert {s["expert"] for s in table["specialists_vs_base"]} == {"expert_01", "expert_02", "expert_03"}
+    csv = (tmp_path / "report.csv").read_text().splitlines()
+    assert csv[0].startswith("model,domain,skills,demo_add") and len(csv) == 6
+    assert json.loads((tmp_path / "report.json").read_text()) == json.loads(json.dumps(table))
+    assert "| expert_01 | math |" in capsys.readouterr().out
+
+    average = _load_weights(tmp_path / "models" / "average_all_experts")
+    experts = [_load_weights(p) for p in family["experts"].values()]
+    for k, v in average.items():
+        expected = sum(e[k].double() for e in experts) / len(experts)
+        assert (v.double() - expected).abs().max() < 1e-6, k
+
+    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "scores").iterdir()}
+    family_report(family, out_dir=tmp_path, limit=4, progress=False)  # a rerun reuses every saved score
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "scores").iterdir()}

@@ -65,9 +65,9 @@ def problem(root) -> str | None:
 def _describe(root: Path, manifest: dict) -> dict:
     experts = {e["name"]: str(root / e["path"]) for e in manifest["experts"]}
     pool = {
-        "name": "demo-quick" if manifest["quick"] else "demo",
-        "description": f"wildmerge synthetic demo family (seed {manifest['seed']}): a Qwen3 base and "
-                       f"{len(experts)} experts fine-tuned on synthetic skills",
+        "name": "demo",
+        "description": f"wildmerge synthetic demo family ({'quick, ' if manifest['quick'] else ''}seed "
+                       f"{manifest['seed']}): a Qwen3 base and {len(experts)} experts fine-tuned on synthetic skills",
         "base": {"model": "demo:base"},
         "experts": [{"model": f"demo:{e['name']}", "name": e["name"], "domain": e["domain"],
                      "description": e["description"]} for e in manifest["experts"]],
