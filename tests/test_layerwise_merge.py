@@ -384,3 +384,26 @@ def test_run_merge_without_config_source_uses_per_model_parameters(family, tmp_p
               options=MergeOptions(device="cpu", quiet=True))
     diag = json.loads((tmp_path / "out" / DIAGNOSTICS_FILE).read_text())
     assert [c["data"] for c in diag["calibration"]] == family["tokens"]
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_other_decoder_families(family, tmp_path, arch):
+    """Qwen2 (q/k/v biases, averaged) and Mistral (sliding-window config) merge, load and generate."""
+    from transformers import AutoModelForCausalLM, MistralConfig, Qwen2Config
+
+    common = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False)
+    cfg = Qwen2Config(**common) if arch == "qwen2" else MistralConfig(sliding_window=8, **common)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "base")
+    experts = [make_tiny_model(tmp_path / f"e{i}", base=str(tmp_path / "base"), seed=i + 1, noise=0.05)
+               for i in range(3)]
+    fam = dict(family, base=str(tmp_path / "base"), root=tmp_path)
+    out = _merge(fam, _recipe(fam, "chain_of_merges", experts=experts), "out")
+    merged, ws = _weights(out), [_weights(e) for e in experts]
+    if arch == "qwen2":
+        name = "model.layers.1.self_attn.q_proj.bias"
+        torch.testing.assert_close(merged[name], sum(w[name] for w in ws) / 3)
+    name = "model.layers.1.mlp.up_proj.weight"
+    assert (merged[name] - sum(w[name] for w in ws) / 3).abs().max() > 1e-4
+    _generate(out)
