@@ -1,18 +1,19 @@
 """Spectral kernels shared by Iso-C, Iso-CTS, TSV-M and Subspace Boosting.
 
-Everything here is plain torch on one matrix (or a list of same-shape matrices) and knows nothing of mergekit.
+Everything here is plain torch on one matrix (or a batch of same-shape matrices) and knows nothing of mergekit.
 
-Why not ``torch.linalg.svd``: every method here needs either the top few singular triplets (TSV-M, Iso-CTS) or
-a function of the spectrum applied to the matrix (Iso-C, Subspace Boosting). Both come from the eigen-
-decomposition of the Gram matrix of the smaller side, ``A^T A = V diag(s^2) V^T`` and ``U = A V / s``, which costs
-one GEMM plus one symmetric eigensolve of ``min(m, n)^2``: several times cheaper than a full SVD on CPU and GPU.
-The Gram and the eigensolve run in float64 by default, so the squared condition number costs no accuracy within
-the numerical rank; ``precision="float32"`` trades that for speed.
+Two routes to a thin SVD (``thin_svd``):
+- ``precision="float32"`` (the methods' default, as in the papers' code): LAPACK/cuSOLVER SVD in float32, retried in
+  float64 when it fails to converge (it does on some nearly low-rank matrices, seed 002 spec §6);
+- ``precision="float64"``: the eigendecomposition of the float64 Gram matrix of the smaller side,
+  ``A^T A = V diag(s^2) V^T`` and ``U = A V / s``: one GEMM and one symmetric eigensolve, no slower than a float64
+  SVD and accurate to ~1e-9 relative within the numerical rank.
+Orthogonal polar factors (TSV-M, Iso-CTS) come from a small float64 eigensolve of ``M^T M`` rather than an SVD of M.
 
 Effective rank (seed 002, spec §6): singular values at or below ``tol * s_1`` are treated as zero and their
 directions dropped; the default ``tol`` is ``max(m, n) * eps(float32)``, the usual numerical-rank threshold for
 float32 data. Without this rule, Iso-C and Subspace Boosting would inflate arbitrary null-space directions of
-low-rank (LoRA-style) task vectors.
+low-rank (LoRA-style) task vectors, and float32 and float64 runs would disagree.
 """
 
 from typing import List, Optional, Sequence, Tuple
@@ -36,7 +37,7 @@ def thin_svd(
     a: torch.Tensor,
     k: Optional[int] = None,
     tol: Optional[float] = None,
-    precision: str = "float64",
+    precision: str = "float32",
     scale: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Thin SVD ``a ~= U diag(S) V^T`` limited to the numerical rank (and to the top ``k`` if given).
@@ -91,7 +92,7 @@ def polar(m: torch.Tensor, tol: float = 1e-10) -> torch.Tensor:
     return ((x @ q) * inv) @ q.transpose(-2, -1)
 
 
-def isotropic(delta: torch.Tensor, tol: Optional[float] = None, precision: str = "float64") -> torch.Tensor:
+def isotropic(delta: torch.Tensor, tol: Optional[float] = None, precision: str = "float32") -> torch.Tensor:
     """Iso-C's spectral step: keep the singular vectors, set every singular value (within the rank) to their mean."""
     u, s, v = thin_svd(delta, tol=tol, precision=precision)
     rank = int((s > 0).sum())
@@ -101,7 +102,7 @@ def isotropic(delta: torch.Tensor, tol: Optional[float] = None, precision: str =
 
 
 def subspace_boost(
-    delta: torch.Tensor, beta: float, tol: Optional[float] = None, precision: str = "float64"
+    delta: torch.Tensor, beta: float, tol: Optional[float] = None, precision: str = "float32"
 ) -> torch.Tensor:
     """Subspace Boosting (Skorobogat et al. 2025): raise the tail of the spectrum to the cutoff singular value.
 
@@ -123,7 +124,7 @@ def subspace_boost(
     return (u * lift) @ v.transpose(-2, -1)
 
 
-def tsv_merge(deltas: Sequence[torch.Tensor], tol: Optional[float] = None, precision: str = "float64") -> torch.Tensor:
+def tsv_merge(deltas: Sequence[torch.Tensor], tol: Optional[float] = None, precision: str = "float32") -> torch.Tensor:
     """TSV-Merge (Gargiulo et al. 2025): each task keeps its top ``floor(r / T)`` singular triplets; the stacked
     U and V blocks are replaced by their orthogonal polar factors; ``delta = U_perp diag(S) V_perp^T``.
 
@@ -142,7 +143,7 @@ def iso_cts(
     deltas: Sequence[torch.Tensor],
     common_fraction: float = 0.8,
     tol: Optional[float] = None,
-    precision: str = "float64",
+    precision: str = "float32",
 ) -> torch.Tensor:
     """Iso-CTS (Marczak et al. 2025): isotropic merge in the common subspace plus task-specific subspaces.
 

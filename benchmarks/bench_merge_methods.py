@@ -1,0 +1,170 @@
+"""Wall time and peak memory of every merge method against mergekit's built-in task_arithmetic, same inputs.
+
+Builds a Llama of about 57M parameters (hidden 640, 10 layers) and K noisy "experts" of it locally, then merges
+K = 2, 6, 12 of them with each method, each merge in a fresh process (so peak RSS is that merge's own), and prints
+the ratio to task_arithmetic. ``--kernels`` also times the spectral kernels against a straightforward
+implementation of the papers (full float32 SVDs, polar factors by SVD): the "before" of our Gram-route kernels.
+
+    python benchmarks/bench_merge_methods.py [--experts 2 6 12] [--kernels] [--cuda]
+"""
+
+import argparse
+import multiprocessing as mp
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+METHODS = ["task_arithmetic", "ta", "ties", "model_stock", "tsv_m", "iso_c", "iso_cts", "ta_sb", "ties_sb"]
+
+
+def build_models(root: Path, n_experts: int, hidden: int, layers: int):
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    base_dir = root / "base"
+    if not base_dir.exists():
+        torch.manual_seed(0)
+        cfg = LlamaConfig(vocab_size=8000, hidden_size=hidden, intermediate_size=int(hidden * 2.7),
+                          num_hidden_layers=layers, num_attention_heads=10, num_key_value_heads=5,
+                          tie_word_embeddings=False)
+        AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(base_dir)
+    model = None
+    for i in range(n_experts):
+        out = root / f"expert{i:02d}"
+        if out.exists():
+            continue
+        model = model or AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        expert = {k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()}
+        from safetensors.torch import save_file
+
+        out.mkdir()
+        save_file({k: v.to(torch.bfloat16).contiguous() for k, v in expert.items()}, out / "model.safetensors",
+                  metadata={"format": "pt"})
+        (out / "config.json").write_text((base_dir / "config.json").read_text())
+    n_params = sum(p.numel() for p in (model or AutoModelForCausalLM.from_pretrained(base_dir)).parameters())
+    return str(base_dir), [str(root / f"expert{i:02d}") for i in range(n_experts)], n_params
+
+
+def _merge_worker(method, base, experts, out, cuda, queue):
+    import yaml
+    from mergekit.config import MergeConfiguration
+    from mergekit.merge import run_merge
+    from mergekit.options import MergeOptions
+
+    from wildmerge.plugins.recipes import render_recipe
+
+    if method == "task_arithmetic":  # mergekit's own, plain: the baseline
+        config = {"merge_method": "task_arithmetic", "base_model": base, "dtype": "float32",
+                  "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts]}
+    else:
+        config = render_recipe(method, base, experts)
+    options = MergeOptions(copy_tokenizer=False, quiet=True, cuda=cuda, write_model_card=False)
+    start = time.perf_counter()
+    run_merge(MergeConfiguration.model_validate(config), out, options=options, config_source=yaml.safe_dump(config))
+    seconds = time.perf_counter() - start
+    queue.put((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+
+
+def time_merge(method, base, experts, cuda):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with tempfile.TemporaryDirectory() as out:
+        p = ctx.Process(target=_merge_worker, args=(method, base, experts, out, cuda, queue))
+        p.start()
+        result = queue.get()
+        p.join()
+    return result
+
+
+def naive_kernels():
+    """The papers' algorithms written the obvious way: what our kernels replace."""
+    import torch
+
+    def svd(a):
+        return torch.linalg.svd(a, full_matrices=False)
+
+    def polar(m):
+        p, _, qh = svd(m)
+        return p @ qh
+
+    def tsv(deltas):
+        k = min(deltas[0].shape) // len(deltas)
+        parts = [svd(d) for d in deltas]
+        u = torch.cat([p[0][:, :k] for p in parts], 1)
+        s = torch.cat([p[1][:k] for p in parts])
+        v = torch.cat([p[2][:k].T for p in parts], 1)
+        return polar(u) @ torch.diag(s) @ polar(v).T
+
+    def iso(deltas):
+        u, s, vh = svd(sum(deltas))
+        return s.mean() * u @ vh
+
+    def boost(delta, beta=0.2):
+        u, s, vh = svd(delta)
+        j = int((torch.cumsum(s, 0) / s.sum() >= beta).nonzero()[0])
+        s = s.clone()
+        s[j + 1:] = s[j]
+        return (u * s) @ vh
+
+    return {"tsv_m": tsv, "iso_c": iso, "boost": lambda ds: boost(sum(ds))}
+
+
+def bench_kernels(hidden, n_tasks):
+    import torch
+
+    from wildmerge.plugins import spectral
+
+    ours = {"tsv_m": spectral.tsv_merge, "iso_c": lambda ds: spectral.isotropic(sum(ds)),
+            "boost": lambda ds: spectral.subspace_boost(sum(ds), 0.2)}
+    naive = naive_kernels()
+    shapes = [(hidden, hidden), (int(hidden * 2.7), hidden)]
+    print(f"\nkernels, {n_tasks} task vectors, shapes {shapes} (best of 3)")
+    print(f"{'kernel':8} {'naive s':>9} {'ours s':>9} {'speed-up':>9}")
+    for name in ours:
+        times = {}
+        for label, fn in (("naive", naive[name]), ("ours", ours[name])):
+            best = float("inf")
+            for _ in range(3):
+                deltas_per_shape = [[torch.randn(*s) for _ in range(n_tasks)] for s in shapes]
+                t = time.perf_counter()
+                for ds in deltas_per_shape:
+                    fn(ds)
+                best = min(best, time.perf_counter() - t)
+            times[label] = best
+        print(f"{name:8} {times['naive']:9.3f} {times['ours']:9.3f} {times['naive'] / times['ours']:8.2f}x")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experts", type=int, nargs="+", default=[2, 6, 12])
+    parser.add_argument("--methods", nargs="+", default=METHODS)
+    parser.add_argument("--hidden", type=int, default=640)
+    parser.add_argument("--layers", type=int, default=10)
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "wildmerge-bench-models"))
+    parser.add_argument("--kernels", action="store_true", help="also time kernels against the naive version")
+    parser.add_argument("--cuda", action="store_true")
+    args = parser.parse_args()
+
+    root = Path(args.workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    base, experts, n_params = build_models(root, max(args.experts), args.hidden, args.layers)
+    print(f"model: Llama, {n_params / 1e6:.1f}M parameters (bf16 on disk); torch threads: "
+          f"{__import__('torch').get_num_threads()}; device: {'cuda' if args.cuda else 'cpu'}")
+    for k in args.experts:
+        print(f"\nK = {k} experts")
+        print(f"{'method':16} {'wall s':>8} {'x TA':>7} {'peak RSS MiB':>13}")
+        baseline = None
+        for method in args.methods:
+            seconds, rss = time_merge(method, base, experts[:k], args.cuda)
+            baseline = baseline or seconds
+            print(f"{method:16} {seconds:8.2f} {seconds / baseline:7.2f} {rss:13.0f}", flush=True)
+    if args.kernels:
+        bench_kernels(args.hidden, 6)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
