@@ -40,10 +40,10 @@ def versions() -> Dict[str, str]:
 
 
 def task_score(results: Dict[str, Any], task: str, metric: str) -> float:
-    """The suite's accuracy for ``task`` from one ``simple_evaluate`` call that ran only that task.
+    """The suite's accuracy for ``task`` from the ``simple_evaluate`` call that ran it.
 
-    A task or group has its own row; a tag (e.g. ``headqa``) has none, so it scores the unweighted mean of the
-    rows it ran. A metric the task does not produce is an error that lists the ones it does.
+    A task or group has its own row; a tag (e.g. ``headqa``) has none and runs alone, so it scores the unweighted
+    mean of all the rows of its call. A metric the task does not produce is an error that lists the ones it does.
     """
     rows = results.get("results", {})
     if task in rows:
@@ -78,8 +78,16 @@ def build_lm(job: Dict[str, Any]):
     return get_model(s["backend"]).create_from_arg_obj(args, extra)
 
 
+def _batches(tasks: List[Dict[str, Any]], tags) -> List[List[Dict[str, Any]]]:
+    """Tasks sharing an n-shot run in one ``simple_evaluate`` call; a tag runs alone (its rows are all its own)."""
+    batches: Dict[Any, List[Dict[str, Any]]] = {}
+    for t in tasks:
+        batches.setdefault(("tag", t["task"]) if t["task"] in tags else ("shots", t["num_fewshot"]), []).append(t)
+    return list(batches.values())
+
+
 def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
-    """Score the job's model on each task (one ``simple_evaluate`` per task: its own n-shot, its own rows)."""
+    """Score the job's model on every task of the suite, with each task's own n-shot; the model loads once."""
     import lm_eval
     from lm_eval.tasks import TaskManager
 
@@ -87,13 +95,15 @@ def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
     lm = build_lm(job)
     tm = TaskManager(include_path=job["include_path"], include_defaults=job["include_defaults"])
     scores, outputs = {}, {}
-    for t in job["tasks"]:
+    for batch in _batches(job["tasks"], set(tm.all_tags)):
         out = lm_eval.simple_evaluate(
-            model=lm, tasks=[t["task"]], num_fewshot=t["num_fewshot"], task_manager=tm, limit=s["limit"],
-            bootstrap_iters=s["bootstrap_iters"], apply_chat_template=s["apply_chat_template"], log_samples=False,
+            model=lm, tasks=[t["task"] for t in batch], num_fewshot=batch[0]["num_fewshot"], task_manager=tm,
+            limit=s["limit"], bootstrap_iters=s["bootstrap_iters"], apply_chat_template=s["apply_chat_template"],
+            log_samples=False,
         )
-        outputs[t["task"]] = {k: out.get(k) for k in LM_EVAL_KEYS if k in out}
-        scores[t["label"] or t["task"]] = task_score(out, t["task"], t["metric"])
+        outputs[",".join(t["task"] for t in batch)] = {k: out.get(k) for k in LM_EVAL_KEYS if k in out}
+        for t in batch:
+            scores[t["label"] or t["task"]] = task_score(out, t["task"], t["metric"])
     return {"scores": scores, "lm_eval": outputs}
 
 
