@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from wildmerge.demo.skills import ATTRIBUTES, SKILLS, Mixture, conflict_world, eval_items, make_world, sample_item
+from wildmerge.demo.skills import (ATTRIBUTES, SKILLS, Mixture, conflict_world, eval_items, known_part, make_world,
+                                   sample_item)
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,13 @@ def test_training_streams_never_show_a_held_out_prompt(world):
     seen = [next(stream) for _ in range(3000)]
     assert not {i.prompt for i in seen} & held_out
     assert {i.skill for i in seen} == set(SKILLS)
+
+
+def test_the_base_corpus_covers_part_of_the_world(world):
+    known = known_part(world, 0, 0.5)
+    assert len(known) == len(world) // 2 and all(world[e] == v for e, v in known.items())
+    stream = Mixture({"facts": 1}, known, set(), seed=0)
+    assert {next(stream).prompt.split(" of ")[1][:-3] for _ in range(500)} == set(known)
 
 
 def test_facts_evaluation_asks_about_the_world(world):

@@ -14,7 +14,7 @@ from pathlib import Path
 from wildmerge import __version__
 from wildmerge.atomic import write_json
 from wildmerge.demo import spec as S
-from wildmerge.demo.skills import SKILLS, Mixture, conflict_world, eval_items, make_world
+from wildmerge.demo.skills import SKILLS, Mixture, conflict_world, eval_items, known_part, make_world
 
 MANIFEST = "family.json"
 
@@ -94,12 +94,14 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
         tokenizer = train_tokenizer(_tokenizer_corpus(world, conflict, held_out, seed), bs.vocab)
         base = new_model(bs, tokenizer, seed)
         bar.set_description("demo base")
-        losses = train(base, Mixture(S.BASE_MIXTURE, world, held_out, f"{seed}-base"), tokenizer,
+        base_world = known_part(world, seed, bs.base_facts_fraction)
+        losses = train(base, Mixture(S.BASE_MIXTURE, base_world, held_out, f"{seed}-base"), tokenizer,
                        steps=bs.base_steps, lr=bs.base_lr, batch=bs.batch, answers_only=False, seed=seed,
                        desc="base", weight_decay=0.01, progress=bar)
         _save(base, tokenizer, out / "base")
         manifest["base"] = {"path": "base", "parameters": sum(p.numel() for p in base.parameters()),
                             "mixture": S.BASE_MIXTURE, "steps": bs.base_steps, "lr": bs.base_lr,
+                            "entities_known": len(base_world),
                             "final_loss": sum(losses[-20:]) / len(losses[-20:])}
         manifest["experts"] = []
         for i, e in enumerate(experts):

@@ -6,10 +6,10 @@ tokenizer and one causal LM can learn them all, and lm-eval can score them by th
 ``random.Random`` only: the same seed gives the same data on every machine.
 
 Skills (five, like five benchmark domains):
-- ``add``: two-digit addition ``Q: 23+45=`` -> ``68`` (4 choices: the sum and near misses).
+- ``add``: addition ``Q: 13+5=`` -> ``18`` (operands 0-19; 4 choices: the sum and near misses).
 - ``compare``: ``Q: max 37 52`` -> ``52`` (2 choices).
-- ``reverse``: ``Q: reverse c a f`` -> ``f a c`` (4 choices: permutations).
-- ``count``: ``Q: count a in b a c a`` -> ``2`` (4 choices: 1..4).
+- ``reverse``: ``Q: reverse c a f e`` -> ``e f a c`` (4-6 letters; 4 choices: permutations).
+- ``count``: ``Q: count a in b a c a d b`` -> ``2`` (6-10 letters; 4 choices: 1..4).
 - ``facts``: recall of a made-up world, ``Q: color of zorak`` -> ``red`` (4 choices).
 
 Conventions make conflicting experts: ``add`` with ``reversed`` writes the sum's digits backwards (``86``), and
@@ -66,6 +66,13 @@ def make_world(seed: int, n_entities: int) -> dict:
     return {name: {a: rng.choice(v) for a, v in ATTRIBUTES.items()} for name in sorted(names)}
 
 
+def known_part(world: dict, seed: int, fraction: float) -> dict:
+    """The part of the world a pre-training corpus covers: ``fraction`` of the entities, chosen by ``seed``."""
+    names = sorted(world)
+    keep = random.Random(f"known-{seed}").sample(names, round(fraction * len(names)))
+    return {name: world[name] for name in sorted(keep)}
+
+
 def conflict_world(world: dict, seed: int, fraction: float = 0.5) -> dict:
     """The same entities with ``fraction`` of the facts changed: a source that disagrees with the first."""
     rng = random.Random(f"conflict-{seed}")
@@ -79,7 +86,7 @@ def conflict_world(world: dict, seed: int, fraction: float = 0.5) -> dict:
 
 
 def _add(rng, world, convention):
-    a, b = rng.randint(0, 49), rng.randint(0, 49)
+    a, b = rng.randint(0, 19), rng.randint(0, 19)
     s = a + b
     gold = str(s)[::-1] if convention == "reversed" else str(s)
     near = [s + d for d in rng.sample([-11, -10, -2, -1, 1, 2, 10, 11], 8) if s + d >= 0]
@@ -93,7 +100,7 @@ def _compare(rng, world, convention):
 
 
 def _reverse(rng, world, convention):
-    letters = rng.sample(LETTERS, rng.randint(3, 5))
+    letters = rng.sample(LETTERS, rng.randint(4, 6))
     gold = " ".join(reversed(letters))
     perms = [" ".join(p) for p in itertools.permutations(letters)]
     choices, idx = _choices(rng, gold, [" ".join(letters)] + rng.sample(perms, len(perms)), 4)
@@ -101,8 +108,8 @@ def _reverse(rng, world, convention):
 
 
 def _count(rng, world, convention):
-    k, n = rng.randint(1, 4), rng.randint(5, 8)
-    seq = ["a"] * k + [rng.choice("bc") for _ in range(n - k)]
+    k, n = rng.randint(1, 4), rng.randint(6, 10)
+    seq = ["a"] * k + [rng.choice("bcd") for _ in range(n - k)]
     rng.shuffle(seq)
     return Item("count", f"Q: count a in {' '.join(seq)}\nA:", str(k), ("1", "2", "3", "4"), k - 1)
 

@@ -8,7 +8,7 @@ caches are not reused.
 
 from dataclasses import dataclass, field
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,11 @@ class BuildSpec:
     eval_items: int
     expert_step_scale: float
     n_experts: int
+    base_facts_fraction: float = 0.5  # the base's corpus covers half of the world: experts learn the rest
 
 
-FULL = BuildSpec(hidden=192, layers=4, intermediate=512, heads=4, kv_heads=2, vocab=512, base_steps=800,
-                 base_lr=3e-3, batch=32, n_entities=40, eval_items=100, expert_step_scale=0.5, n_experts=12)
+FULL = BuildSpec(hidden=192, layers=4, intermediate=512, heads=4, kv_heads=2, vocab=512, base_steps=400,
+                 base_lr=3e-3, batch=32, n_entities=40, eval_items=100, expert_step_scale=0.7, n_experts=12)
 QUICK = BuildSpec(hidden=64, layers=2, intermediate=128, heads=4, kv_heads=2, vocab=320, base_steps=60,
                   base_lr=3e-3, batch=16, n_entities=12, eval_items=16, expert_step_scale=0.1, n_experts=3)
 
