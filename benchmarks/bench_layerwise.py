@@ -70,6 +70,7 @@ def one(args) -> None:
     from mergekit.merge import run_merge
     from mergekit.options import MergeOptions
 
+    torch.set_num_threads(args.threads)
     root = Path(args.root)
     r = recipe(root, args.method, args.experts, args.samples, args.seq_len, args.diagnostics)
     out = root / "out" / f"{args.method}_{args.experts}_{args.samples}"
@@ -85,10 +86,12 @@ def one(args) -> None:
 
 def run_child(args, method, n_experts, n_samples):
     cmd = [sys.executable, __file__, "--one", "--root", args.root, "--method", method, "--experts", str(n_experts),
-           "--samples", str(n_samples), "--seq-len", str(args.seq_len), "--device", args.device]
+           "--samples", str(n_samples), "--seq-len", str(args.seq_len), "--device", args.device,
+           "--threads", str(args.threads)]
     if args.diagnostics:
         cmd.append("--diagnostics")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1",
+                                                                         OMP_NUM_THREADS=str(args.threads)))
     if proc.returncode != 0:
         sys.exit(f"{method} {n_experts}x{n_samples} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -101,6 +104,7 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", help="checkpoint dtype (the forward passes run in it)")
     p.add_argument("--seq-len", type=int, default=32)
     p.add_argument("--diagnostics", action="store_true", help="also compute the Eq. 8 covariate shift")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: stable timings on a shared box)")
     p.add_argument("--grid", action="store_true", help="every (experts, samples) pair, not just the two axes")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--method", help=argparse.SUPPRESS)
@@ -114,7 +118,7 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     build(root, max(EXPERTS), args.seq_len, args.dtype)
     print(f"model: Llama, {int((root / 'params.txt').read_text()) / 1e6:.1f}M parameters, {args.dtype}; "
-          f"device {args.device}; seq_len {args.seq_len}; diagnostics {'on' if args.diagnostics else 'off'}")
+          f"device {args.device}; {args.threads} CPU thread(s); seq_len {args.seq_len}; diagnostics {'on' if args.diagnostics else 'off'}")
     points = [(e, s) for e in EXPERTS for s in SAMPLES] if args.grid else \
         [(e, SAMPLES[1]) for e in EXPERTS] + [(EXPERTS[1], s) for s in SAMPLES if s != SAMPLES[1]]
     ta = {e: run_child(args, "task_arithmetic", e, 0) for e in EXPERTS}

@@ -81,6 +81,12 @@ def _storage(device) -> str:
     return "cpu"  # hidden states wait on the host; only the batch being computed is on the device
 
 
+def _release(job: ChainJob) -> None:
+    """Unmap the checkpoint files read so far: the next block is read afresh, so RSS stays one block deep."""
+    for ck in job.experts + ([job.base] if job.base is not None else []):
+        ck.close()
+
+
 def _stream_average(experts: List[Checkpoint], name: str, device="cpu", dtype=None) -> torch.Tensor:
     """Mean of one tensor over all models, reading one copy at a time (embeddings, lm_head are large)."""
     first = experts[0].get(name, device, dtype)
@@ -148,6 +154,7 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
                       disable=not job.progress, leave=False):
             save_tensor(n, _stream_average(job.experts, n))
 
+        _release(job)
         skeleton = DecoderSkeleton.build(config, dev)
         data = _initial_batches(job, skeleton, need_own, need_hat)
         layers_report = []
@@ -249,4 +256,5 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
             for n in block_names[k]:
                 save_tensor(n, merged[n].cpu())
             del params, merged, layer
+            _release(job)
     return {"layers": layers_report}
