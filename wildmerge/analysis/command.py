@@ -1,0 +1,37 @@
+"""``wildmerge analyze geometry --pool NAME``: how the experts' task vectors relate, before merging anything."""
+
+import argparse
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="analysis", metavar="ANALYSIS", required=True)
+    p = sub.add_parser("geometry", help="pairwise cosine similarity of task vectors, per model and per layer",
+                       description="Pairwise cosine similarity of the experts' task vectors (whole model) and, per "
+                                   "pair, the number of layers with positive / negative cosine (seed 002, Figs. 19-26).")
+    p.add_argument("--pool", default="demo", help="pool name or YAML path (default: demo)")
+    p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
+    p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/geometry)")
+    p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
+
+
+def run(args) -> int:
+    from wildmerge.analysis.geometry import task_vector_geometry, write_geometry
+    from wildmerge.sampling.checks import check_compatible
+    from wildmerge.sampling.hub import resolve_all
+    from wildmerge.sampling.pools import load_pool
+
+    pool = load_pool(args.pool)
+    if args.exclude:
+        pool = pool.without(args.exclude)
+    relative_to = Path(pool.source).parent if pool.source else None
+    refs = [("base", pool.base.model, pool.base.revision)]
+    refs += [(e.label, e.model, e.revision) for e in pool.experts]
+    resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
+    base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
+    check_compatible(base, experts, allow_pickle=args.allow_pickle)
+    result = task_vector_geometry(base, experts)
+    out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "geometry")
+    for path in write_geometry(result, out):
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,112 @@
+"""Task-vector geometry of a pool (seed 002, Figs. 19-26): how aligned are the experts' updates?
+
+- whole-model cosine similarity of every pair of task vectors ``tau_i = theta_i - theta_0``;
+- per pair, the number of decoder layers whose task vectors point the same way (cosine > 0) and the opposite way
+  (cosine < 0); layers with cosine exactly 0 count in neither.
+
+Streams one tensor of every model at a time from the safetensors files, accumulating float64 dot products, so
+memory stays at one tensor per model whatever the model size.
+"""
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+_LAYER = re.compile(r"\blayers\.(\d+)\.")
+
+
+def _open_checkpoint(folder: str, stack) -> Dict[str, object]:
+    """tensor name -> open safetensors handle, for every ``*.safetensors`` shard of a checkpoint folder."""
+    from safetensors import safe_open
+
+    index = {}
+    for shard in sorted(Path(folder).glob("*.safetensors")):
+        handle = stack.enter_context(safe_open(str(shard), framework="pt"))
+        index.update({name: handle for name in handle.keys()})
+    return index
+
+
+def task_vector_geometry(base: str, experts: Dict[str, str], progress: bool = True) -> dict:
+    """Pairwise whole-model cosines and per-layer sign counts of the experts' task vectors."""
+    import contextlib
+
+    import torch
+    from tqdm.auto import tqdm
+
+    names = list(experts)
+    n = len(names)
+    gram = np.zeros((n, n))
+    layer_gram: Dict[int, np.ndarray] = defaultdict(lambda: np.zeros((n, n)))
+    with contextlib.ExitStack() as stack:
+        base_index = _open_checkpoint(base, stack)
+        indexes = [_open_checkpoint(experts[e], stack) for e in names]
+        for tensor in tqdm(sorted(base_index), desc="task-vector geometry", unit="tensor", disable=not progress):
+            theta0 = base_index[tensor].get_tensor(tensor)
+            if not theta0.is_floating_point():
+                continue
+            theta0 = theta0.to(torch.float64).flatten()
+            taus = [index[tensor].get_tensor(tensor).to(torch.float64).flatten() - theta0 if tensor in index
+                    else torch.zeros_like(theta0) for index in indexes]
+            stacked = torch.stack(taus)
+            g = (stacked @ stacked.T).numpy()
+            gram += g
+            match = _LAYER.search(tensor)
+            if match:
+                layer_gram[int(match.group(1))] += g
+    return {"experts": names, "cosine": _cosine(gram).tolist(), "norms": np.sqrt(np.diag(gram)).tolist(),
+            **_layer_signs({k: _cosine(v) for k, v in sorted(layer_gram.items())})}
+
+
+def _cosine(gram: np.ndarray) -> np.ndarray:
+    norms = np.sqrt(np.diag(gram))
+    denom = np.outer(norms, norms)
+    return np.divide(gram, denom, out=np.zeros_like(gram), where=denom > 0)
+
+
+def _layer_signs(layer_cos: Dict[int, np.ndarray]) -> dict:
+    if not layer_cos:
+        return {"layers": 0, "positive_layers": [], "negative_layers": []}
+    stack = np.stack(list(layer_cos.values()))
+    return {"layers": len(layer_cos), "positive_layers": (stack > 0).sum(0).tolist(),
+            "negative_layers": (stack < 0).sum(0).tolist()}
+
+
+def write_geometry(result: dict, out_dir) -> List[Path]:
+    """cosine.csv, layer_signs.csv, geometry.json and a cosine heatmap (PNG and SVG) in ``out_dir``."""
+    import pandas as pd
+
+    from wildmerge.atomic import write_json, write_text
+
+    out = Path(out_dir)
+    names = result["experts"]
+    written = [write_text(out / "cosine.csv", pd.DataFrame(result["cosine"], index=names, columns=names)
+                          .to_csv(float_format="%.6f"))]
+    rows = [{"expert_a": a, "expert_b": b, "positive_layers": result["positive_layers"][i][j],
+             "negative_layers": result["negative_layers"][i][j], "layers": result["layers"]}
+            for i, a in enumerate(names) for j, b in enumerate(names) if i < j and result["layers"]]
+    written.append(write_text(out / "layer_signs.csv", pd.DataFrame(rows).to_csv(index=False)))
+    written.append(write_json(out / "geometry.json", result))
+    written += _plot_cosine(np.array(result["cosine"]), names, out)
+    return written
+
+
+def _plot_cosine(cos: np.ndarray, names: List[str], out: Path) -> List[Path]:
+    from wildmerge.analysis.plots import _plt, _save
+
+    plt = _plt()
+    size = max(4.0, 0.55 * len(names) + 2)
+    fig, ax = plt.subplots(figsize=(size, size * 0.85))
+    limit = max(float(np.abs(cos - np.eye(len(names))).max()), 1e-6)
+    im = ax.imshow(cos, cmap="RdBu_r", vmin=-limit, vmax=limit)
+    ax.set_xticks(range(len(names)), names, rotation=60, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    for i in range(len(names)):
+        for j in range(len(names)):
+            if i != j and len(names) <= 16:
+                ax.text(j, i, f"{cos[i, j]:.2f}", ha="center", va="center", fontsize=7)
+    fig.colorbar(im, ax=ax, label="cosine similarity of task vectors")
+    ax.set_title("Pairwise cosine similarity of task vectors (whole model)")
+    return list(_save(fig, out / "cosine").values())
