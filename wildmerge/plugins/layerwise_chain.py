@@ -157,6 +157,7 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
         _release(job)
         skeleton = DecoderSkeleton.build(config, dev)
         data = _initial_batches(job, skeleton, need_own, need_hat)
+        _release(job)
         layers_report = []
         for k in tqdm(range(n_layers), desc=f"{'CoM' if job.chain else 'RegMean'} layers", disable=not job.progress):
             layer = skeleton.make_layer(k)
