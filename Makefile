@@ -6,13 +6,12 @@ BIN := $(VENV)/bin
 # build on GPU nodes, e.g. `make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup test test-fast demo bench clean
+.PHONY: setup test demo bench clean
 
 setup: $(BIN)/wildmerge
 
 $(BIN)/wildmerge: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e ".[dev]"
 	@touch $@
@@ -20,14 +19,14 @@ $(BIN)/wildmerge: pyproject.toml
 test: setup
 	$(BIN)/python -m pytest -q
 
-test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
-
 demo: setup
 	$(BIN)/python sample_and_merge.py
 
 bench: setup
-	$(BIN)/python benchmarks/bench_merge_methods.py
+	$(BIN)/python benchmarks/bench_merge_methods.py --kernels
+	$(BIN)/python benchmarks/bench_layerwise.py
+	$(BIN)/python benchmarks/bench_eval_harness.py
+	$(BIN)/python benchmarks/bench_demo_build.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -140,3 +140,23 @@ def test_scores_equal_a_bare_simple_evaluate(killed_then_resumed, lm_family):  #
     ours = k["store"].load(k["store"].index()["models"]["base"])["scores"]
     assert ours["mc"] == pytest.approx(bare["results"]["mini_mc"]["acc,none"])
     assert ours["gen"] == pytest.approx(bare["results"]["mini_gen"]["exact_match,strict"])
+
+
+def test_partial_evaluation_and_pruned_weights_keep_their_scores(lm_family, tmp_path):  # noqa: F811
+    """``model_ids`` scores one model without dropping the others from the index; a merge whose weights were
+    deleted after scoring (``--keep-models none``) keeps its score instead of turning into a failure."""
+    import shutil
+
+    merged = tmp_path / "merged"
+    shutil.copytree(lm_family["experts"][1], merged)
+    run = write_plan(tmp_path / "run", [_entry("base", "base", lm_family["base"]),
+                                        _entry("m", "merge", merged, method="ta", n=2, subset_id="s0")])
+    first = evaluate_run(run, lm_family["suite"], model_ids=["m"])
+    assert set(first["index"]) == {"m"} and first["ran"] == 1 and not first["failed"]
+    with pytest.raises(Exception, match="not in"):
+        evaluate_run(run, lm_family["suite"], model_ids=["nope"])
+    (merged / "model.safetensors").unlink()
+    (merged / "merge_info.json").write_text(json.dumps({"weights_pruned": True}))
+    second = evaluate_run(run, lm_family["suite"])
+    assert not second["failed"] and set(second["index"]) == {"base", "m"}
+    assert second["index"]["m"] == first["index"]["m"]

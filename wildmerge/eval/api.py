@@ -50,13 +50,19 @@ def _evaluate(entries: List[Dict[str, Any]], suite: Suite, store_root, executor:
     write_text(store.root / "suite.yml", yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False))
     cache = FingerprintCache(store.root / "fingerprints.json")
     jobs: Dict[str, Dict[str, Any]] = {}
-    index: Dict[str, str] = {}
+    # Earlier evaluations stay in the index: a partial evaluation (``model_ids``) must not drop them, and a merged
+    # model whose weights were deleted after scoring (``--keep-models none``) keeps its score.
+    previous = _read_index(store.root / "index.json")
+    index: Dict[str, str] = dict(previous.get("models", {}))
     for e in tqdm(entries, desc="fingerprint models", unit="model"):
         try:
             fp = fingerprint_model(e["path"], cache, allow_pickle)
         except WildmergeError as exc:
             if strict:
                 raise
+            old = index.get(e["model_id"])
+            if old and store.load(old)["status"] == OK and _weights_pruned(e["path"]):
+                continue
             job_id = f"{suite.name}-invalid-{hashlib.sha256(str(e['path']).encode()).hexdigest()[:12]}"
             write_result(store.result_path(job_id), _invalid_record(job_id, suite, str(e["path"]), str(exc)))
             index[e["model_id"]] = job_id
@@ -67,9 +73,10 @@ def _evaluate(entries: List[Dict[str, Any]], suite: Suite, store_root, executor:
         job["result_path"], job["log_path"] = str(store.result_path(job["job_id"])), str(store.log_path(job["job_id"]))
         index[e["model_id"]] = job["job_id"]
     cache.save()
+    all_jobs = {**previous.get("jobs", {}),
+                **{j: {k: v for k, v in job.items() if k not in ("tasks",)} for j, job in jobs.items()}}
     write_json(store.root / "index.json", {"suite": suite.name, "suite_source": suite.source, "models": index,
-                                           "jobs": {j: {k: v for k, v in job.items() if k not in ("tasks",)}
-                                                    for j, job in jobs.items()}})
+                                           "jobs": all_jobs})
     todo, skipped = [], 0
     for job_id, job in jobs.items():
         status = store.load(job_id)
@@ -82,8 +89,9 @@ def _evaluate(entries: List[Dict[str, Any]], suite: Suite, store_root, executor:
     print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
           f"({executor})")
     run_jobs(todo, executor, **options)
-    records = {job_id: store.load(job_id) for job_id in set(index.values())}
-    failures = {m: records[j].get("error") for m, j in index.items() if records[j]["status"] != OK}
+    wanted = {e["model_id"]: index[e["model_id"]] for e in entries if e["model_id"] in index}
+    records = {job_id: store.load(job_id) for job_id in set(wanted.values())}
+    failures = {m: records[j].get("error") for m, j in wanted.items() if records[j]["status"] != OK}
     for model_id, error in failures.items():
         first = (error or "").splitlines()[0] if error else "no result"
         print(f"FAILED {model_id}: {first}")
@@ -92,12 +100,32 @@ def _evaluate(entries: List[Dict[str, Any]], suite: Suite, store_root, executor:
               f"--retry-failed to run only those again")
     return {"store": store.root, "suite": suite.name, "models": len(entries), "jobs": len(jobs), "ran": len(todo),
             "skipped": skipped, "ok": sum(r["status"] == OK for r in records.values()),
-            "failed": failures, "index": index}
+            "failed": failures, "index": wanted}
+
+
+def _read_index(path: Path) -> Dict[str, Any]:
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _weights_pruned(path) -> bool:
+    import json
+
+    try:
+        return bool(json.loads((Path(path) / "merge_info.json").read_text()).get("weights_pruned"))
+    except (OSError, ValueError):
+        return False
 
 
 def evaluate_run(run_dir, suite, executor: str = "serial", retry_failed: bool = False,
-                 overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False, **options) -> Dict[str, Any]:
-    """Score every model of ``RUN/plan.json`` on ``suite``; identical models once; finished jobs are skipped.
+                 overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
+                 model_ids: Optional[List[str]] = None, **options) -> Dict[str, Any]:
+    """Score every model of ``RUN/plan.json`` (or only ``model_ids``) on ``suite``; identical models once;
+    finished jobs are skipped.
 
     A model that is missing or broken is recorded as failed and the others go on. ``options`` go to the executor
     (``ray_address``, ``gpus_per_job``, ``slurm_partition``, ``slurm_time``...).
@@ -105,6 +133,11 @@ def evaluate_run(run_dir, suite, executor: str = "serial", retry_failed: bool = 
     run_dir = Path(run_dir).resolve()
     suite = apply_overrides(load_suite(suite), overrides)
     entries = load_plan(run_dir)
+    if model_ids is not None:
+        unknown = sorted(set(model_ids) - {e["model_id"] for e in entries})
+        if unknown:
+            raise ConfigError(f"model ids not in {run_dir / 'plan.json'}: {unknown}")
+        entries = [e for e in entries if e["model_id"] in set(model_ids)]
     return _evaluate(entries, suite, run_dir / "eval" / suite.name, executor, retry_failed, strict=False,
                      allow_pickle=allow_pickle, **options)
 

@@ -5,7 +5,6 @@ With no arguments it runs on the embedded demo family with fewer subsets, so it 
 """
 
 import argparse
-import inspect
 import json
 import time
 from collections import Counter
@@ -88,17 +87,14 @@ def _evaluator(run_dir: Path, args, suite: str):
         from wildmerge.eval.api import evaluate_run
     except ImportError:
         return None, None
-    params = inspect.signature(evaluate_run).parameters
-    key = next((k for k in ("model_ids", "models", "only") if k in params), None)
-
     def whole():
         return evaluate_run(str(run_dir), suite, executor=args.executor, allow_pickle=args.allow_pickle)
 
     def one(entry):
         return evaluate_run(str(run_dir), suite, executor=args.executor, allow_pickle=args.allow_pickle,
-                            **{key: [entry["model_id"]]})
+                            model_ids=[entry["model_id"]])
 
-    return whole, (one if key else None)
+    return whole, one
 
 
 def run(args) -> int:
@@ -139,8 +135,8 @@ def run(args) -> int:
     if evaluate:
         whole, one = _evaluator(run_dir, args, suite)
     if args.keep_models == "none" and one is None:
-        raise ConfigError("--keep-models none deletes each merge after evaluating it, which needs --evaluate and an "
-                          "evaluation harness that scores one model at a time; use --keep-models all")
+        raise ConfigError("--keep-models none deletes each merged model's weights once it is evaluated: add "
+                          "--evaluate --suite NAME, or use --keep-models all")
     started = time.time()
     manifest, models = prepare(run_dir, pool, allow_pickle=args.allow_pickle,
                                download=False if args.no_download else None, **settings)
