@@ -12,11 +12,12 @@ import argparse
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from memory import peak_rss_mib
 
 EXPERTS = (2, 6, 12)
 SAMPLES = (16, 64, 256)
@@ -80,7 +81,7 @@ def one(args) -> None:
     run_merge(MergeConfiguration.model_validate(r), str(out), options=options, config_source=yaml.safe_dump(r))
     wall = time.perf_counter() - start
     gpu = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
-    print(json.dumps({"wall_s": wall, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    print(json.dumps({"wall_s": wall, "peak_rss_mib": peak_rss_mib(),
                       "gpu_peak_mib": gpu}))
 
 

@@ -11,11 +11,12 @@ implementation of the papers (full float32 SVDs, polar factors by SVD): the "bef
 import argparse
 import multiprocessing as mp
 import os
-import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from memory import peak_rss_mib
 
 METHODS = ["task_arithmetic", "ta", "ties", "model_stock", "tsv_m", "iso_c", "iso_cts", "ta_sb", "ties_sb"]
 
@@ -65,7 +66,7 @@ def _merge_worker(method, base, experts, out, cuda, queue):
     start = time.perf_counter()
     run_merge(MergeConfiguration.model_validate(config), out, options=options, config_source=yaml.safe_dump(config))
     seconds = time.perf_counter() - start
-    queue.put((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    queue.put((seconds, peak_rss_mib()))
 
 
 def time_merge(method, base, experts, cuda):
@@ -157,6 +158,7 @@ def main():
         print(f"\nK = {k} experts")
         print(f"{'method':16} {'wall s':>8} {'x TA':>7} {'peak RSS MiB':>13}")
         baseline = None
+        time_merge(args.methods[0], base, experts[:k], args.cuda)  # warm-up: page cache, imports
         for method in args.methods:
             seconds, rss = time_merge(method, base, experts[:k], args.cuda)
             baseline = baseline or seconds

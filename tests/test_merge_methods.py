@@ -243,3 +243,19 @@ def test_wildmerge_merge_cli_is_atomic_and_refuses_to_clobber(tiny_family, tmp_p
     assert (out / "model.safetensors").is_file()
     assert main(["merge", str(recipe), str(out)]) == 2  # exists: needs --overwrite
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_pickle_only_expert_is_refused_unless_opted_in(tiny_family, tmp_path):
+    import shutil
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(tiny_family["experts"][0], pickled)
+    state = load_file(str(pickled / "model.safetensors"))
+    torch.save(state, pickled / "pytorch_model.bin")
+    (pickled / "model.safetensors").unlink()
+    config = render_recipe("iso_c", tiny_family["base"], [str(pickled)])
+    with pytest.raises(Exception, match="only pickle weights"):
+        run(config, tmp_path / "out")
+    run_merge(MergeConfiguration.model_validate(config), str(tmp_path / "out2"),
+              options=MergeOptions(copy_tokenizer=False, quiet=True, lazy_unpickle=True))
+    assert (tmp_path / "out2" / "model.safetensors").is_file()

@@ -23,9 +23,12 @@ def _load(target: str):
     return getattr(importlib.import_module(module), name)
 
 
-def check_local_checkpoints(merge_config) -> None:
+def check_local_checkpoints(merge_config, options) -> None:
     """Shapes, architecture and safetensors-only weights of local inputs, from headers (milliseconds), so a
-    mismatched or pickle-only expert is named before mergekit loads anything. Hub ids are left to mergekit."""
+    mismatched or pickle-only expert is named before mergekit loads anything. Hub ids are left to mergekit.
+
+    Checkpoints from the wild are untrusted: pickle-only ones are refused unless the user opts in with mergekit's
+    ``--lazy-unpickle`` (what ``wildmerge sample --allow-pickle`` passes) or ``WILDMERGE_ALLOW_PICKLE=1``."""
     import os
     from pathlib import Path
 
@@ -38,7 +41,7 @@ def check_local_checkpoints(merge_config) -> None:
     for ref in merge_config.referenced_models():
         if ref != base and ref.lora is None and Path(ref.model.path).is_dir():
             experts[str(ref)] = ref.model.path
-    allow_pickle = os.environ.get("WILDMERGE_ALLOW_PICKLE", "") == "1"
+    allow_pickle = os.environ.get("WILDMERGE_ALLOW_PICKLE", "") == "1" or bool(getattr(options, "lazy_unpickle", 0))
     check_compatible(base.model.path, experts, allow_pickle=allow_pickle)
 
 
@@ -56,7 +59,7 @@ def wrap_run_merge(original):
         if method in LAYERWISE_METHODS:
             return _load(LAYERWISE_METHODS[method])(merge_config, out_path, options, config_source)
         validate_merge_config(merge_config)
-        check_local_checkpoints(merge_config)
+        check_local_checkpoints(merge_config, options)
         return original(merge_config, out_path, options, config_source=config_source)
 
     run_merge.__wildmerge_wrapped__ = True
