@@ -407,3 +407,26 @@ def test_other_decoder_families(family, tmp_path, arch):
     name = "model.layers.1.mlp.up_proj.weight"
     assert (merged[name] - sum(w[name] for w in ws) / 3).abs().max() > 1e-4
     _generate(out)
+
+
+def test_sampler_gives_each_expert_its_calibration_data_from_the_pool(family, tmp_path):
+    """A pool's per-expert ``calibration:`` reaches the rendered RegMean / CoM recipes of ``wildmerge sample``."""
+    import shutil
+
+    from wildmerge.cli import main
+
+    for i, data in enumerate(family["texts"]):
+        shutil.copy(data, tmp_path / f"calib{i}.jsonl")  # relative to the pool file
+    pool = {"name": "tiny", "base": {"model": family["base"]},
+            "experts": [{"model": e, "name": f"e{i}",
+                         "calibration": {"data": f"calib{i}.jsonl", "n_samples": N_SAMPLES, "seq_len": SEQ}}
+                        for i, e in enumerate(family["experts"])]}
+    (tmp_path / "pool.yml").write_text(yaml.safe_dump(pool))
+    run = tmp_path / "run"
+    assert main(["sample", "--base", str(tmp_path / "pool.yml"), "--out", str(run), "--methods", "com,regmean",
+                 "--sizes", "2", "--k", "1", "--no-full", "--no-evaluate"]) == 0
+    merged = sorted(p.name for p in (run / "models").iterdir())
+    assert merged == ["com__n02_s00", "regmean__n02_s00"]
+    recipe = yaml.safe_load((run / "models" / "com__n02_s00" / "recipe.yml").read_text())
+    assert all(Path(m["calibration"]["data"]).is_absolute() for m in recipe["models"])
+    assert (run / "models" / "com__n02_s00" / DIAGNOSTICS_FILE).is_file()

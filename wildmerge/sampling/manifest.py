@@ -58,6 +58,19 @@ def check_same(run_dir, pool, *, seed, sizes, k, full, homogeneous) -> dict | No
     return existing
 
 
+def _calibration(spec, relative_to: Path | None):
+    """An expert's calibration data with a relative local path made absolute (against the pool file)."""
+    def absolute(data: str) -> str:
+        p = Path(data).expanduser()
+        if relative_to is not None and not p.is_absolute() and (relative_to / p).exists():
+            return str((relative_to / p).resolve())
+        return data  # absolute already, or a datasets name
+
+    if isinstance(spec, str):
+        return absolute(spec)
+    return {**spec, **({"data": absolute(spec["data"])} if isinstance(spec.get("data"), str) else {})}
+
+
 def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True, homogeneous=False,
             allow_pickle=False, download=None) -> tuple[dict, dict]:
     """(manifest, models resolved on this machine). Resolves and checks every model before anything is merged."""
@@ -74,7 +87,9 @@ def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True
     base, experts = resolved[0], resolved[1:]
     check_compatible(base.path, {e.label: r.path for e, r in zip(pool.experts, experts)}, allow_pickle)
     models = {"base": {"name": "base", **base.as_dict()},
-              "experts": [{"name": e.label, "domain": e.domain, **r.as_dict()} for e, r in zip(pool.experts, experts)]}
+              "experts": [{"name": e.label, "domain": e.domain, **r.as_dict(),
+                           **({"calibration": _calibration(e.calibration, rel)} if e.calibration else {})}
+                          for e, r in zip(pool.experts, experts)]}
     if existing:
         return existing, models
     draw = draw_for(pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous)

@@ -34,6 +34,9 @@ class ModelRef(BaseModel):
 class Expert(ModelRef):
     name: str | None = None
     domain: str | None = None
+    # the expert's own calibration data for RegMean / CoM: a data path (relative to the pool file) or a
+    # calibration section ({data, text_field, n_samples, ...}); copied into each rendered recipe's models entry
+    calibration: str | dict | None = None
 
     @property
     def label(self) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from wildmerge.atomic import atomic_dir, clean_stale_tmp, write_json
+from wildmerge.plugins.entrypoint import LAYERWISE_METHODS
 from wildmerge.sampling.plan import split_hparams
 
 INFO = "merge_info.json"
@@ -27,6 +28,11 @@ def render(entry: dict, models: dict, method) -> tuple[dict, str]:
     top, per = split_hparams(method, entry.get("overrides", {}))
     recipe = render_recipe(method, models["base"]["path"], [paths[n] for n in entry["experts"]],
                            overrides=top or None, model_overrides=per or None)
+    if recipe["merge_method"] in LAYERWISE_METHODS:  # RegMean / CoM: each expert's own calibration data
+        calibration = {e["name"]: e.get("calibration") for e in models["experts"]}
+        for m, name in zip(recipe["models"], entry["experts"]):
+            if calibration.get(name):
+                m["calibration"] = calibration[name]
     logical = json.loads(json.dumps(recipe))  # deep copy; paths replaced by names for a machine-independent hash
     logical["base_model"] = "base"
     for m, name in zip(logical["models"], entry["experts"]):
