@@ -13,7 +13,6 @@ This file must stay torch-free and cheap: it runs in every Python process of the
 """
 
 import importlib
-import importlib.abc
 import sys
 
 _POST_IMPORT_HOOKS = {
@@ -30,7 +29,7 @@ def _run_hook(fullname: str, module) -> None:
         print(f"wildmerge: could not hook into {fullname}: {exc!r}", file=sys.stderr)
 
 
-class _HookingLoader(importlib.abc.Loader):
+class _HookingLoader:  # duck-typed importlib Loader (importlib.abc would cost ~25 ms at every start-up)
     def __init__(self, fullname, loader):
         self._fullname, self._loader = fullname, loader
 
@@ -45,7 +44,7 @@ class _HookingLoader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
+class _PostImportFinder:  # duck-typed importlib MetaPathFinder
     def find_spec(self, fullname, path, target=None):
         if fullname not in _POST_IMPORT_HOOKS:
             return None
