@@ -81,20 +81,11 @@ def _method_names(args) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _evaluator(run_dir: Path, args, suite: str):
-    """(evaluate whole run, evaluate one model or None), from wildmerge.eval.api when it is installed."""
-    try:
-        from wildmerge.eval.api import evaluate_run
-    except ImportError:
-        return None, None
-    def whole():
-        return evaluate_run(str(run_dir), suite, executor=args.executor, allow_pickle=args.allow_pickle)
+def _evaluate(run_dir: Path, args, suite: str, model_ids=None):
+    from wildmerge.eval.api import evaluate_run
 
-    def one(entry):
-        return evaluate_run(str(run_dir), suite, executor=args.executor, allow_pickle=args.allow_pickle,
-                            model_ids=[entry["model_id"]])
-
-    return whole, one
+    return evaluate_run(str(run_dir), suite, executor=args.executor, allow_pickle=args.allow_pickle,
+                        model_ids=model_ids)
 
 
 def run(args) -> int:
@@ -131,10 +122,7 @@ def run(args) -> int:
     from wildmerge.sampling.manifest import prepare
     from wildmerge.sampling.runner import merge_options, run_plan
 
-    whole, one = (None, None)
-    if evaluate:
-        whole, one = _evaluator(run_dir, args, suite)
-    if args.keep_models == "none" and one is None:
+    if args.keep_models == "none" and not evaluate:
         raise ConfigError("--keep-models none deletes each merged model's weights once it is evaluated: add "
                           "--evaluate --suite NAME, or use --keep-models all")
     started = time.time()
@@ -155,23 +143,18 @@ def run(args) -> int:
         print(f"  note: {note}")
     options = merge_options(models, device=args.device, allow_pickle=args.allow_pickle, seed=args.seed)
     stats = run_plan(entries, models, methods, options, keep_models=args.keep_models,
-                     after_each=one if args.keep_models == "none" else None)
+                     after_each=(lambda e: _evaluate(run_dir, args, suite, [e["model_id"]]))
+                     if args.keep_models == "none" else None)
     print(f"merges: {stats['merged']} new, {stats['redone']} redone, {stats['skipped']} already done "
           f"({stats['seconds']:.1f} s merging)")
     log = {"command": "wildmerge sample", "args": {k: v for k, v in vars(args).items() if k != "func"},
            "settings": settings, "stats": stats, "seconds": round(time.time() - started, 1)}
     if evaluate:
-        if whole is None:
-            print("evaluation skipped: wildmerge.eval.api is not installed yet; run `wildmerge eval` on this run later")
-        else:
-            whole()
-            try:
-                from wildmerge.analysis.report import write_report
-            except ImportError:
-                print("report skipped: wildmerge.analysis.report is not installed yet")
-            else:
-                outputs = write_report(run_dir)
-                log["report"] = {k: str(v) for k, v in outputs.items()}
-                print(f"report: {run_dir / 'report'}")
+        from wildmerge.analysis.report import write_report
+
+        _evaluate(run_dir, args, suite)
+        outputs = write_report(run_dir)
+        log["report"] = {k: str(v) for k, v in outputs.items()}
+        print(f"report: {run_dir / 'report'}")
     write_json(run_dir / "sample_log.json", log)
     return 0
