@@ -114,6 +114,9 @@ def naive_kernels():
 
 
 def bench_kernels(hidden, n_tasks):
+    """Our kernels against the naive ones, both with our LAPACK threading, and the naive ones with torch's."""
+    import contextlib
+
     import torch
 
     from wildmerge.plugins import spectral
@@ -122,20 +125,26 @@ def bench_kernels(hidden, n_tasks):
             "boost": lambda ds: spectral.subspace_boost(sum(ds), 0.2)}
     naive = naive_kernels()
     shapes = [(hidden, hidden), (int(hidden * 2.7), hidden)]
-    print(f"\nkernels, {n_tasks} task vectors, shapes {shapes} (best of 3)")
-    print(f"{'kernel':8} {'naive s':>9} {'ours s':>9} {'speed-up':>9}")
+    cpu = torch.device("cpu")
+    variants = {"naive, torch threads": (naive, contextlib.nullcontext),
+                "naive, 1 LAPACK thread": (naive, lambda: spectral.lapack_threads(cpu)),
+                "ours": (ours, contextlib.nullcontext)}
+    print(f"\nkernels, {n_tasks} task vectors, shapes {shapes}, best of 3 (torch threads: {torch.get_num_threads()})")
+    print(f"{'kernel':8} " + " ".join(f"{v:>23}" for v in variants) + f" {'naive/ours':>11}")
     for name in ours:
         times = {}
-        for label, fn in (("naive", naive[name]), ("ours", ours[name])):
+        for label, (fns, ctx) in variants.items():
             best = float("inf")
             for _ in range(3):
                 deltas_per_shape = [[torch.randn(*s) for _ in range(n_tasks)] for s in shapes]
-                t = time.perf_counter()
-                for ds in deltas_per_shape:
-                    fn(ds)
-                best = min(best, time.perf_counter() - t)
+                with ctx():
+                    t = time.perf_counter()
+                    for ds in deltas_per_shape:
+                        fns[name](ds)
+                    best = min(best, time.perf_counter() - t)
             times[label] = best
-        print(f"{name:8} {times['naive']:9.3f} {times['ours']:9.3f} {times['naive'] / times['ours']:8.2f}x")
+        print(f"{name:8} " + " ".join(f"{t:23.3f}" for t in times.values())
+              + f" {times['naive, 1 LAPACK thread'] / times['ours']:10.2f}x")
 
 
 def main():
