@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from wildmerge.atomic import write_json
+from wildmerge.checkpoints import weight_files
 from wildmerge.errors import WildmergeError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
@@ -42,14 +43,6 @@ def resolve_model_ref(ref: str, revision: Optional[str] = None) -> str:
                          f"demo:<name>")
 
 
-def weight_files(path, allow_pickle: bool = False):
-    path = Path(path)
-    files = sorted(path.glob("*.safetensors"))
-    if not files and allow_pickle:
-        files = sorted(path.glob("*.bin")) + sorted(path.glob("*.pt"))
-    return files
-
-
 def check_model_dir(path, allow_pickle: bool = False) -> None:
     """Raise a WildmergeError unless ``path`` looks like a Hugging Face causal LM folder lm-eval can load."""
     path = Path(path)
@@ -57,12 +50,7 @@ def check_model_dir(path, allow_pickle: bool = False) -> None:
         raise WildmergeError(f"model folder {str(path)!r} does not exist (was its merge finished?)")
     if not (path / "config.json").is_file():
         raise WildmergeError(f"{path} is not a model folder: config.json is missing")
-    if not weight_files(path, allow_pickle):
-        pickles = [p.name for p in path.glob("*.bin")] + [p.name for p in path.glob("*.pt")]
-        if pickles:
-            raise WildmergeError(f"{path} ships only pickle weights ({', '.join(pickles[:3])}); untrusted pickles "
-                                 f"are refused: convert them to safetensors or pass --allow-pickle")
-        raise WildmergeError(f"{path} is not a model folder: no *.safetensors weights")
+    weight_files(path, allow_pickle)  # safetensors, or pickles only when allowed
     if not any((path / f).is_file() for f in TOKENIZER_FILES):
         raise WildmergeError(f"{path} has no tokenizer files; lm-eval needs one: save the base model's tokenizer "
                              f"next to the weights (tokenizer.save_pretrained)")

@@ -11,6 +11,7 @@ from typing import Dict, List
 
 import torch
 
+from wildmerge.checkpoints import weight_files
 from wildmerge.errors import WildmergeError
 
 
@@ -50,10 +51,8 @@ class Checkpoint:
             with safe_open(str(single), framework="pt") as f:
                 self.files = {n: single for n in f.keys()}
         else:
-            pickles = [p.name for p in self.path.glob("*.bin")] + [p.name for p in self.path.glob("*.pt")]
-            what = f"only pickle files ({', '.join(pickles)})" if pickles else "no safetensors weights"
-            raise WildmergeError(f"{self.name}: {what}; convert it to safetensors first (pickle is unsafe for "
-                                 f"untrusted checkpoints)")
+            weight_files(self.path)  # raises: only pickles (unsafe for untrusted checkpoints) or no weights at all
+            raise WildmergeError(f"{self.name}: no model.safetensors or model.safetensors.index.json")
         self._handles: Dict[Path, object] = {}
 
     def names(self) -> List[str]:

@@ -9,6 +9,7 @@ import json
 import struct
 from pathlib import Path
 
+from wildmerge.checkpoints import weight_files
 from wildmerge.errors import WildmergeError
 
 # config.json keys that must agree for two checkpoints to be merged tensor by tensor.
@@ -24,19 +25,11 @@ def read_config(path) -> dict:
 
 
 def safetensors_shapes(path, allow_pickle=False) -> dict[str, tuple]:
-    """{tensor name: shape} from the headers of every ``*.safetensors`` shard in ``path``."""
-    folder = Path(path)
-    shards = sorted(folder.glob("*.safetensors"))
-    if not shards:
-        pickled = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth"))
-        if pickled and not allow_pickle:
-            raise WildmergeError(
-                f"{path} ships only pickle weights ({', '.join(pickled[:3])}); pickles from the wild can run code "
-                "when loaded. Convert them to safetensors, or pass --allow-pickle if you trust this checkpoint"
-            )
-        if pickled:
-            return {}  # no cheap header to read; mergekit will load them
-        raise WildmergeError(f"{path}: no *.safetensors weights found")
+    """{tensor name: shape} from the headers of every ``*.safetensors`` shard in ``path`` ({} for an allowed
+    pickle-only checkpoint: no cheap header to read, mergekit will load it)."""
+    shards = weight_files(path, allow_pickle)
+    if shards[0].suffix != ".safetensors":
+        return {}
     shapes = {}
     for shard in shards:
         with open(shard, "rb") as fh:
