@@ -14,7 +14,8 @@ def test_slurm_executor_runs_job_array_through_submitit(lm_family, tmp_path):  #
                               slurm_time=10, cpus_per_job=1, overrides={"limit": 3})
     assert summary["jobs"] == 2 and summary["ran"] == 2 and summary["ok"] == 2 and not summary["failed"]
     assert summary["index"][lm_family["copy"]] == summary["index"][lm_family["experts"][0]]
-XX
+    folder = tmp_path / "out" / "mini" / "slurm"  # submitit's job folder: one submission and log per array task
+    assert len(list(folder.glob("*_submitted.pkl"))) == 2 and len(list(folder.glob("*_log.out"))) == 2
     again = evaluate_models(models, lm_family["suite"], tmp_path / "out", executor="slurm", slurm_cluster="local",
                             overrides={"limit": 3})
     assert again["ran"] == 0
