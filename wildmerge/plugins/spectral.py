@@ -8,7 +8,9 @@ Two routes to a thin SVD (``thin_svd``):
 - ``precision="float64"``: the eigendecomposition of the float64 Gram matrix of the smaller side,
   ``A^T A = V diag(s^2) V^T`` and ``U = A V / s``: one GEMM and one symmetric eigensolve, no slower than a float64
   SVD and accurate to ~1e-9 relative within the numerical rank.
-Orthogonal polar factors (TSV-M, Iso-CTS) come from a small float64 eigensolve of ``M^T M`` rather than an SVD of M.
+On the CPU, when only the top ``k <= r / 4`` triplets are needed (TSV-M and Iso-CTS per task), a partial float64
+eigensolver computes just those. Orthogonal polar factors (TSV-M, Iso-CTS) come from a small float64 eigensolve of
+``M^T M`` rather than an SVD of M. Everything runs on the input's device (mergekit's ``--cuda`` puts it on the GPU).
 
 Effective rank (seed 002, spec §6): singular values at or below ``tol * s_1`` are treated as zero and their
 directions dropped; the default ``tol`` is ``max(m, n) * eps(float32)``, the usual numerical-rank threshold for
