@@ -5,6 +5,7 @@ forward order inside a block: a forward pass that stops at a group's first modul
 every earlier group.
 """
 
+import contextlib
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
@@ -109,8 +110,10 @@ def run_layer(layer: nn.Module, hidden: torch.Tensor, kwargs: dict) -> torch.Ten
     return out[0] if isinstance(out, tuple) else out
 
 
+@contextlib.contextmanager
 def input_hooks(layer: nn.Module, modules: Dict[str, str], on_input, stop_at: str = None):
-    """Forward-pre-hooks calling ``on_input(group, x)`` for each group's first module; raise at ``stop_at``."""
+    """Forward-pre-hooks calling ``on_input(group, x)`` for each group's first module; raise at ``stop_at``.
+    A context manager: the hooks are removed when the block ends, whatever happens in it."""
     handles = []
     for group, mod_name in modules.items():
         module = layer.get_submodule(mod_name)
@@ -121,7 +124,11 @@ def input_hooks(layer: nn.Module, modules: Dict[str, str], on_input, stop_at: st
                 raise _Stop
 
         handles.append(module.register_forward_pre_hook(hook))
-    return handles
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def forward_until(layer, hidden, kwargs) -> None:

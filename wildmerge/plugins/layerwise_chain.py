@@ -193,12 +193,8 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
                             if g in own_m:
                                 own_m[g][i].add(rows)
 
-                        handles = input_hooks(layer, FIRST_MODULE, on_input)
-                        try:
+                        with input_hooks(layer, FIRST_MODULE, on_input):
                             b.own = run_layer(layer, b.own.to(dev), b.kwargs[k]).to(_storage(dev))
-                        finally:
-                            for h in handles:
-                                h.remove()
                 for g, (accs, tok) in own_accs.items():
                     _solve_group(job, k, g, groups[g], params, merged, accs, tok, entries[g])
 
@@ -222,12 +218,8 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
                                 if g in hat_m:
                                     hat_m[g][i].add(rows)
 
-                            handles = input_hooks(layer, {g: FIRST_MODULE[g]}, on_input, stop_at=g)
-                            try:
+                            with input_hooks(layer, {g: FIRST_MODULE[g]}, on_input, stop_at=g):
                                 forward_until(layer, b.hat.to(dev), b.kwargs[k])
-                            finally:
-                                for h in handles:
-                                    h.remove()
                     if changed[g]:
                         _solve_group(job, k, g, groups[g], params, merged, accs, tok, entries[g])
 
@@ -242,12 +234,8 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
                         def on_input(g, x, i=i, b=b):
                             hat_m[g][i].add(_rows(x, b.valid))
 
-                        handles = input_hooks(layer, watch, on_input)
-                        try:
+                        with input_hooks(layer, watch, on_input):
                             b.hat = run_layer(layer, b.hat.to(dev), b.kwargs[k]).to(_storage(dev))
-                        finally:
-                            for h in handles:
-                                h.remove()
 
             for g in diag_groups:
                 per_model = [mcs(own_m[g][i], hat_m[g][i]) for i in range(len(params))]
