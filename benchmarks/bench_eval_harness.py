@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from wildmerge.memory import peak_rss_mib
+
 BARE = """
 import sys, json, lm_eval
 from lm_eval.tasks import TaskManager
@@ -68,7 +70,7 @@ def main() -> int:
     assert summary["ok"] == len(paths) and again["ran"] == 0, (summary, again)
 
     child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    self_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    self_rss = peak_rss_mib()
     result = {
         "models": len(paths), "bare_s_per_model": bare / len(paths), "harness_s_per_job": harness / len(paths),
         "overhead_ratio": harness / bare, "jobs_per_minute": 60 * len(paths) / harness,

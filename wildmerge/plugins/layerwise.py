@@ -12,7 +12,6 @@ covariate shift and importance weights in ``layerwise_diagnostics.json``.
 import json
 import logging
 import os
-import resource
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Literal, Optional, Union
@@ -21,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
+from wildmerge.memory import peak_rss_mib
 
 log = logging.getLogger("wildmerge")
 
@@ -235,7 +235,7 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
             "tokenizer_from": tok_path,
             "device": dev, "compute_dtype": str(compute_dtype), "out_dtype": str(out_dtype),
             "wall_seconds": round(time.time() - started, 3),
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "peak_rss_mib": round(peak_rss_mib(), 1),
             "mcs_definition": "Eq. 8 of seed 003: sum over models of the Frechet distance between Gaussian fits of "
                               "the layer inputs inside each fine-tuned model and inside the merged model "
                               "(groups qkv = q/k/v input, o = o_proj input)",

@@ -1,4 +1,4 @@
-"""Peak resident memory of the current process, for the benchmark scripts."""
+"""Peak resident memory of the current process, for benchmarks and diagnostics (one definition, VmHWM)."""
 
 import resource
 
