@@ -92,9 +92,25 @@ def test_mergekit_task_arithmetic_matches_float64_reference(family, tmp_path):
     assert (tmp_path / "merged" / "tokenizer.json").is_file()
 
 
-def test_lm_eval_scores_every_task(family):
-    from wildmerge.demo.report import score_model
+def score_model(path, tasks_dir, task_names, limit=None, out=None):
+    """{task: score} of one checkpoint through the evaluation harness, on the family's task files."""
+    import tempfile
 
+    from wildmerge.eval.api import evaluate_models
+    from wildmerge.eval.store import ResultStore
+    from wildmerge.eval.suites import load_suite
+
+    demo = load_suite("demo")
+    suite = demo.model_copy(update={"include_path": str(tasks_dir),
+                                    "tasks": [t for t in demo.tasks if t.task in task_names]})
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = evaluate_models([str(path)], suite, out or tmp, overrides={"limit": limit} if limit else None)
+        record = ResultStore(summary["store"]).load(summary["index"][str(path)])
+    names = {t.name: t.task for t in suite.tasks}
+    return {names.get(k, k): v for k, v in record["scores"].items()}
+
+
+def test_lm_eval_scores_every_task(family):
     scores = score_model(family["experts"]["expert_01"], family["tasks"], family["task_names"], limit=8)
     assert set(scores) == set(family["task_names"]) and len(scores) == 6
     assert all(0.0 <= s <= 1.0 for s in scores.values())
@@ -107,7 +123,6 @@ def test_the_generation_task_scores_exact_answers(family, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from wildmerge.demo.report import score_model
     from wildmerge.demo.tasks import write_task_yamls
 
     tasks = tmp_path / "tasks"
@@ -212,10 +227,12 @@ def test_cli_build_reuses_the_cache_and_refuses_bad_options(family, cache, capsy
 
 
 def test_report_scores_every_model_and_resumes(family, tmp_path, capsys):
-    """The honest-signal report: base, experts and their mergekit average (checked against a float64 mean)."""
-    from wildmerge.demo.report import family_report
+    """The honest-signal report through the real pipeline: base, experts and their average (the `ta` recipe with
+    normalised weights, checked against a float64 mean), scored by the harness, resumable like any run."""
+    from wildmerge.commands.demo import family_report
+    from wildmerge.run import RunFolder
 
-    table = family_report(family, out_dir=tmp_path, limit=4, progress=False)
+    table = family_report(family, out_dir=tmp_path, limit=4)
     assert [r["model"] for r in table["rows"]] == ["base", "expert_01", "expert_02", "expert_03", "average_all_experts"]
     assert all(0 <= r[t] <= 1 for r in table["rows"] for t in family["task_names"])
     assert {s["expert"] for s in table["specialists_vs_base"]} == {"expert_01", "expert_02", "expert_03"}
@@ -224,12 +241,17 @@ def test_report_scores_every_model_and_resumes(family, tmp_path, capsys):
     assert json.loads((tmp_path / "report.json").read_text()) == json.loads(json.dumps(table))
     assert "| expert_01 | math |" in capsys.readouterr().out
 
-    average = _load_weights(tmp_path / "models" / "average_all_experts")
+    run = RunFolder(tmp_path)
+    (merge,) = run.read_plan().merges
+    assert merge.method == "ta" and merge.experts == list(family["experts"])
+    average = _load_weights(merge.path)
     experts = [_load_weights(p) for p in family["experts"].values()]
     for k, v in average.items():
         expected = sum(e[k].double() for e in experts) / len(experts)
         assert (v.double() - expected).abs().max() < 1e-6, k
 
-    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "scores").iterdir()}
-    family_report(family, out_dir=tmp_path, limit=4, progress=False)  # a rerun reuses every saved score
-    assert stamps == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "scores").iterdir()}
+    results = run.eval_dir("demo") / "results"
+    stamps = {p.name: p.stat().st_mtime_ns for p in results.iterdir()}
+    assert len(stamps) == 5
+    assert family_report(family, out_dir=tmp_path, limit=4) == table  # a rerun reuses every saved score
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in results.iterdir()}

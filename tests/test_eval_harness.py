@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_eval_helpers import lm_family, write_plan  # noqa: F401  (fixture)
+from helpers import lm_family, write_plan  # noqa: F401  (fixture)
 from wildmerge.eval.api import evaluate_run
 from wildmerge.eval.store import ResultStore, read_result
 
@@ -72,14 +72,14 @@ def test_kill_then_rerun_finishes_without_redoing(killed_then_resumed):
 
 
 def test_identical_models_are_evaluated_once(killed_then_resumed):
-    index = killed_then_resumed["store"].index()["models"]
+    index = killed_then_resumed["store"].index().models
     assert index["e0"] == index["ta_n2_s0"]
     assert len({index["base"], index["e0"], index["iso_c_n2_s0"], index["ties_n2_s0"]}) == 4
     assert len(list((killed_then_resumed["store"].root / "results").glob("*.json"))) == 4
 
 
 def test_results_record_scores_and_provenance(killed_then_resumed):
-    store, index = killed_then_resumed["store"], killed_then_resumed["store"].index()["models"]
+    store, index = killed_then_resumed["store"], killed_then_resumed["store"].index().models
     for model in ("base", "e0"):
         r = store.load(index[model])
         assert r["status"] == "ok", r.get("error")
@@ -92,7 +92,7 @@ def test_results_record_scores_and_provenance(killed_then_resumed):
 
 
 def test_failing_jobs_are_recorded_and_isolated(killed_then_resumed):
-    store, index = killed_then_resumed["store"], killed_then_resumed["store"].index()["models"]
+    store, index = killed_then_resumed["store"], killed_then_resumed["store"].index().models
     missing = store.load(index["ties_n2_s0"])
     assert missing["status"] == "failed" and "does not exist" in missing["error"]
     crash = store.load(index["iso_c_n2_s0"])
@@ -107,7 +107,7 @@ def test_rerun_after_success_does_nothing_and_retry_failed_reruns_only_failures(
     again = evaluate_run(k["run"], lm_family["suite"], retry_failed=True)
     assert again["ran"] == 1  # the crashing model; the missing one is re-checked, not run
     after = {p.name: p.stat().st_mtime_ns for p in (k["store"].root / "results").glob("*.json")}
-    index = k["store"].index()["models"]
+    index = k["store"].index().models
     for model in ("base", "e0"):
         assert after[f"{index[model]}.json"] == before[f"{index[model]}.json"]
     assert after[f"{index['iso_c_n2_s0']}.json"] != before[f"{index['iso_c_n2_s0']}.json"]
@@ -115,7 +115,7 @@ def test_rerun_after_success_does_nothing_and_retry_failed_reruns_only_failures(
 
 def test_corrupt_result_is_detected_and_recomputed(killed_then_resumed, lm_family):  # noqa: F811
     k = killed_then_resumed
-    path = k["store"].result_path(k["store"].index()["models"]["e0"])
+    path = k["store"].result_path(k["store"].index().models["e0"])
     good = json.loads(path.read_text())
     tampered = dict(good, scores={"mc": 1.0, "gen": 1.0})
     path.write_text(json.dumps(tampered))
@@ -137,7 +137,7 @@ def test_scores_equal_a_bare_simple_evaluate(killed_then_resumed, lm_family):  #
                                    device="cpu", tasks=["mini_mc", "mini_gen"], task_manager=tm, num_fewshot=0,
                                    batch_size=4, bootstrap_iters=0, log_samples=False)
     k = killed_then_resumed
-    ours = k["store"].load(k["store"].index()["models"]["base"])["scores"]
+    ours = k["store"].load(k["store"].index().models["base"])["scores"]
     assert ours["mc"] == pytest.approx(bare["results"]["mini_mc"]["acc,none"])
     assert ours["gen"] == pytest.approx(bare["results"]["mini_gen"]["exact_match,strict"])
 

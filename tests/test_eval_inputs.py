@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_eval_helpers import lm_family, write_suite  # noqa: F401  (fixture)
+from helpers import lm_family, write_suite  # noqa: F401  (fixture)
 from wildmerge.cli import main
 from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.eval.api import evaluate_models
@@ -98,3 +98,10 @@ def test_fingerprint_follows_content_not_path(lm_family, tmp_path):  # noqa: F81
     assert fingerprint_model(changed, cache) == base
     cache.save()
     assert json.loads((tmp_path / "fp.json").read_text())
+
+
+def test_family_has_tokenizer_and_tasks(lm_family):  # noqa: F811
+    """The fixture itself: lm-eval needs a tokenizer beside the weights and task YAMLs with absolute paths."""
+    assert (Path(lm_family["base"]) / "tokenizer.json").is_file()
+    mc = yaml.safe_load((lm_family["tasks"] / "mini_mc.yaml").read_text())
+    assert Path(mc["dataset_kwargs"]["data_files"]["test"]).is_absolute()

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from test_eval_helpers import lm_family  # noqa: F401  (fixture)
+from helpers import lm_family  # noqa: F401  (fixture)
 from wildmerge.eval.api import evaluate_models
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # bind to 127.0.0.1 (read when ray is imported)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from test_eval_helpers import lm_family  # noqa: F401  (fixture)
+from helpers import lm_family  # noqa: F401  (fixture)
 from wildmerge.eval.api import evaluate_models
 
 pytest.importorskip("submitit")

@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 from conftest import make_tiny_model
 from wildmerge.cli import main
 from wildmerge.errors import WildmergeError
-from wildmerge.sampling.checks import check_compatible
+from wildmerge.checkpoints import check_compatible
 
 
 def write_pool(path, base, experts, domains=None):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from wildmerge.errors import ConfigError, WildmergeError
-from wildmerge.sampling import hub
+from wildmerge import hub
 from wildmerge.sampling.pools import list_pools, load_pool
 
 
@@ -83,7 +83,7 @@ def test_exclude_and_unknown_expert(tmp_path):
 def test_local_paths_resolve_relative_to_the_pool_file(tmp_path):
     (tmp_path / "models" / "base").mkdir(parents=True)
     assert hub.classify("models/base", tmp_path) == ("local", str((tmp_path / "models" / "base").resolve()))
-    with pytest.raises(hub.Unresolvable, match="local folder not found"):
+    with pytest.raises(hub.Unresolvable, match="local folder does not exist"):
         hub.classify("./models/missing", tmp_path)
 
 

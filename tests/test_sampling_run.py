@@ -187,6 +187,21 @@ def test_methods_added_later_reuse_the_subsets(pool, reference, tmp_path, capsys
             by_subset.setdefault(e["subset_id"], set()).add((e["method"], tuple(e["experts"])))
     assert all({m for m, _ in v} == {"ta", "ties", "iso_c", "model_stock"} and len({x for _, x in v}) == 1
                for v in by_subset.values())
+    # this invocation's entries come first (the base leads the plan) and their metadata wins over the old plan's
+    assert [e["kind"] for e in plan[:4]] == ["base", "expert", "expert", "expert"]
+    assert [e["method"] for e in plan if e["kind"] == "merge"][:4] == ["model_stock"] * 4
+
+
+def test_new_plan_entries_win_over_old_ones():
+    from wildmerge.run import PlanEntry, merged_with_previous
+
+    old = [PlanEntry(model_id="ta__n02_s00", kind="merge", path="/r/m", method="ta", label="old label"),
+           PlanEntry(model_id="ties__n02_s00", kind="merge", path="/r/t", method="ties")]
+    new = [PlanEntry(model_id="base", kind="base", path="/b"),
+           PlanEntry(model_id="ta__n02_s00", kind="merge", path="/r/m", method="ta", label="TA", ablations=["x"])]
+    merged = merged_with_previous(old, new)
+    assert [e.model_id for e in merged] == ["base", "ta__n02_s00", "ties__n02_s00"]
+    assert merged[1].label == "TA" and merged[1].ablations == ["x"]
 
 
 def test_grid_overrides_reach_the_recipe(pool, tmp_path):
@@ -219,22 +234,23 @@ def test_keep_models_none_prunes_after_each(pool, tmp_path):
     from wildmerge.sampling.manifest import prepare
     from wildmerge.sampling.plan import build_entries, load_methods
     from wildmerge.sampling.pools import load_pool
-    from wildmerge.sampling.runner import merge_options, read_info, run_plan
+    from wildmerge.run import read_merge_info
+    from wildmerge.sampling.runner import merge_options, run_plan
 
     run = tmp_path / "run"
     manifest, models = prepare(run, load_pool(pool), sizes=(1,), k=1)
     methods = load_methods(["ta"])
-    entries = build_entries(run, manifest, models, methods, {})
+    entries = build_entries(run, manifest.subsets, models, methods, {})
     seen = []
 
     def evaluate(entry):  # weights must still be there when the hook runs
-        assert (Path(entry["path"]) / "model.safetensors").is_file()
-        seen.append(entry["model_id"])
+        assert (Path(entry.path) / "model.safetensors").is_file()
+        seen.append(entry.model_id)
     stats = run_plan(entries, models, methods, merge_options(models), keep_models="none", after_each=evaluate,
                      progress=False)
     assert seen == ["ta__n03_full"] and stats["pruned"] == 1
     d = run / "models" / "ta__n03_full"
-    assert not list(d.glob("*.safetensors")) and read_info(d)["weights_pruned"] and (d / "recipe.yml").is_file()
+    assert not list(d.glob("*.safetensors")) and read_merge_info(d).weights_pruned and (d / "recipe.yml").is_file()
     stats = run_plan(entries, models, methods, merge_options(models), keep_models="none", after_each=evaluate,
                      progress=False)
     assert stats["skipped"] == 1 and stats["merged"] == 0 and seen == ["ta__n03_full"]

@@ -1,6 +1,6 @@
 """The ``wildmerge`` command: one entry point, one subcommand per job.
 
-Each subcommand lives in its own module that exposes ``configure(parser)`` and ``run(args) -> int``; modules are
+Each subcommand lives in its own module of ``wildmerge.commands`` that exposes ``configure(parser)`` and ``run(args) -> int``; modules are
 imported only when their subcommand runs, so ``wildmerge --help`` stays fast. A ``WildmergeError`` is printed
 as a one-line message (exit 2), never as a traceback.
 """
@@ -13,12 +13,12 @@ from wildmerge import __version__
 from wildmerge.errors import WildmergeError
 
 SUBCOMMANDS = {
-    "merge": ("wildmerge.plugins.command", "merge models from a mergekit recipe (all mergekit-yaml options work)"),
-    "demo": ("wildmerge.demo.command", "build the synthetic demo model family (the embedded default)"),
-    "sample": ("wildmerge.sampling.command", "draw expert subsets from a pool and merge them with every method"),
-    "eval": ("wildmerge.eval.command", "score models with lm-eval on a suite (serial, Ray or Slurm)"),
-    "report": ("wildmerge.analysis.report_command", "write leaderboard tables and plots for a run"),
-    "analyze": ("wildmerge.analysis.command", "task-vector geometry and mergeability diagnostics"),
+    "merge": ("wildmerge.commands.merge", "merge models from a mergekit recipe (all mergekit-yaml options work)"),
+    "demo": ("wildmerge.commands.demo", "build the synthetic demo model family (the embedded default)"),
+    "sample": ("wildmerge.commands.sample", "draw expert subsets from a pool and merge them with every method"),
+    "eval": ("wildmerge.commands.eval", "score models with lm-eval on a suite (serial, Ray or Slurm)"),
+    "report": ("wildmerge.commands.report", "write leaderboard tables and plots for a run"),
+    "analyze": ("wildmerge.commands.analyze", "task-vector geometry and mergeability diagnostics"),
 }
 
 

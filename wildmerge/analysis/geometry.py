@@ -1,4 +1,4 @@
-"""Task-vector geometry of a pool (seed 002, Figs. 19-26): how aligned are the experts' updates?
+"""Task-vector geometry of a pool (Hitit et al., arXiv 2511.21437, Figs. 19-26): how aligned are the experts' updates?
 
 - whole-model cosine similarity of every pair of task vectors ``tau_i = theta_i - theta_0``;
 - per pair, the number of decoder layers whose task vectors point the same way (cosine > 0) and the opposite way
@@ -19,14 +19,14 @@ _LAYER = re.compile(r"\blayers\.(\d+)\.")
 
 
 def _open_checkpoint(folder: str, stack) -> Dict[str, object]:
-    """tensor name -> open safetensors handle, for every ``*.safetensors`` shard of a checkpoint folder."""
+    """tensor name -> open safetensors handle, for every shard of a checkpoint folder."""
     from safetensors import safe_open
 
-    index = {}
-    for shard in sorted(Path(folder).glob("*.safetensors")):
-        handle = stack.enter_context(safe_open(str(shard), framework="pt"))
-        index.update({name: handle for name in handle.keys()})
-    return index
+    from wildmerge.checkpoints import tensor_index
+
+    index = tensor_index(folder)
+    handles = {shard: stack.enter_context(safe_open(str(shard), framework="pt")) for shard in set(index.values())}
+    return {name: handles[shard] for name, shard in index.items()}
 
 
 def task_vector_geometry(base: str, experts: Dict[str, str], progress: bool = True) -> dict:

@@ -1,6 +1,6 @@
 """The paper's tables from ``scores``: Table 1/3 (merges vs the base) and Table 2 (merges vs the best expert).
 
-A cell for (method, n) is ``P / D`` over the k evaluated subsets at that n (seed 002, §3.3):
+A cell for (method, n) is ``P / D`` over the k evaluated subsets at that n (Hitit et al., arXiv 2511.21437, §3.3):
   P = percentage of subsets whose mean accuracy is strictly above the reference (rounded to an integer);
   D = mean over the k subsets of (mean accuracy - reference accuracy), in percentage points.
 The n = 1 column holds the experts alone (the same for every method). Only models with ``status == ok`` count.

@@ -1,4 +1,4 @@
-"""Task-vector norm ``||theta_merged - theta_base||_2`` over the whole model (seed 002, Fig. 4).
+"""Task-vector norm ``||theta_merged - theta_base||_2`` over the whole model (Hitit et al., arXiv 2511.21437, Fig. 4).
 
 Streaming: tensors are read one at a time from the safetensors files (large ones in row blocks), differences are
 accumulated in float64, so memory stays at one block whatever the model size.
@@ -7,26 +7,12 @@ accumulated in float64, so memory stays at one block whatever the model size.
 import json
 import math
 from pathlib import Path
-from typing import Dict
 
 from wildmerge.atomic import write_json
+from wildmerge.checkpoints import tensor_index
 from wildmerge.errors import WildmergeError
 
 BLOCK = 1 << 22  # elements per block (32 MiB in float64)
-
-
-def _tensor_files(model_dir) -> Dict[str, Path]:
-    """tensor name -> safetensors file, across shards."""
-    from safetensors import safe_open
-
-    files = sorted(Path(model_dir).glob("*.safetensors"))
-    if not files:
-        raise WildmergeError(f"{model_dir} has no *.safetensors weights; cannot compute its task-vector norm")
-    out = {}
-    for f in files:
-        with safe_open(str(f), framework="pt") as h:
-            out.update({k: f for k in h.keys()})
-    return out
 
 
 def task_vector_norm(merged_dir, base_dir) -> float:
@@ -34,7 +20,7 @@ def task_vector_norm(merged_dir, base_dir) -> float:
     import torch
     from safetensors import safe_open
 
-    merged, base = _tensor_files(merged_dir), _tensor_files(base_dir)
+    merged, base = tensor_index(merged_dir), tensor_index(base_dir)
     if set(merged) != set(base):
         only_m, only_b = sorted(set(merged) - set(base))[:3], sorted(set(base) - set(merged))[:3]
         raise WildmergeError(f"{merged_dir} and base {base_dir} hold different tensors (only in merge: {only_m}, "

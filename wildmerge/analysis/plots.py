@@ -17,6 +17,7 @@ def _plt():
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, selectable, smaller
     import matplotlib.pyplot as plt
 
     return plt

@@ -11,23 +11,23 @@ from tqdm.auto import tqdm
 
 from wildmerge.analysis import leaderboard, plots
 from wildmerge.analysis.norms import NormCache
-from wildmerge.analysis.scores import collect_scores, evaluated_suites
+from wildmerge.analysis.scores import collect_scores
 from wildmerge.atomic import atomic_dir, write_text
 from wildmerge.errors import WildmergeError
-from wildmerge.eval.plan import load_plan
+from wildmerge.run import RunFolder
 
 
 def _norms(run_dir: Path, df, notes) -> None:
     """Task-vector norm of every merge and expert against the base (streaming; cached in RUN/eval/norms.json)."""
-    entries = {e["model_id"]: e for e in load_plan(run_dir)}
-    base = next(e["path"] for e in entries.values() if e["kind"] == "base")
+    entries = {e.model_id: e for e in RunFolder(run_dir).read_plan().entries}
+    base = next(e.path for e in entries.values() if e.kind == "base")
     cache = NormCache(run_dir / "eval" / "norms.json")
     values = []
     for model_id, kind in tqdm(list(zip(df["model_id"], df["kind"])), desc="task-vector norms", unit="model"):
         value = float("nan")
         if kind != "base":
             try:
-                value = cache.norm(entries[model_id]["path"], base)
+                value = cache.norm(entries[model_id].path, base)
             except (WildmergeError, OSError) as exc:
                 notes.append(f"{model_id}: no task-vector norm ({exc})")
         values.append(value)
@@ -88,7 +88,7 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
 def write_report(run_dir, out_dir=None, suite: Optional[str] = None) -> Dict[str, Path]:
     """Write the report of ``suite`` (or of each evaluated suite); returns name -> path of what was written."""
     run_dir = Path(run_dir).resolve()
-    evaluated = evaluated_suites(run_dir)
+    evaluated = RunFolder(run_dir).evaluated_suites()
     if not evaluated:
         raise WildmergeError(f"{run_dir} has no evaluation results; run `wildmerge eval {run_dir} --suite NAME`")
     root = Path(out_dir).resolve() if out_dir else run_dir / "report"

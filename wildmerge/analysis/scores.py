@@ -5,27 +5,21 @@ scores: it is listed, never averaged in.
 """
 
 import json
-from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import yaml
 
-from wildmerge.errors import WildmergeError
-from wildmerge.eval.plan import load_plan
+from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.eval.store import OK, ResultStore
+from wildmerge.run import RunFolder
 
 METHOD_ORDER = ["ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c", "iso_cts", "regmean", "com"]
 FALLBACK_LABELS = {"ta": "TA", "model_stock": "Model Stock", "ties": "TIES", "ta_sb": "TA+SB", "ties_sb": "TIES+SB",
                    "tsv_m": "TSV-M", "iso_c": "Iso-C", "iso_cts": "Iso-CTS", "regmean": "RegMean", "com": "CoM"}
 
 
-def evaluated_suites(run_dir) -> List[str]:
-    root = Path(run_dir) / "eval"
-    return sorted(p.name for p in root.iterdir() if (p / "index.json").is_file()) if root.is_dir() else []
-
-
 def pick_suite(run_dir, suite: Optional[str]) -> str:
-    suites = evaluated_suites(run_dir)
+    suites = RunFolder(run_dir).evaluated_suites()
     if suite:
         if suite not in suites:
             raise WildmergeError(f"suite {suite!r} was not evaluated in {run_dir} (evaluated: "
@@ -41,11 +35,11 @@ def pick_suite(run_dir, suite: Optional[str]) -> str:
 def method_label(method: Optional[str]) -> str:
     if not method:
         return ""
-    try:
-        from wildmerge.plugins.recipes import load_method_recipe
+    from wildmerge.plugins.recipes import load_method_recipe
 
+    try:
         return load_method_recipe(method).label
-    except Exception:
+    except ConfigError:  # a method recipe that is no longer shipped
         return FALLBACK_LABELS.get(method, method)
 
 
@@ -72,18 +66,18 @@ def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List
     """(DataFrame, task column names, notes) for ``suite`` of the run; scores in percent."""
     import pandas as pd
 
-    run_dir = Path(run_dir)
+    run = RunFolder(run_dir)
     suite = pick_suite(run_dir, suite)
-    store = ResultStore(run_dir / "eval" / suite)
-    index = store.index()["models"]
+    store = ResultStore(run.eval_dir(suite))
+    index = store.index().models
     suite_data = yaml.safe_load((store.root / "suite.yml").read_text())
     tasks = [t.get("label") or t["task"] for t in suite_data["tasks"]]
     notes, rows = [], []
-    for e in load_plan(run_dir):
-        row = {"model_id": e["model_id"], "kind": e["kind"], "method": e["method"] or "",
-               "method_label": method_label(e["method"]), "n": e["n"], "subset_id": e["subset_id"],
-               "hparams": json.dumps(e["hparams"] or {}, sort_keys=True), "experts": ";".join(e["experts"] or []),
-               "job_id": index.get(e["model_id"], ""), "status": "not evaluated", "error": ""}
+    for e in run.read_plan().entries:
+        row = {"model_id": e.model_id, "kind": e.kind, "method": e.method or "",
+               "method_label": method_label(e.method), "n": e.n, "subset_id": e.subset_id,
+               "hparams": json.dumps(e.hparams, sort_keys=True), "experts": ";".join(e.experts),
+               "job_id": index.get(e.model_id, ""), "status": "not evaluated", "error": ""}
         record = store.load(row["job_id"]) if row["job_id"] else {"status": "not evaluated", "error": ""}
         row["status"], row["error"] = record["status"], (record.get("error") or "").split("\n")[0]
         if record["status"] == OK:
@@ -95,7 +89,7 @@ def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List
                     row[t] = 100.0 * float(record["scores"][t])
                 row["mean"] = sum(row[t] for t in tasks) / len(tasks)
         if row["status"] != OK:
-            notes.append(f"{e['model_id']} ({e['kind']}) has no score: {row['status']}: {row['error']}")
+            notes.append(f"{e.model_id} ({e.kind}) has no score: {row['status']}: {row['error']}")
         rows.append(row)
     _variants(rows)
     df = pd.DataFrame(rows)

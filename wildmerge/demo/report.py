@@ -1,16 +1,15 @@
-"""The honest-signal report: the base, every expert and a merge of all experts, scored by the real lm-eval.
+"""The honest-signal table of the demo family: does it behave like fine-tuned LLMs do?
 
-It shows whether the family behaves like LLMs do: each specialist beats the base on its own skill, and an
-average of experts scores differently from the base. Scores of each model are saved as they finish
-(``scores/<label>.json``), so a killed report resumes; ``report.json`` and ``report.csv`` hold the table.
+Each specialist should beat the base on its own skill, and an average of the experts should score differently from
+the base. The scores come from the real pipeline (a run folder with a plan, the evaluation harness, the leaderboard's
+score table: ``wildmerge demo report``); this module only turns them into the table and its Markdown.
 """
 
 import json
 from pathlib import Path
 
-from wildmerge.atomic import atomic_dir, write_json, write_text
-
 MC_METRIC, GEN_METRIC = "acc,none", "exact_match,none"
+AVERAGE = "average_all_experts"
 
 
 def metric_of(task: str) -> str:
@@ -19,67 +18,14 @@ def metric_of(task: str) -> str:
     return GEN_METRIC if task in GENERATION_TASKS else MC_METRIC
 
 
-def score_model(path: str, tasks_dir: str, task_names: list, limit=None, batch_size: int = 32) -> dict:
-    """``{task: score}`` of one checkpoint with lm-eval's ``simple_evaluate`` (HF backend, CPU, float32)."""
-    import lm_eval
-    from lm_eval.tasks import TaskManager
-
-    from wildmerge.demo.train import deterministic
-
-    with deterministic(1):
-        res = lm_eval.simple_evaluate(
-            model="hf", model_args={"pretrained": str(path), "dtype": "float32"}, device="cpu",
-            tasks=list(task_names), task_manager=TaskManager(include_path=str(tasks_dir), include_defaults=False),
-            num_fewshot=0, batch_size=batch_size, limit=limit, bootstrap_iters=0, log_samples=False,
-        )
-    return {t: float(res["results"][t][metric_of(t)]) for t in task_names}
-
-
-def merge_average(base: str, experts: list, out: Path) -> str:
-    """Uniform average of the experts (mergekit ``linear``): the simplest merge, made by the real mergekit."""
-    if (out / "config.json").is_file():
-        return str(out)
-    from mergekit.config import MergeConfiguration
-    from mergekit.merge import run_merge
-    from mergekit.options import MergeOptions
-
-    config = MergeConfiguration.model_validate({
-        "merge_method": "linear", "dtype": "float32",
-        "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts],
-        "parameters": {"normalize": True},
-    })
-    with atomic_dir(out) as tmp:
-        run_merge(config, str(tmp), MergeOptions(copy_tokenizer=True, quiet=True))
-    return str(out)
-
-
 def default_report_dir(info: dict) -> Path:
     return Path(info["root"]).with_name(Path(info["root"]).name + "-report")
 
 
-def family_report(info: dict, out_dir=None, limit=None, progress: bool = True) -> dict:
-    """Score base, experts and their average on every demo task; write and print the table; return it."""
-    from tqdm.auto import tqdm
-
-    out = Path(out_dir) if out_dir else default_report_dir(info)
-    models = {"base": info["base"], **info["experts"]}
-    models["average_all_experts"] = merge_average(info["base"], list(info["experts"].values()),
-                                                  out / "models" / "average_all_experts")
-    tasks = info["task_names"]
-    scores = {}
-    for label, path in tqdm(models.items(), desc="demo report", unit="model", disable=not progress):
-        cache = out / "scores" / f"{label}.json"
-        saved = json.loads(cache.read_text()) if cache.is_file() else None
-        if saved and saved.get("path") == path and saved.get("limit") == limit and saved.get("family") == info["root"]:
-            scores[label] = saved["scores"]
-            continue
-        scores[label] = score_model(path, info["tasks"], tasks, limit=limit)
-        write_json(cache, {"path": path, "limit": limit, "family": info["root"], "scores": scores[label]})
-    table = _table(info, scores, tasks)
-    write_json(out / "report.json", table)
-    write_text(out / "report.csv", _csv(table, tasks))
-    print(format_table(table, tasks))
-    return table
+def family_table(info: dict, scores: dict) -> dict:
+    """The table from ``{model label: {task name: score in [0, 1]}}`` with labels base, expert_XX and
+    ``average_all_experts``."""
+    return _table(info, scores, list(info["task_names"]))
 
 
 def _table(info: dict, scores: dict, tasks: list) -> dict:
@@ -101,7 +47,7 @@ def _table(info: dict, scores: dict, tasks: list) -> dict:
             "metrics": {t: metric_of(t) for t in tasks}, "rows": rows, "specialists_vs_base": own}
 
 
-def _csv(table: dict, tasks: list) -> str:
+def table_csv(table: dict, tasks: list) -> str:
     cols = ["model", "domain", "skills", *tasks, "mean"]
     lines = [",".join(cols)]
     for r in table["rows"]:

@@ -10,16 +10,18 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import yaml
+from pydantic import ValidationError
 from tqdm.auto import tqdm
 
-from wildmerge.atomic import write_json, write_text
+from wildmerge.atomic import write_text
 from wildmerge.errors import ConfigError, WildmergeError
-from wildmerge.eval.executors import run_jobs
+from wildmerge.eval.executors import executor_options, run_jobs
 from wildmerge.eval.jobs import make_job
-from wildmerge.eval.models import FingerprintCache, check_model_dir, fingerprint_model, resolve_model_ref
-from wildmerge.eval.plan import load_plan
+from wildmerge.eval.models import FingerprintCache, check_model_dir, fingerprint_model
 from wildmerge.eval.store import FAILED, OK, ResultStore, write_result
 from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
+from wildmerge.hub import resolve_path
+from wildmerge.run import EvalIndex, PlanEntry, RunFolder, read_eval_index, read_merge_info, write_eval_index
 
 
 def apply_overrides(suite: Suite, overrides: Optional[Dict[str, Any]]) -> Suite:
@@ -32,8 +34,10 @@ def apply_overrides(suite: Suite, overrides: Optional[Dict[str, Any]]) -> Suite:
         raise ConfigError(f"unknown setting(s) {unknown}; valid: {', '.join(SuiteSettings.model_fields)}")
     try:
         settings = SuiteSettings.model_validate({**suite.settings.model_dump(), **overrides})
-    except Exception as exc:
-        raise ConfigError(f"invalid setting override {overrides}: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"invalid setting override {first['loc'][0]}={overrides.get(first['loc'][0])!r}: "
+                          f"{first['msg']}") from None
     return suite.model_copy(update={"settings": settings})
 
 
@@ -42,8 +46,9 @@ def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[st
             "suite": suite.name, "settings": suite.settings.model_dump(mode="json"), "finished": time.time()}
 
 
-def _evaluate(entries: List[Dict[str, Any]], suite: Suite, store_root, executor: str, retry_failed: bool,
+def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str, retry_failed: bool,
               strict: bool, allow_pickle: bool, **options) -> Dict[str, Any]:
+    executor_options(executor, options)  # a misspelled option fails here, before any model is fingerprinted
     include_path = suite.resolved_include_path()
     include_defaults = check_tasks(suite)  # unknown task names fail here, before any model is loaded
     store = ResultStore(store_root).prepare()
@@ -52,31 +57,30 @@ def _evaluate(entries: List[Dict[str, Any]], suite: Suite, store_root, executor:
     jobs: Dict[str, Dict[str, Any]] = {}
     # Earlier evaluations stay in the index: a partial evaluation (``model_ids``) must not drop them, and a merged
     # model whose weights were deleted after scoring (``--keep-models none``) keeps its score.
-    previous = _read_index(store.root / "index.json")
-    index: Dict[str, str] = dict(previous.get("models", {}))
+    previous = read_eval_index(store.root)
+    index: Dict[str, str] = dict(previous.models)
     for e in tqdm(entries, desc="fingerprint models", unit="model"):
         try:
-            fp = fingerprint_model(e["path"], cache, allow_pickle)
+            fp = fingerprint_model(e.path, cache, allow_pickle)
         except WildmergeError as exc:
             if strict:
                 raise
-            old = index.get(e["model_id"])
-            if old and store.load(old)["status"] == OK and _weights_pruned(e["path"]):
+            old = index.get(e.model_id)
+            if old and store.load(old)["status"] == OK and _weights_pruned(e.path):
                 continue
-            job_id = f"{suite.name}-invalid-{hashlib.sha256(str(e['path']).encode()).hexdigest()[:12]}"
-            write_result(store.result_path(job_id), _invalid_record(job_id, suite, str(e["path"]), str(exc)))
-            index[e["model_id"]] = job_id
+            job_id = f"{suite.name}-invalid-{hashlib.sha256(str(e.path).encode()).hexdigest()[:12]}"
+            write_result(store.result_path(job_id), _invalid_record(job_id, suite, str(e.path), str(exc)))
+            index[e.model_id] = job_id
             continue
-        job = make_job(e["path"], fp, suite, include_path, include_defaults)
+        job = make_job(e.path, fp, suite, include_path, include_defaults)
         job = jobs.setdefault(job.job_id, job.to_dict())
-        job["models"].append(e["model_id"])
+        job["models"].append(e.model_id)
         job["result_path"], job["log_path"] = str(store.result_path(job["job_id"])), str(store.log_path(job["job_id"]))
-        index[e["model_id"]] = job["job_id"]
+        index[e.model_id] = job["job_id"]
     cache.save()
-    all_jobs = {**previous.get("jobs", {}),
+    all_jobs = {**previous.jobs,
                 **{j: {k: v for k, v in job.items() if k not in ("tasks",)} for j, job in jobs.items()}}
-    write_json(store.root / "index.json", {"suite": suite.name, "suite_source": suite.source, "models": index,
-                                           "jobs": all_jobs})
+    write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index, jobs=all_jobs))
     todo, skipped = [], 0
     for job_id, job in jobs.items():
         status = store.load(job_id)
@@ -89,7 +93,7 @@ def _evaluate(entries: List[Dict[str, Any]], suite: Suite, store_root, executor:
     print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
           f"({executor})")
     run_jobs(todo, executor, **options)
-    wanted = {e["model_id"]: index[e["model_id"]] for e in entries if e["model_id"] in index}
+    wanted = {e.model_id: index[e.model_id] for e in entries if e.model_id in index}
     records = {job_id: store.load(job_id) for job_id in set(wanted.values())}
     failures = {m: records[j].get("error") for m, j in wanted.items() if records[j]["status"] != OK}
     for model_id, error in failures.items():
@@ -103,22 +107,9 @@ def _evaluate(entries: List[Dict[str, Any]], suite: Suite, store_root, executor:
             "failed": failures, "index": wanted}
 
 
-def _read_index(path: Path) -> Dict[str, Any]:
-    import json
-
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def _weights_pruned(path) -> bool:
-    import json
-
-    try:
-        return bool(json.loads((Path(path) / "merge_info.json").read_text()).get("weights_pruned"))
-    except (OSError, ValueError):
-        return False
+    info = read_merge_info(path)
+    return bool(info and info.weights_pruned)
 
 
 def evaluate_run(run_dir, suite, executor: str = "serial", retry_failed: bool = False,
@@ -130,15 +121,15 @@ def evaluate_run(run_dir, suite, executor: str = "serial", retry_failed: bool = 
     A model that is missing or broken is recorded as failed and the others go on. ``options`` go to the executor
     (``ray_address``, ``gpus_per_job``, ``slurm_partition``, ``slurm_time``...).
     """
-    run_dir = Path(run_dir).resolve()
+    run = RunFolder(run_dir)
     suite = apply_overrides(load_suite(suite), overrides)
-    entries = load_plan(run_dir)
+    entries = run.read_plan().entries
     if model_ids is not None:
-        unknown = sorted(set(model_ids) - {e["model_id"] for e in entries})
+        unknown = sorted(set(model_ids) - {e.model_id for e in entries})
         if unknown:
-            raise ConfigError(f"model ids not in {run_dir / 'plan.json'}: {unknown}")
-        entries = [e for e in entries if e["model_id"] in set(model_ids)]
-    return _evaluate(entries, suite, run_dir / "eval" / suite.name, executor, retry_failed, strict=False,
+            raise ConfigError(f"model ids not in {run.plan_path}: {unknown}")
+        entries = [e for e in entries if e.model_id in set(model_ids)]
+    return _evaluate(entries, suite, run.eval_dir(suite.name), executor, retry_failed, strict=False,
                      allow_pickle=allow_pickle, **options)
 
 
@@ -149,8 +140,8 @@ def evaluate_models(models: List[str], suite, out_dir, executor: str = "serial",
     suite = apply_overrides(load_suite(suite), overrides)
     entries = []
     for ref in models:
-        path = resolve_model_ref(ref)
+        path = resolve_path(ref, download=False, allow_pickle=allow_pickle)
         check_model_dir(path, allow_pickle)
-        entries.append({"model_id": ref, "path": path})
+        entries.append(PlanEntry(model_id=ref, kind="expert", path=path))
     return _evaluate(entries, suite, Path(out_dir).resolve() / suite.name, executor, retry_failed, strict=True,
                      allow_pickle=allow_pickle, **options)

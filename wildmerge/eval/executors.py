@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tqdm.auto import tqdm
 
-from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.eval.store import FAILED, read_result, write_result
 from wildmerge.eval.worker import base_record, run_job
 
-EXECUTORS = ("serial", "ray", "slurm")
 Callback = Optional[Callable[[Dict[str, Any]], None]]
 
 
@@ -36,7 +36,33 @@ def _keep(job: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
     return record
 
 
-def run_serial(jobs: List[Dict[str, Any]], on_done: Callback = None, **_) -> List[Dict[str, Any]]:
+class SerialOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RayOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ray_address: Optional[str] = None
+    gpus_per_job: Optional[float] = Field(None, ge=0)
+    cpus_per_job: float = Field(1, gt=0)
+
+
+class SlurmOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    folder: Optional[str] = None
+    slurm_partition: Optional[str] = None
+    slurm_time: int = Field(240, gt=0)  # minutes per job
+    gpus_per_job: Optional[float] = Field(None, ge=0)
+    cpus_per_job: float = Field(4, gt=0)
+    slurm_mem_gb: Optional[int] = Field(None, gt=0)
+    slurm_array_parallelism: int = Field(64, gt=0)
+    slurm_cluster: Optional[str] = None  # 'local' / 'debug': submitit's stand-ins, for tests
+    slurm_extra: Optional[Dict[str, Any]] = None
+
+
+def run_serial(jobs: List[Dict[str, Any]], on_done: Callback = None) -> List[Dict[str, Any]]:
     records = []
     for job in tqdm(jobs, desc="eval jobs", unit="job"):
         records.append(run_job(job))
@@ -45,7 +71,7 @@ def run_serial(jobs: List[Dict[str, Any]], on_done: Callback = None, **_) -> Lis
 
 
 def run_ray(jobs: List[Dict[str, Any]], on_done: Callback = None, ray_address: Optional[str] = None,
-            gpus_per_job: Optional[float] = None, cpus_per_job: float = 1, **_) -> List[Dict[str, Any]]:
+            gpus_per_job: Optional[float] = None, cpus_per_job: float = 1) -> List[Dict[str, Any]]:
     """One Ray task per job; with GPUs, ``gpus_per_job`` (default 1) each, so Ray queues jobs on free GPUs.
 
     ``ray_address``: ``auto`` or ``ray://host:10001`` joins a cluster; none starts (or reuses) a local one.
@@ -85,8 +111,8 @@ def run_ray(jobs: List[Dict[str, Any]], on_done: Callback = None, ray_address: O
 def run_slurm(jobs: List[Dict[str, Any]], on_done: Callback = None, folder: Optional[str] = None,
               slurm_partition: Optional[str] = None, slurm_time: int = 240, gpus_per_job: Optional[float] = None,
               cpus_per_job: float = 4, slurm_mem_gb: Optional[int] = None, slurm_array_parallelism: int = 64,
-              slurm_cluster: Optional[str] = None, slurm_extra: Optional[Dict[str, Any]] = None,
-              **_) -> List[Dict[str, Any]]:
+              slurm_cluster: Optional[str] = None,
+              slurm_extra: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """One Slurm array task per job via submitit (``slurm_cluster='local'`` runs them here, for tests)."""
     try:
         import submitit
@@ -118,8 +144,30 @@ def run_slurm(jobs: List[Dict[str, Any]], on_done: Callback = None, folder: Opti
     return records
 
 
-def run_jobs(jobs: List[Dict[str, Any]], executor: str = "serial", **options) -> List[Dict[str, Any]]:
-    runners = {"serial": run_serial, "ray": run_ray, "slurm": run_slurm}
-    if executor not in runners:
-        raise ConfigError(f"unknown executor {executor!r}; valid executors: {', '.join(EXECUTORS)}")
-    return runners[executor](jobs, **options)
+EXECUTORS = {"serial": (run_serial, SerialOptions), "ray": (run_ray, RayOptions), "slurm": (run_slurm, SlurmOptions)}
+
+
+def executor_options(executor: str, options: Dict[str, Any]) -> Dict[str, Any]:
+    """``options`` checked against the executor's (unset ones, None, dropped): a misspelled or misplaced option is
+    an error that names the valid ones, never silently ignored."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {executor!r}{did_you_mean(executor, EXECUTORS)}; valid executors: "
+                          f"{', '.join(EXECUTORS)}")
+    schema = EXECUTORS[executor][1]
+    given = {k: v for k, v in options.items() if v is not None}
+    unknown = sorted(set(given) - set(schema.model_fields))
+    if unknown:
+        valid = ", ".join(schema.model_fields) or "none"
+        raise ConfigError(f"option {unknown[0]!r}{did_you_mean(unknown[0], schema.model_fields)} does not apply to the "
+                          f"{executor} executor (its options: {valid})")
+    try:
+        return schema.model_validate(given).model_dump()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"{executor} executor option {first['loc'][0]!r}: {first['msg']}") from None
+
+
+def run_jobs(jobs: List[Dict[str, Any]], executor: str = "serial", on_done: Callback = None,
+             **options) -> List[Dict[str, Any]]:
+    checked = executor_options(executor, options)
+    return EXECUTORS[executor][0](jobs, on_done, **checked)

@@ -1,4 +1,4 @@
-"""Which model a job scores: resolve a reference, check it is a loadable checkpoint, fingerprint its content.
+"""Which model a job scores: check it is a loadable checkpoint, fingerprint its content.
 
 The fingerprint is a **streaming SHA-256 of every file that changes what lm-eval measures**: the weight files
 (``*.safetensors``, byte for byte), ``config.json`` and ``generation_config.json`` (without the volatile
@@ -20,27 +20,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja")
 VOLATILE_CONFIG_KEYS = ("_name_or_path", "transformers_version")
 CHUNK = 16 << 20
-
-
-def resolve_model_ref(ref: str, revision: Optional[str] = None) -> str:
-    """A local folder for ``ref``: a path, ``demo:<name>``, or a hub id already in the local Hugging Face cache."""
-    if ref.startswith("demo:"):
-        from wildmerge.demo import resolve_demo_ref
-
-        return str(resolve_demo_ref(ref))
-    path = Path(ref).expanduser()
-    if path.exists():
-        return str(path.resolve())
-    if ref.count("/") == 1 and not ref.startswith((".", "/", "~")):
-        try:
-            from huggingface_hub import snapshot_download
-
-            return snapshot_download(ref, revision=revision, local_files_only=True)
-        except Exception:
-            raise WildmergeError(f"model {ref!r} is neither a local folder nor in the local Hugging Face cache; "
-                                 f"fetch it first with `huggingface-cli download {ref}`") from None
-    raise WildmergeError(f"model path {ref!r} does not exist; give a model folder, a hub id (org/name) or "
-                         f"demo:<name>")
 
 
 def check_model_dir(path, allow_pickle: bool = False) -> None:

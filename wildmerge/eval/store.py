@@ -12,9 +12,10 @@ Layout of a store folder (``RUN/eval/<suite>/`` for a run)::
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 from wildmerge.atomic import clean_stale_tmp, write_json
+from wildmerge.run import EvalIndex, read_eval_index
 
 OK, FAILED, CORRUPT, MISSING = "ok", "failed", "corrupt", "missing"
 REQUIRED_KEYS = ("job_id", "status", "fingerprint", "settings")
@@ -79,6 +80,5 @@ class ResultStore:
     def load(self, job_id: str) -> Dict[str, Any]:
         return read_result(self.result_path(job_id))
 
-    def index(self) -> Optional[Dict[str, Any]]:
-        path = self.root / "index.json"
-        return json.loads(path.read_text()) if path.is_file() else None
+    def index(self) -> EvalIndex:
+        return read_eval_index(self.root)

@@ -91,13 +91,10 @@ class Suite(BaseModel):
         """The include path as an absolute folder (``demo:tasks`` builds the demo family's task folder)."""
         if not self.include_path:
             return None
-        if self.include_path == "demo:tasks":
-            try:
-                from wildmerge.demo import resolve_demo_ref
-            except ImportError as exc:
-                raise ConfigError(f"suite {self.name!r} uses include_path demo:tasks but the demo family is not "
-                                  f"available ({exc})") from None
-            return str(resolve_demo_ref("demo:tasks"))
+        if self.include_path.startswith("demo:"):
+            from wildmerge.hub import resolve_path
+
+            return resolve_path(self.include_path)
         path = Path(self.include_path).expanduser()
         if not path.is_absolute() and self.source:
             path = Path(self.source).parent / path

@@ -11,11 +11,7 @@
 import functools
 import importlib
 
-# merge_method name -> "module:function(merge_config, out_path, options, config_source)"
-LAYERWISE_METHODS = {
-    "chain_of_merges": "wildmerge.plugins.layerwise:run_layerwise_merge",
-    "regmean": "wildmerge.plugins.layerwise:run_layerwise_merge",
-}
+from wildmerge.plugins.layerwise_methods import LAYERWISE_METHODS
 
 
 def _load(target: str):
@@ -32,7 +28,7 @@ def check_local_checkpoints(merge_config, options) -> None:
     import os
     from pathlib import Path
 
-    from wildmerge.sampling.checks import check_compatible
+    from wildmerge.checkpoints import check_compatible
 
     base = merge_config.base_model
     if base is None or base.lora is not None or not Path(base.model.path).is_dir():

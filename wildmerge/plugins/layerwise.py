@@ -136,6 +136,7 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
     from transformers import AutoConfig
 
     from wildmerge.atomic import atomic_dir, write_json, write_text
+    from wildmerge.checkpoints import check_compatible
     from wildmerge.plugins.calibration import apply_seq_len, load_token_batches, resolve_calibration, warn_if_shared
     from wildmerge.plugins.layerwise_arch import check_supported
     from wildmerge.plugins.layerwise_chain import ChainJob, run_chain
@@ -168,13 +169,9 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
     configs = [AutoConfig.from_pretrained(p) for p in ([base_path] if base_path else []) + expert_paths]
     config = configs[0]
     check_supported(config)
-    keys = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-            "num_key_value_heads", "vocab_size")
-    for p, c in zip(([base_path] if base_path else []) + expert_paths, configs):
-        diff = [k for k in keys if getattr(c, k, None) != getattr(config, k, None)]
-        if diff:
-            raise WildmergeError(f"{p} differs from the other models in {diff[0]} ({getattr(c, diff[0], None)} vs "
-                                 f"{getattr(config, diff[0], None)}): merged models must share one architecture")
+    reference = (str(base_ref), base_path) if base_path else (str(expert_refs[0]), expert_paths[0])
+    check_compatible(reference[1], {str(r): p for r, p in zip(expert_refs, expert_paths) if p != reference[1]},
+                     base_name=reference[0])
 
     # Calibration data: validated and tokenised before any weight is read.
     raw_models = [m for m in (raw.get("models") or [])]
@@ -187,12 +184,6 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
     batches = [load_token_batches(s, tokenizer, str(r), config.vocab_size) for r, s in zip(expert_refs, specs)]
     experts = [Checkpoint(p, str(r)) for p, r in zip(expert_paths, expert_refs)]
     base = Checkpoint(base_path, str(base_ref)) if base_path else None
-    names = set(experts[0].names())
-    for ck in experts[1:] + ([base] if base else []):
-        if set(ck.names()) != names:
-            odd = sorted(set(ck.names()) ^ names)[0]
-            raise WildmergeError(f"{ck.name} and {experts[0].name} differ in tensor {odd!r}: models must share one "
-                                 f"architecture")
 
     fallback = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
     fallback = _dtype(fallback, torch.float32) if isinstance(fallback, str) else fallback

@@ -46,7 +46,7 @@ def validate_merge_config(config) -> None:
     """Raise ConfigError for an unknown method, an unknown parameter, or an out-of-range value of ours."""
     from mergekit.merge_methods import registered_methods
 
-    from wildmerge.plugins.entrypoint import LAYERWISE_METHODS
+    from wildmerge.plugins.layerwise_methods import LAYERWISE_METHODS
     from wildmerge.plugins.methods import check_value
 
     methods = {m.spec.name: m for m in registered_methods()}

@@ -3,6 +3,7 @@
 from collections import Counter
 from pathlib import Path
 
+from wildmerge.run import PoolModels, ResolvedModel, SubsetRecord, read_merge_info
 from wildmerge.sampling.manifest import check_same, draw_for
 
 BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -10,8 +11,9 @@ BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 def _one_model_bytes(pool, methods) -> int | None:
     """Size of one merged model from the base's tensor headers, when the base is on this machine."""
-    from wildmerge.sampling.checks import param_count, read_config
-    from wildmerge.sampling.hub import Unresolvable, resolve
+    from wildmerge.checkpoints import param_count, read_config
+    from wildmerge.hub import resolve
+    from wildmerge.errors import WildmergeError
 
     if pool.base.model.startswith("demo:"):
         return None  # resolving would build the demo family; a dry run stays instant
@@ -19,29 +21,35 @@ def _one_model_bytes(pool, methods) -> int | None:
         base = resolve(pool.base.model, pool.base.revision, download=False,
                        relative_to=Path(pool.source).parent if pool.source else None).path
         params = param_count(base)
-    except (Unresolvable, Exception):  # noqa: BLE001  (a dry run never fails on a missing base)
+    except WildmergeError:  # a dry run never fails on a missing or unreadable base
         return None
     dtypes = [m.recipe.get("out_dtype") or read_config(base).get("dtype") or "bfloat16" for m in methods.values()]
     return params * max(BYTES.get(str(d), 2) for d in dtypes)
+
+
+def _unresolved(name, ref, domain=None) -> ResolvedModel:
+    """A pool model as written in the pool: a dry run resolves nothing."""
+    return ResolvedModel(name=name, model=ref, kind="unresolved", path=ref, domain=domain)
 
 
 def print_dry_run(run_dir, pool, settings, methods, grids, args) -> int:
     from wildmerge.sampling.plan import build_entries
 
     existing = check_same(run_dir, pool, **settings)
-    subsets = existing["subsets"] if existing else [s.as_dict() for s in draw_for(pool, **settings).subsets]
-    notes = existing.get("notes", []) if existing else draw_for(pool, **settings).notes
-    models = {"base": {"path": pool.base.model},
-              "experts": [{"name": e.label, "path": e.model, "domain": e.domain} for e in pool.experts]}
-    entries = build_entries(run_dir, {"subsets": subsets}, models, methods, grids)
-    merges = [e for e in entries if e["kind"] == "merge"]
-    done = sum(1 for e in merges if (Path(e["path"]) / "merge_info.json").is_file())
+    draw = None if existing else draw_for(pool, **settings)
+    subsets = existing.subsets if existing else [SubsetRecord(**s.as_dict()) for s in draw.subsets]
+    notes = existing.notes if existing else draw.notes
+    models = PoolModels(base=_unresolved("base", pool.base.model),
+                        experts=[_unresolved(e.label, e.model, e.domain) for e in pool.experts])
+    entries = build_entries(run_dir, subsets, models, methods, grids)
+    merges = [e for e in entries if e.kind == "merge"]
+    done = sum(1 for e in merges if read_merge_info(e.path) is not None)
     print(f"dry run: pool {pool.name!r} ({len(pool.experts)} experts), run directory {run_dir}")
-    print(f"  subsets: {len(subsets)} ({', '.join(f'n={n}: {c}' for n, c in Counter(s['n'] for s in subsets).items())})")
+    print(f"  subsets: {len(subsets)} ({', '.join(f'n={n}: {c}' for n, c in Counter(s.n for s in subsets).items())})")
     for note in notes:
         print(f"  note: {note}")
     print(f"  merges: {len(merges)} ({done} already done); per method: "
-          + ", ".join(f"{m} {c}" for m, c in Counter(e["method"] for e in merges).items()))
+          + ", ".join(f"{m} {c}" for m, c in Counter(e.method for e in merges).items()))
     size = _one_model_bytes(pool, methods)
     todo = len(merges) - done
     if size is None:
@@ -53,5 +61,5 @@ def print_dry_run(run_dir, pool, settings, methods, grids, args) -> int:
     print(f"  models evaluated: {len(entries)} (base, {len(pool.experts)} experts, {len(merges)} merges)")
     print("  plan:")
     for e in merges:
-        print(f"    {e['model_id']:<40} n={e['n']:<3} {', '.join(e['experts'])}")
+        print(f"    {e.model_id:<40} n={e.n:<3} {', '.join(e.experts)}")
     return 0

@@ -6,20 +6,15 @@ same expert sets) and these revisions (so a hub repository that moved on is not 
 
 import csv
 import io
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from wildmerge.atomic import write_json, write_text
+from wildmerge.atomic import write_text
+from wildmerge.checkpoints import check_compatible
 from wildmerge.errors import ConfigError
-from wildmerge.sampling.checks import check_compatible
-from wildmerge.sampling.hub import resolve_all
+from wildmerge.hub import resolve_all
+from wildmerge.run import Manifest, PoolModels, ResolvedModel, RunFolder
 from wildmerge.sampling.sampler import domain_subsets, draw_subsets
-
-
-def read_manifest(run_dir) -> dict | None:
-    f = Path(run_dir) / "manifest.json"
-    return json.loads(f.read_text()) if f.is_file() else None
 
 
 def _sampling(pool, seed, sizes, k, full, homogeneous) -> dict:
@@ -29,9 +24,9 @@ def _sampling(pool, seed, sizes, k, full, homogeneous) -> dict:
             "base_ref": [pool.base.model, pool.base.revision]}
 
 
-def _check_same(existing: dict, wanted: dict, run_dir) -> None:
-    diffs = [f"{k}: run has {existing.get('sampling', {}).get(k)!r}, this command asks for {v!r}"
-             for k, v in wanted.items() if existing.get("sampling", {}).get(k) != v]
+def _check_same(existing: Manifest, wanted: dict, run_dir) -> None:
+    diffs = [f"{k}: run has {existing.sampling.get(k)!r}, this command asks for {v!r}"
+             for k, v in wanted.items() if existing.sampling.get(k) != v]
     if diffs:
         raise ConfigError(
             f"{run_dir} already holds subsets drawn differently:\n  " + "\n  ".join(diffs)
@@ -50,9 +45,9 @@ def draw_for(pool, *, seed, sizes, k, full, homogeneous):
     return draw_subsets(names, sizes=sizes, k=k, seed=seed, full=full)
 
 
-def check_same(run_dir, pool, *, seed, sizes, k, full, homogeneous) -> dict | None:
+def check_same(run_dir, pool, *, seed, sizes, k, full, homogeneous) -> Manifest | None:
     """The existing manifest, if any, after checking it was drawn with these settings."""
-    existing = read_manifest(run_dir)
+    existing = RunFolder(run_dir).read_manifest()
     if existing:
         _check_same(existing, _sampling(pool, seed, sizes, k, full, homogeneous), run_dir)
     return existing
@@ -72,13 +67,13 @@ def _calibration(spec, relative_to: Path | None):
 
 
 def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True, homogeneous=False,
-            allow_pickle=False, download=None) -> tuple[dict, dict]:
+            allow_pickle=False, download=None) -> tuple[Manifest, PoolModels]:
     """(manifest, models resolved on this machine). Resolves and checks every model before anything is merged."""
-    run_dir = Path(run_dir)
+    run = RunFolder(run_dir)
     wanted = _sampling(pool, seed, sizes, k, full, homogeneous)
     existing = check_same(run_dir, pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous)
-    pinned = {m["name"]: m.get("revision") for m in (existing or {}).get("models", {}).get("experts", [])}
-    pinned["base"] = (existing or {}).get("models", {}).get("base", {}).get("revision")
+    pinned = {m.name: m.revision for m in existing.models.experts} if existing else {}
+    pinned["base"] = existing.models.base.revision if existing else None
     rel = Path(pool.source).parent if pool.source else None
     # the manifest's commit hashes win: a branch that moved upstream must not mix new weights into an old run
     refs = [("base", pool.base.model, pinned.get("base") or pool.base.revision)]
@@ -86,28 +81,29 @@ def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True
     resolved = resolve_all(refs, relative_to=rel, allow_pickle=allow_pickle, download=download)
     base, experts = resolved[0], resolved[1:]
     check_compatible(base.path, {e.label: r.path for e, r in zip(pool.experts, experts)}, allow_pickle)
-    models = {"base": {"name": "base", **base.as_dict()},
-              "experts": [{"name": e.label, "domain": e.domain, **r.as_dict(),
-                           **({"calibration": _calibration(e.calibration, rel)} if e.calibration else {})}
-                          for e, r in zip(pool.experts, experts)]}
+    models = PoolModels(
+        base=ResolvedModel(name="base", **base.as_dict()),
+        experts=[ResolvedModel(name=e.label, domain=e.domain, **r.as_dict(),
+                               calibration=_calibration(e.calibration, rel) if e.calibration else None)
+                 for e, r in zip(pool.experts, experts)])
     if existing:
         return existing, models
     draw = draw_for(pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous)
     from wildmerge import __version__
 
-    manifest = {
-        "pool": pool.name, "pool_file": pool.source, "description": pool.description,
-        "seed": seed, "sizes": sorted({s.n for s in draw.subsets}), "k": k,
-        "combinations": {str(n): c for n, c in draw.combinations.items()}, "notes": draw.notes,
-        "subsets": [s.as_dict() for s in draw.subsets], "models": models, "sampling": wanted,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "wildmerge": __version__,
-    }
-    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest(
+        pool=pool.name, pool_file=pool.source, description=pool.description or "",
+        seed=seed, sizes=sorted({s.n for s in draw.subsets}), k=k,
+        combinations={str(n): c for n, c in draw.combinations.items()}, notes=draw.notes,
+        subsets=[s.as_dict() for s in draw.subsets], models=models, sampling=wanted,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), wildmerge=__version__,
+    )
+    run.root.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["subset_id", "n", "experts", "exhaustive", "domain"])
     for s in draw.subsets:
         w.writerow([s.subset_id, s.n, ";".join(s.experts), s.exhaustive, s.domain or ""])
-    write_text(run_dir / "subsets.csv", buf.getvalue())
-    write_json(run_dir / "manifest.json", manifest)  # last: its presence means the draw is complete
+    write_text(run.subsets_csv, buf.getvalue())
+    run.write_manifest(manifest)  # last: its presence means the draw is complete
     return manifest, models

@@ -6,8 +6,10 @@ recipe, so an ablation point equal to the main setting is the same model, and a 
 
 import re
 from pathlib import Path
+from typing import Dict, List
 
 from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.run import PlanEntry, PoolModels, SubsetRecord
 
 PAPER_METHODS = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")
 
@@ -58,50 +60,41 @@ def merge_id(method: str, subset_id: str, overrides: dict) -> str:
     return f"{method}__{subset_id}" + (f"__{suffix}" if suffix else "")
 
 
-def build_entries(run_dir: Path, manifest: dict, models: dict, methods: dict, grids: dict) -> list[dict]:
+def build_entries(run_dir: Path, subsets: List[SubsetRecord], models: PoolModels, methods: dict,
+                  grids: dict) -> List[PlanEntry]:
     """Plan entries in a stable order: base, experts, main merges (method-major), ablation points.
 
-    ``models`` is this machine's resolution ({"base": {...}, "experts": [{name, path, ...}]}).
+    ``models`` is the pool as resolved on this machine (a dry run passes the references unresolved).
     """
-    entries = [dict(model_id="base", kind="base", method=None, label="base", n=0, subset_id=None, hparams={},
-                    experts=[], path=models["base"]["path"])]
-    subsets = manifest["subsets"]
-    alone = {s["experts"][0]: s["subset_id"] for s in subsets if s["n"] == 1}
-    for e in models["experts"]:
-        entries.append(dict(model_id=f"expert__{_safe(e['name'])}", kind="expert", method=None, label=e["name"], n=1,
-                            subset_id=alone.get(e["name"]), hparams={}, experts=[e["name"]], path=e["path"],
-                            domain=e.get("domain")))
-    merges = {}
+    entries = [PlanEntry(model_id="base", kind="base", label="base", n=0, path=models.base.path)]
+    alone = {s.experts[0]: s.subset_id for s in subsets if s.n == 1}
+    for e in models.experts:
+        entries.append(PlanEntry(model_id=f"expert__{_safe(e.name)}", kind="expert", label=e.name, n=1,
+                                 subset_id=alone.get(e.name), experts=[e.name], path=e.path, domain=e.domain))
+    merges: Dict[str, PlanEntry] = {}
 
-    def add(method, subset, overrides, ablation=None):
+    def add(method, subset: SubsetRecord, overrides, ablation=None):
         split_hparams(method, overrides)  # validates the keys
         changed = {k: v for k, v in overrides.items() if default_hparams(method).get(k) != v}
-        mid = merge_id(method.name, subset["subset_id"], changed)
+        mid = merge_id(method.name, subset.subset_id, changed)
         if mid not in merges:
-            merges[mid] = dict(model_id=mid, kind="merge", method=method.name, label=method.label, n=subset["n"],
-                               subset_id=subset["subset_id"], hparams={**default_hparams(method), **overrides},
-                               overrides=changed, experts=list(subset["experts"]),
-                               path=str(Path(run_dir, "models", mid).resolve()), domain=subset.get("domain"),
-                               ablations=[])
-        if ablation and ablation not in merges[mid]["ablations"]:
-            merges[mid]["ablations"].append(ablation)
+            merges[mid] = PlanEntry(model_id=mid, kind="merge", method=method.name, label=method.label, n=subset.n,
+                                    subset_id=subset.subset_id, hparams={**default_hparams(method), **overrides},
+                                    overrides=changed, experts=list(subset.experts),
+                                    path=str(Path(run_dir, "models", mid).resolve()), domain=subset.domain)
+        if ablation and ablation not in merges[mid].ablations:
+            merges[mid].ablations.append(ablation)
 
     for method in methods.values():
         for s in subsets:
-            if s["n"] >= max(2, method.min_experts):
+            if s.n >= max(2, method.min_experts):
                 add(method, s, {})
     if grids:
-        full = [s for s in subsets if s["n"] == len(models["experts"])]
+        full = [s for s in subsets if s.n == len(models.experts)]
         if not full:
             raise ConfigError("ablations merge the full pool, but this run has no n = N subset")
-        for gname, grid in grids.items():
+        for name, grid in grids.items():
             method = load_methods([grid.method])[grid.method]
             for point in grid.points():
-                add(method, full[0], point, ablation=gname)
+                add(method, full[0], point, ablation=name)
     return entries + list(merges.values())
-
-
-def merged_with_previous(previous: list[dict], entries: list[dict]) -> list[dict]:
-    """Keep entries of earlier invocations (e.g. other methods) that this one did not plan again."""
-    ids = {e["model_id"] for e in entries}
-    return entries + [e for e in previous if e["model_id"] not in ids]

@@ -5,11 +5,12 @@ With no arguments it runs on the embedded demo family with fewer subsets, so it 
 """
 
 import argparse
-import json
 import time
 from collections import Counter
 from pathlib import Path
 
+from wildmerge.atomic import write_json
+from wildmerge.commands.eval import add_eval_options, eval_options
 from wildmerge.errors import ConfigError
 
 DEMO_SIZES, DEMO_K = (1, 2, 4), 2
@@ -56,10 +57,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                     help="evaluate every model and write the report (default for the demo pool)")
     ev.add_argument("--no-evaluate", dest="evaluate", action="store_false", help="merge only")
     p.add_argument("--suite", help="evaluation suite (default: demo for the demo pool)")
-    p.add_argument("--executor", default="serial", help="evaluation executor: serial, ray or slurm")
-    p.add_argument("--device", default="cpu", help="mergekit math device: cpu, cuda, auto")
+    p.add_argument("--device", default="cpu", help="mergekit math device for merging: cpu, cuda, auto")
     p.add_argument("--allow-pickle", action="store_true", help="accept checkpoints that ship only pickle weights")
     p.add_argument("--no-download", action="store_true", help="use only the local hub cache, even when online")
+    add_eval_options(p, device_flag="--eval-device")
 
 
 def _settings(args, pool) -> dict:
@@ -84,13 +85,12 @@ def _method_names(args) -> list[str]:
 def _evaluate(run_dir: Path, args, suite: str, model_ids=None):
     from wildmerge.eval.api import evaluate_run
 
-    return evaluate_run(str(run_dir), suite, executor=args.executor, allow_pickle=args.allow_pickle,
-                        model_ids=model_ids)
+    return evaluate_run(str(run_dir), suite, model_ids=model_ids, **eval_options(args))
 
 
 def run(args) -> int:
     from wildmerge.sampling.ablations import load_grids
-    from wildmerge.sampling.plan import build_entries, load_methods, merged_with_previous
+    from wildmerge.sampling.plan import load_methods
     from wildmerge.sampling.pools import load_pool
 
     pool = load_pool(args.pool)
@@ -111,44 +111,23 @@ def run(args) -> int:
     suite = args.suite or ("demo" if pool.name == "demo" else None)
     if evaluate and not suite:
         raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
+    if evaluate:
+        from wildmerge.eval.executors import executor_options
+
+        executor_options(args.executor, eval_options(args))  # a misplaced option fails before any merge
     run_dir = Path(args.out or Path("runs") / f"{pool.name}-seed{args.seed}").resolve()
 
     if args.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run
 
         return print_dry_run(run_dir, pool, settings, methods, grids, args)
-
-    from wildmerge.atomic import write_json
-    from wildmerge.sampling.manifest import prepare
-    from wildmerge.sampling.runner import merge_options, run_plan
-
     if args.keep_models == "none" and not evaluate:
         raise ConfigError("--keep-models none deletes each merged model's weights once it is evaluated: add "
                           "--evaluate --suite NAME, or use --keep-models all")
-    started = time.time()
-    manifest, models = prepare(run_dir, pool, allow_pickle=args.allow_pickle,
-                               download=False if args.no_download else None, **settings)
-    entries = build_entries(run_dir, manifest, models, methods, grids)
-    previous = []
-    if (run_dir / "plan.json").is_file():
-        previous = [dict(e, path=str(run_dir / "models" / e["model_id"]))
-                    for e in json.loads((run_dir / "plan.json").read_text())["entries"] if e["kind"] == "merge"]
-    entries = merged_with_previous(entries, previous)
-    write_json(run_dir / "plan.json", {"run": run_dir.name, "run_dir": str(run_dir), "pool": pool.name,
-                                       "methods": list(methods), "ablations": list(grids), "entries": entries})
-    merges = [e for e in entries if e["kind"] == "merge"]
-    print(f"run {run_dir}: pool {pool.name!r}, {len(pool.experts)} experts, {len(manifest['subsets'])} subsets, "
-          f"{len(merges)} merges ({', '.join(f'{m} {c}' for m, c in Counter(e['method'] for e in merges).items())})")
-    for note in manifest.get("notes", []):
-        print(f"  note: {note}")
-    options = merge_options(models, device=args.device, allow_pickle=args.allow_pickle, seed=args.seed)
-    stats = run_plan(entries, models, methods, options, keep_models=args.keep_models,
-                     after_each=(lambda e: _evaluate(run_dir, args, suite, [e["model_id"]]))
-                     if args.keep_models == "none" else None)
-    print(f"merges: {stats['merged']} new, {stats['redone']} redone, {stats['skipped']} already done "
-          f"({stats['seconds']:.1f} s merging)")
-    log = {"command": "wildmerge sample", "args": {k: v for k, v in vars(args).items() if k != "func"},
-           "settings": settings, "stats": stats, "seconds": round(time.time() - started, 1)}
+    evaluate_one = (lambda e: _evaluate(run_dir, args, suite, [e.model_id])) if args.keep_models == "none" else None
+    log = run_protocol(run_dir, pool, settings, methods, grids, merge_device=args.device,
+                       allow_pickle=args.allow_pickle, download=False if args.no_download else None,
+                       keep_models=args.keep_models, after_each=evaluate_one)
     if evaluate:
         from wildmerge.analysis.report import write_report
 
@@ -156,5 +135,35 @@ def run(args) -> int:
         outputs = write_report(run_dir)
         log["report"] = {k: str(v) for k, v in outputs.items()}
         print(f"report: {run_dir / 'report'}")
+    log["args"] = {k: v for k, v in vars(args).items() if k != "func"}
     write_json(run_dir / "sample_log.json", log)
     return 0
+
+
+def run_protocol(run_dir: Path, pool, settings: dict, methods: dict, grids: dict, *, merge_device="cpu",
+                 allow_pickle=False, download=None, keep_models="all", after_each=None) -> dict:
+    """Draw (or reuse) the subsets, write the plan, merge what is not done yet; returns the run log."""
+    from wildmerge.run import Plan, RunFolder, merged_with_previous
+    from wildmerge.sampling.manifest import prepare
+    from wildmerge.sampling.plan import build_entries
+    from wildmerge.sampling.runner import merge_options, run_plan
+
+    started = time.time()
+    run = RunFolder(run_dir)
+    manifest, models = prepare(run_dir, pool, allow_pickle=allow_pickle, download=download, **settings)
+    entries = build_entries(run_dir, manifest.subsets, models, methods, grids)
+    if run.has_plan():
+        entries = merged_with_previous(run.read_plan().merges, entries)
+    run.write_plan(Plan(run=run.name, run_dir=str(run.root), pool=pool.name, methods=list(methods),
+                        ablations=list(grids), entries=entries))
+    merges = [e for e in entries if e.kind == "merge"]
+    print(f"run {run_dir}: pool {pool.name!r}, {len(pool.experts)} experts, {len(manifest.subsets)} subsets, "
+          f"{len(merges)} merges ({', '.join(f'{m} {c}' for m, c in Counter(e.method for e in merges).items())})")
+    for note in manifest.notes:
+        print(f"  note: {note}")
+    options = merge_options(models, device=merge_device, allow_pickle=allow_pickle, seed=settings["seed"])
+    stats = run_plan(entries, models, methods, options, keep_models=keep_models, after_each=after_each)
+    print(f"merges: {stats['merged']} new, {stats['redone']} redone, {stats['skipped']} already done "
+          f"({stats['seconds']:.1f} s merging)")
+    return {"command": "wildmerge sample", "settings": settings, "stats": stats,
+            "seconds": round(time.time() - started, 1)}

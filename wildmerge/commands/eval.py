@@ -9,6 +9,38 @@ import argparse
 from wildmerge.errors import ConfigError
 
 OVERRIDES = ("limit", "dtype", "batch_size", "device")
+EXECUTOR_OPTIONS = ("ray_address", "gpus_per_job", "cpus_per_job", "slurm_partition", "slurm_time", "slurm_mem_gb",
+                    "slurm_array_parallelism", "slurm_cluster")
+
+
+def add_eval_options(parser, device_flag: str = "--device") -> None:
+    """The evaluation options, shared by ``wildmerge eval`` and the protocol driver ``wildmerge sample``."""
+    parser.add_argument("--executor", default="serial", choices=["serial", "ray", "slurm"],
+                        help="where evaluation jobs run (default: %(default)s)")
+    parser.add_argument("--retry-failed", action="store_true", help="rerun the jobs that failed before")
+    g = parser.add_argument_group("evaluation settings overrides (change the job ids)")
+    g.add_argument("--limit", type=float, help="documents per task (int) or fraction (<1)")
+    g.add_argument("--dtype", choices=["auto", "float16", "bfloat16", "float32"])
+    g.add_argument("--batch-size", help="int or auto")
+    g.add_argument(device_flag, dest="device", help="evaluation device: cpu, cuda, cuda:1 ... (default: the suite's)")
+    r = parser.add_argument_group("Ray executor")
+    r.add_argument("--ray-address", help="join a cluster (auto, ray://host:10001); default: a local one")
+    r.add_argument("--gpus-per-job", type=float, help="GPUs per job (default 1 where GPUs exist, else 0)")
+    r.add_argument("--cpus-per-job", type=float, default=None, help="CPUs per job (Ray 1, Slurm 4)")
+    s = parser.add_argument_group("Slurm executor (submitit job array)")
+    s.add_argument("--slurm-partition")
+    s.add_argument("--slurm-time", type=int, help="minutes per job (default 240)")
+    s.add_argument("--slurm-mem-gb", type=int)
+    s.add_argument("--slurm-array-parallelism", type=int, help="array tasks at once (default 64)")
+    s.add_argument("--slurm-cluster", help=argparse.SUPPRESS)  # 'local' / 'debug': submitit's stand-ins, for tests
+
+
+def eval_options(args) -> dict:
+    """Keyword arguments of ``evaluate_run`` / ``evaluate_models`` from the parsed options; only those the user
+    set, so an option for another executor is an error rather than ignored."""
+    options = {k: getattr(args, k) for k in EXECUTOR_OPTIONS if getattr(args, k) is not None}
+    return dict(executor=args.executor, retry_failed=args.retry_failed, overrides=_overrides(args),
+                allow_pickle=args.allow_pickle, **options)
 
 
 def configure(parser) -> None:
@@ -17,25 +49,9 @@ def configure(parser) -> None:
                         help="ad hoc: a model folder, hub id in the local cache, or demo:<name> (repeatable)")
     parser.add_argument("--suite", required=True, help="a shipped suite (paper16, medical, math, demo) or a YAML file")
     parser.add_argument("--out", default="wildmerge-eval", help="results folder for --model (default: %(default)s)")
-    parser.add_argument("--executor", default="serial", choices=["serial", "ray", "slurm"])
-    parser.add_argument("--retry-failed", action="store_true", help="rerun only the jobs that failed before")
     parser.add_argument("--allow-pickle", action="store_true", help="accept .bin/.pt checkpoints (untrusted code!)")
     parser.add_argument("--no-report", action="store_true", help="do not write RUN/report/ afterwards")
-    g = parser.add_argument_group("settings overrides (change the job ids)")
-    g.add_argument("--limit", type=float, help="documents per task (int) or fraction (<1)")
-    g.add_argument("--dtype", choices=["auto", "float16", "bfloat16", "float32"])
-    g.add_argument("--batch-size", help="int or auto")
-    g.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the suite's, auto)")
-    r = parser.add_argument_group("Ray")
-    r.add_argument("--ray-address", help="join a cluster (auto, ray://host:10001); default: a local one")
-    r.add_argument("--gpus-per-job", type=float, help="GPUs per job (default 1 where GPUs exist, else 0)")
-    r.add_argument("--cpus-per-job", type=float, default=None, help="CPUs per job (Ray 1, Slurm 4)")
-    s = parser.add_argument_group("Slurm (submitit job array)")
-    s.add_argument("--slurm-partition")
-    s.add_argument("--slurm-time", type=int, default=240, help="minutes per job (default %(default)s)")
-    s.add_argument("--slurm-mem-gb", type=int)
-    s.add_argument("--slurm-array-parallelism", type=int, default=64)
-    s.add_argument("--slurm-cluster", help=argparse.SUPPRESS)  # 'local' / 'debug': submitit's stand-ins, for tests
+    add_eval_options(parser)
 
 
 def _overrides(args):
@@ -55,12 +71,7 @@ def run(args) -> int:
 
     if bool(args.run_dir) == bool(args.model):
         raise ConfigError("give either a RUN_DIR or one or more --model PATH, not both and not neither")
-    options = {k: getattr(args, k) for k in ("ray_address", "gpus_per_job", "slurm_partition", "slurm_time",
-                                             "slurm_mem_gb", "slurm_array_parallelism", "slurm_cluster")}
-    if args.cpus_per_job is not None:
-        options["cpus_per_job"] = args.cpus_per_job
-    common = dict(executor=args.executor, retry_failed=args.retry_failed, overrides=_overrides(args),
-                  allow_pickle=args.allow_pickle, **options)
+    common = eval_options(args)
     if args.model:
         summary = evaluate_models(args.model, args.suite, args.out, **common)
         _print_scores(summary)

@@ -1,5 +1,8 @@
-"""Where a pool's weights are: a local folder, the synthetic demo family, or a hub id in huggingface_hub's cache.
+"""Model references -> local folders: the one resolver for merging, RegMean / CoM, evaluation, diagnostics and
+the sampler.
 
+A reference is a local folder (absolute, or relative to a pool file), ``demo:<name>`` (the synthetic demo family,
+built and cached on first use) or a hub id ``org/name`` at an optional revision, served from huggingface_hub's cache.
 Hub ids are pinned to a commit hash (the snapshot folder name in the cache), so a run's manifest names exactly the
 weights it merged. Offline, every uncached model is listed in one error together with the command that fetches it,
 before any merge starts.
@@ -30,7 +33,10 @@ class Resolved:
 
 
 class Unresolvable(WildmergeError):
-    pass
+    """A reference that is not a local folder, not a demo model and not a (cached) hub id."""
+
+
+NOT_CACHED = "not in the local Hugging Face cache"
 
 
 def offline() -> bool:
@@ -48,7 +54,7 @@ def classify(ref: str, relative_to: Path | None = None) -> tuple[str, str]:
         if c.exists():
             return "local", str(c.resolve())
     if ref.startswith(("/", ".", "~")) or os.sep in ref.strip("/").replace("/", "", 1):
-        raise Unresolvable(f"{ref!r}: local folder not found")
+        raise Unresolvable(f"{ref!r}: local folder does not exist")
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -60,9 +66,11 @@ def classify(ref: str, relative_to: Path | None = None) -> tuple[str, str]:
     return "hub", ref
 
 
-def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pickle=False, download=None) -> Resolved:
-    """Resolve one reference; hub models come from the cache, and are fetched when online and ``download``."""
-    kind, norm = classify(ref, relative_to)
+def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pickle=False, download=None,
+            cache_dir=None) -> Resolved:
+    """Resolve one reference; hub models come from the cache (``cache_dir`` or huggingface_hub's default), and are
+    fetched when online and ``download`` (default: unless HF_HUB_OFFLINE is set)."""
+    kind, norm = classify(str(ref), relative_to)
     if kind == "local":
         return Resolved(ref, "local", norm)
     if kind == "demo":
@@ -70,16 +78,17 @@ def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pi
             from wildmerge.demo import resolve_demo_ref
         except ImportError:
             raise Unresolvable(f"{ref!r}: the demo family (wildmerge.demo) is not available in this install") from None
-        return Resolved(ref, "demo", str(Path(resolve_demo_ref(ref)).resolve()))
+        return Resolved(ref, "demo", str(Path(resolve_demo_ref(ref)).resolve()))  # demo/ imports nothing above it
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     download = (not offline()) if download is None else download
     patterns = SAFE_PATTERNS + (PICKLE_PATTERNS if allow_pickle else [])
     try:
-        path = snapshot_download(ref, revision=revision, local_files_only=not download, allow_patterns=patterns)
+        path = snapshot_download(ref, revision=revision, local_files_only=not download, allow_patterns=patterns,
+                                 cache_dir=cache_dir)
     except (LocalEntryNotFoundError, FileNotFoundError):
-        raise Unresolvable(f"{ref!r}" + (f" at revision {revision}" if revision else "") + ": not in the cache") from None
+        raise Unresolvable(f"{ref!r}" + (f" at revision {revision}" if revision else "") + ": " + NOT_CACHED) from None
     except HfHubHTTPError as exc:
         raise Unresolvable(f"{ref!r}: the hub refused it ({exc.__class__.__name__}: {str(exc).splitlines()[0]})") from None
     path = Path(path).resolve()
@@ -103,7 +112,7 @@ def resolve_all(refs, *, relative_to=None, allow_pickle=False, download=None) ->
             out.append(resolve(ref, revision, relative_to=relative_to, allow_pickle=allow_pickle, download=download))
         except Unresolvable as exc:
             problems.append(f"  {label}: {exc}")
-            if str(exc).endswith("not in the cache"):
+            if str(exc).endswith(NOT_CACHED):
                 fetch.append(fetch_command(ref, revision, allow_pickle))
     if problems:
         msg = f"{len(problems)} model(s) cannot be resolved:\n" + "\n".join(problems)
@@ -115,3 +124,13 @@ def resolve_all(refs, *, relative_to=None, allow_pickle=False, download=None) ->
         msg += "\nOr fix the ids in the pool file, or leave models out with --exclude NAME."
         raise WildmergeError(msg)
     return out
+
+
+def resolve_path(ref: str, revision: str | None = None, **kwargs) -> str:
+    """The local folder of one reference, or a WildmergeError that says how to get it."""
+    try:
+        return resolve(ref, revision, **kwargs).path
+    except Unresolvable as exc:
+        hint = (f"; fetch it with `{fetch_command(ref, revision, kwargs.get('allow_pickle', False))}`"
+                if str(exc).endswith(NOT_CACHED) else "; give a model folder, a hub id (org/name) or demo:<name>")
+        raise WildmergeError(f"model {exc}{hint}") from None

@@ -4,11 +4,12 @@ import argparse
 from pathlib import Path
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="analysis", metavar="ANALYSIS", required=True)
-    p = sub.add_parser("geometry", help="pairwise cosine similarity of task vectors, per model and per layer",
-                       description="Pairwise cosine similarity of the experts' task vectors (whole model) and, per "
-                                   "pair, the number of layers with positive / negative cosine (seed 002, Figs. 19-26).")
+HELP = "pairwise cosine similarity of task vectors, per model and per layer"
+DESCRIPTION = ("Pairwise cosine similarity of the experts' task vectors (whole model) and, per pair, the number of "
+               "layers with positive / negative cosine (Hitit et al., arXiv 2511.21437, Figs. 19-26).")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", default="demo", help="pool name or YAML path (default: demo)")
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
     p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/geometry)")
@@ -17,8 +18,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from wildmerge.analysis.geometry import task_vector_geometry, write_geometry
-    from wildmerge.sampling.checks import check_compatible
-    from wildmerge.sampling.hub import resolve_all
+    from wildmerge.checkpoints import check_compatible
+    from wildmerge.hub import resolve_all
     from wildmerge.sampling.pools import load_pool
 
     pool = load_pool(args.pool)

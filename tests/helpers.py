@@ -1,4 +1,4 @@
-"""Fixtures shared by the eval and report tests: tiny models WITH a tokenizer, local lm-eval tasks, a fake run.
+"""Helpers shared by the eval and report tests: tiny models WITH a tokenizer, local lm-eval tasks, a fake run.
 
 conftest's tiny models have no tokenizer; lm-eval needs one, so a byte-level BPE is trained here and saved next to
 each model. The two tasks (one multiple_choice, one generate_until) read absolute JSONL paths (relative
@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import make_tiny_model
+from wildmerge.run import Plan, RunFolder
 
 MC_DOCS = [
     {"question": "The sky is", "choices": ["blue", "green", "loud"], "answer": 0},
@@ -92,10 +93,11 @@ def write_suite(path, tasks_dir, metric_mc="acc,none", extra_tasks=()):
 
 
 def write_plan(run_dir, entries):
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "plan.json").write_text(json.dumps({"run": run_dir.name, "entries": entries}, indent=1))
-    return run_dir
+    """A run folder holding only a plan (through the run-folder contract)."""
+    run = RunFolder(run_dir)
+    run.root.mkdir(parents=True, exist_ok=True)
+    run.write_plan(Plan(run=run.name, run_dir=str(run.root), entries=entries))
+    return run.root
 
 
 @pytest.fixture(scope="session")
@@ -110,10 +112,3 @@ def lm_family(tmp_path_factory):
     tasks = write_tasks(root / "tasks")
     suite = write_suite(root / "mini.yml", tasks)
     return {"root": root, "base": base, "experts": experts, "copy": str(copy), "tasks": tasks, "suite": suite}
-
-
-def test_family_has_tokenizer_and_tasks(lm_family):
-    """The fixture itself: lm-eval needs a tokenizer beside the weights and task YAMLs with absolute paths."""
-    assert (Path(lm_family["base"]) / "tokenizer.json").is_file()
-    mc = yaml.safe_load((lm_family["tasks"] / "mini_mc.yaml").read_text())
-    assert Path(mc["dataset_kwargs"]["data_files"]["test"]).is_absolute()

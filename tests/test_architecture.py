@@ -1,0 +1,111 @@
+"""Imports run one way: commands -> packages -> the run-folder contract and the checkpoints layer (ARCHITECTURE.md).
+
+Every ``import`` inside ``wildmerge/`` is read from the source (function-level imports included), so a lazy import
+cannot hide an upward dependency or a cycle.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "wildmerge"
+
+# Lower numbers sit lower. A module may import its own package and anything strictly lower; bottom modules (0)
+# may import each other as long as there is no cycle.
+LEVELS = {"bottom": 0, "demo": 1, "plugins": 1, "sampling": 2, "eval": 2, "analysis": 3, "commands": 4, "cli": 5}
+# hub.py resolves ``demo:<name>`` references by calling into the demo family, which imports nothing but bottom modules
+EXCEPTIONS = {("wildmerge.hub", "wildmerge.demo")}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text())
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            yield base
+            yield from (f"{base}.{a.name}" for a in node.names)  # `from wildmerge.x import module`
+
+
+def _graph():
+    modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = {t for t in _imports(path) if t.startswith("wildmerge")}
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _group(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "bottom"
+    if parts[1] in LEVELS:
+        return parts[1]
+    return "bottom"  # wildmerge.run, .hub, .checkpoints, .errors, .atomic, .paths, .memory, ._autoload
+
+
+def test_the_layer_table_covers_every_module():
+    groups = {_group(m) for m in _graph()}
+    assert groups <= set(LEVELS), groups - set(LEVELS)
+    assert {"demo", "plugins", "sampling", "eval", "analysis", "commands"} <= groups
+
+
+def _excepted(module: str, target: str) -> bool:
+    return any(module == a and (target == b or target.startswith(b + ".")) for a, b in EXCEPTIONS)
+
+
+def upward_imports(graph) -> list:
+    wrong = []
+    for module, targets in graph.items():
+        for target in targets:
+            src, dst = _group(module), _group(target)
+            if src != dst and LEVELS[dst] >= LEVELS[src] and not _excepted(module, target):
+                wrong.append(f"{module} ({src}) imports {target} ({dst})")
+    return sorted(wrong)
+
+
+def test_no_import_runs_upwards_or_sideways():
+    graph = _graph()
+    assert "wildmerge.sampling.plan" in graph["wildmerge.commands.sample"]  # the graph sees function-level imports
+    assert upward_imports({"wildmerge.eval.api": {"wildmerge.analysis.report"}})  # and the rule bites
+    assert upward_imports({"wildmerge.sampling.plan": {"wildmerge.eval.store"}})
+    wrong = upward_imports(graph)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    state, stack, cycles = {}, [], []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("bottom", ["wildmerge.run", "wildmerge.hub", "wildmerge.checkpoints"])
+def test_the_contract_modules_import_no_package(bottom):
+    targets = {_group(t) for t in _graph()[bottom] if not _excepted(bottom, t)}
+    assert targets <= {"bottom"}, targets

@@ -1,0 +1,23 @@
+"""``wildmerge analyze ANALYSIS ...``: diagnostics of a pool or a run, one module per analysis.
+
+Each analysis module (``commands/analyze_<name>.py``) has ``HELP``, ``DESCRIPTION``, ``configure(parser)`` and
+``run(args)``; add a line to ``ANALYSES`` to add one.
+"""
+
+import argparse
+import importlib
+
+ANALYSES = {
+    "geometry": "wildmerge.commands.analyze_geometry",
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="analysis", metavar="ANALYSIS", required=True)
+    for name, module_name in ANALYSES.items():
+        module = importlib.import_module(module_name)
+        module.configure(sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION))
+
+
+def run(args) -> int:
+    return importlib.import_module(ANALYSES[args.analysis]).run(args)
