@@ -141,7 +141,8 @@ def _solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry)
             raise WildmergeError(
                 f"{method}: the closed-form solve for {n} gave NaN/Inf (its Gram matrices are too ill-conditioned at "
                 f"lam_rel={job.lam_rel}); raise lam_rel in the recipe's parameters (e.g. lam_rel: "
-                f"{max(10 * job.lam_rel, 0.01):g}), or check the calibration data of the models for NaN/Inf")
+                f"{max(10 * job.lam_rel, 0.01):g}); if that does not help, a model's weights or activations contain "
+                "NaN/Inf")
         merged[n] = Wm.to(job.compute_dtype)
 
 

@@ -8,6 +8,9 @@ Which tensors get the spectral step: 2-D weight matrices. 1-D tensors (norms, bi
 vocabulary axis (embeddings, lm_head) follow plain task arithmetic instead: ``theta_0 + lambda * mean_w(delta_i)``
 for the spectral merges, the unboosted TA/TIES result for the boosted ones. Override with ``spectral_vocab: true``
 (vocabulary matrices get the spectral step too) and ``exclude: <regex>`` (matching tensor names are not treated).
+
+Each method's parameters, defaults and ranges are one pydantic model below (``IsoCParams`` ... ``TiesSBParams``);
+mergekit's ParameterSpec tuples and the recipe check (``validation.py``) are derived from it.
 """
 
 import dataclasses
@@ -61,6 +64,7 @@ class ScaledTaskVectors(MethodParams):
     lambda_: float = Field(1.0, alias="lambda", ge=0.0, allow_inf_nan=False, description="scale of the merged update")
 
 
+# SpectralOptions is listed first so that its fields come last (pydantic orders fields from the last base on).
 class IsoCParams(SpectralOptions, ScaledTaskVectors):
     """Iso-C (Marczak et al. 2025, arXiv 2502.04959)."""
 
@@ -69,7 +73,7 @@ class IsoCTSParams(IsoCParams):
     """Iso-CTS (Marczak et al. 2025, arXiv 2502.04959): a common subspace plus task-specific subspaces."""
 
     common_space_fraction: float = Field(
-        0.8, gt=0.0, le=1.0, description="share of the rank given to the common subspace, in (0, 1]")
+        0.8, gt=0.0, le=1.0, description="share of the rank given to the common subspace")
 
 
 class TSVMParams(SpectralOptions, ScaledTaskVectors):
@@ -80,7 +84,7 @@ class TaskArithmeticParams(MethodParams):
     """The parameters mergekit 0.1.5 declares for ``task_arithmetic`` / ``ties`` (its GeneralizedTaskArithmeticMerge).
 
     ``weight`` and ``lambda`` keep mergekit's semantics: no range (a negative value negates a task), and ``weight``
-    has no default. ``density`` is the kept share of each task vector, in (0, 1].
+    has no default. ``density`` is the kept share of each task vector.
     """
 
     int8_mask: bool = False
@@ -229,7 +233,7 @@ class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
 
 
 def _boosted(params: Type[TaskArithmeticSBParams], **kwargs) -> BoostedTaskArithmetic:
-    """mergekit's GTA reads its normalize / rescale defaults from these fields; ours come from ``params``."""
+    """A boosted TA/TIES whose mergekit defaults (normalize, rescale) are taken from its parameter model."""
     defaults = params.defaults()
     return BoostedTaskArithmetic(default_normalize=defaults["normalize"], default_rescale=defaults["rescale"],
                                  params=params, method_reference_url=SB_URL, **kwargs)
