@@ -1,4 +1,4 @@
-"""The closed-form maths of RegMean / Chain of Merges against independent float64 least squares (spec §2.9)."""
+"""The closed-form maths of RegMean / Chain of Merges against independent float64 least squares."""
 
 import numpy as np
 import pytest
@@ -109,7 +109,7 @@ def test_exact_recovery_on_a_linear_toy_problem():
 
 
 def test_rank_deficient_gram_null_space_goes_where_each_ridge_says():
-    """Spec §2.9: an unseen input direction maps to 0 (zero), to W0 (delta), to the ω-mean (per_task)."""
+    """An input direction no calibration token reaches maps to 0 (zero), to W0 (delta), to the ω-mean (per_task)."""
     g = torch.Generator().manual_seed(4)
     Xs = []
     for _ in range(2):

@@ -1,4 +1,4 @@
-"""RegMean and Chain of Merges end to end on tiny real Llama / Qwen3 checkpoints (spec §2.9, §8)."""
+"""RegMean and Chain of Merges end to end on tiny real Llama / Qwen3 checkpoints."""
 
 import json
 import os

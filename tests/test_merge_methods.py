@@ -162,11 +162,13 @@ def test_every_method_recipe_merges_a_real_model(recipe, family, request, tmp_pa
     from transformers import AutoModelForCausalLM
 
     fam = request.getfixturevalue(family)
-    out = run(render_recipe(recipe, fam["base"], fam["experts"]), tmp_path / "merged")
+    config = render_recipe(recipe, fam["base"], fam["experts"])
+    out = run(config, tmp_path / "merged")
     model = AutoModelForCausalLM.from_pretrained(out)
     logits = model(torch.tensor([[1, 2, 3]])).logits
     assert bool(torch.isfinite(logits).all())
-    assert (out / "README.md").read_text().count("merge") > 0
+    spec = registry.get(config["merge_method"]).spec  # the card names and links the method that ran
+    assert f"[{spec.pretty_name}]({spec.reference_url})" in (out / "README.md").read_text()
 
 
 def test_merged_matrix_equals_reference_from_checkpoints(tiny_family, tmp_path):

@@ -9,14 +9,8 @@
 """
 
 import functools
-import importlib
 
 from wildmerge.plugins.layerwise_methods import LAYERWISE_METHODS
-
-
-def _load(target: str):
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def check_local_checkpoints(merge_config, options) -> None:
@@ -53,7 +47,9 @@ def wrap_run_merge(original):
             validate_recipe_source(config_source)
         method = merge_config.merge_method
         if method in LAYERWISE_METHODS:
-            return _load(LAYERWISE_METHODS[method])(merge_config, out_path, options, config_source)
+            from wildmerge.plugins.layerwise import run_layerwise_merge
+
+            return run_layerwise_merge(merge_config, out_path, options, config_source)
         validate_merge_config(merge_config)
         check_local_checkpoints(merge_config, options)
         return original(merge_config, out_path, options, config_source=config_source)

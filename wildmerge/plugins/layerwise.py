@@ -1,8 +1,9 @@
 """RegMean and Chain of Merges from an ordinary mergekit recipe: ``merge_method: regmean`` / ``chain_of_merges``.
 
-mergekit merges one tensor at a time and never runs a model, so these two methods have their own driver
-(mergekit-api spec §3). The lead's ``run_merge`` wrapper sends those recipes here, so the stock
-``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work; ``merge_layerwise`` is the Python door.
+mergekit merges one tensor at a time and never runs a model, but these two methods need each layer's input
+activations, so they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends
+those recipes here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work;
+``merge_layerwise`` is the Python door.
 
 Everything is checked before any heavy work (parameters, models, architecture, calibration data); the output is
 an ordinary Hugging Face checkpoint written atomically, with a model card, the recipe, and the per-layer merging
@@ -14,61 +15,34 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Literal, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.memory import peak_rss_mib
+from wildmerge.plugins.layerwise_methods import LAYERWISE_METHODS, LayerwiseParams
 
 log = logging.getLogger("wildmerge")
 
-METHODS = {
-    "chain_of_merges": {
-        "label": "Chain of Merges (CoM)",
-        "paper": "Buzzega, Salami, Porrello, Calderara: Rethinking layer-wise model merging through Chain of "
-        "Merges, arXiv:2508.21421",
-        "defaults": {"norm": "token", "sim": True},
-    },
-    "regmean": {
-        "label": "RegMean",
-        "paper": "Jin, Ren, Preotiuc-Pietro, Cheng: Dataless Knowledge Fusion by Merging Weights of Language "
-        "Models (RegMean), ICLR 2023, arXiv:2212.09849",
-        "defaults": {"norm": "none", "sim": False},
-    },
-}
 DIAGNOSTICS_FILE = "layerwise_diagnostics.json"
 
 
-class LayerwiseParams(BaseModel):
-    """Top-level ``parameters:`` of a RegMean / CoM recipe (spec §7 decisions A1, A3, A11, A17)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    norm: Literal["token", "feature", "none"] = "token"  # the paper's Norm component (A1)
-    sim: bool = True  # the paper's Sim component: Gram-based importance ω (Eq. 6)
-    ridge: Literal["delta", "per_task", "zero"] = "delta"  # what Tikhonov shrinks towards (A3)
-    lam_rel: float = Field(1e-2, ge=0)  # λ relative to the mean diagonal of Σ ω_i G_i
-    diagnostics: bool = True  # merging covariate shift (Eq. 8) per layer
-
-
 def _params(method: str, raw_params: Optional[Dict[str, Any]]) -> LayerwiseParams:
-    values = dict(METHODS[method]["defaults"])
+    """The method's own parameter model, from the recipe's top-level ``parameters:`` (single values only)."""
+    model = LAYERWISE_METHODS[method].params
+    valid = model.fields_by_name()
+    values = {}
     for key, value in (raw_params or {}).items():
-        if key not in LayerwiseParams.model_fields:
-            valid = ", ".join(LayerwiseParams.model_fields)
-            raise ConfigError(f"unknown parameter {key!r} for {method}{did_you_mean(key, LayerwiseParams.model_fields)}"
-                              f"; valid parameters: {valid}")
+        if key not in valid:
+            raise ConfigError(f"unknown parameter {key!r} for {method}{did_you_mean(key, valid)}"
+                              f"; valid parameters: {', '.join(valid)}")
         if not isinstance(value, (bool, int, float, str)):
             raise ConfigError(f"parameter {key!r} of {method} must be a single value (no gradients or filters), "
                               f"got {value!r}")
-        values[key] = value
-    try:
-        return LayerwiseParams.model_validate(values)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(f"parameter {first['loc'][0]!r} of {method}: {first['msg']}") from None
+        values[key] = model.check_value(method, key, value)
+    return model(**values)
 
 
 def _device(options, requested: Optional[str]) -> str:
@@ -108,12 +82,12 @@ def _load_tokenizer(paths):
 
 
 def _card(method, base_ref, expert_refs, specs, params, dims) -> str:
-    info = METHODS[method]
+    info = LAYERWISE_METHODS[method]
     lines = [
         "---", "library_name: transformers", "tags: [merge, mergekit, wildmerge, " + method + "]", "---",
         f"# {Path(dims['out']).name}", "",
-        f"This model was merged with **{info['label']}** by wildmerge's layer-wise driver (a mergekit recipe).",
-        "", f"Paper: {info['paper']}", "",
+        f"This model was merged with **{info.label}** by wildmerge's layer-wise driver (a mergekit recipe).",
+        "", f"Paper: {info.paper}", "",
         f"Base model: `{base_ref}`" if base_ref else "Base model: none", "",
         "## Merged models and their calibration data", "",
         "| model | calibration data | samples | sequence length |", "|---|---|---|---|",
@@ -144,8 +118,8 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
 
     started = time.time()
     method = merge_config.merge_method
-    if method not in METHODS:
-        raise ConfigError(f"the layer-wise driver runs {', '.join(METHODS)}, not {method!r}")
+    if method not in LAYERWISE_METHODS:
+        raise ConfigError(f"the layer-wise driver runs {', '.join(LAYERWISE_METHODS)}, not {method!r}")
     raw = raw if raw is not None else merge_config.model_dump(mode="json", exclude_none=True)
     params = _params(method, merge_config.parameters)
     if merge_config.slices or merge_config.modules or not merge_config.models:
@@ -227,9 +201,9 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
             "device": dev, "compute_dtype": str(compute_dtype), "out_dtype": str(out_dtype),
             "wall_seconds": round(time.time() - started, 3),
             "peak_rss_mib": round(peak_rss_mib(), 1),
-            "mcs_definition": "Eq. 8 of seed 003: sum over models of the Frechet distance between Gaussian fits of "
-                              "the layer inputs inside each fine-tuned model and inside the merged model "
-                              "(groups qkv = q/k/v input, o = o_proj input)",
+            "mcs_definition": "Eq. 8 of Buzzega et al. (arXiv 2508.21421): sum over models of the Frechet distance "
+                              "between Gaussian fits of the layer inputs inside each fine-tuned model and inside the "
+                              "merged model (groups qkv = q/k/v input, o = o_proj input)",
             **report,
         })
     for ck in experts + ([base] if base else []):

@@ -1,8 +1,8 @@
 """What the layer-wise driver needs to know about a decoder LLM: its blocks, linear groups and layer inputs.
 
-Modules in one group share an input, so they are merged from one set of Grams (spec §3.2). Groups are listed in
-forward order inside a block: a forward pass that stops at a group's first module has already gone through
-every earlier group.
+Modules in one group share an input, so they are merged from one set of Grams (RegMean's solve depends on a
+layer's inputs only). Groups are listed in forward order inside a block: a forward pass that stops at a group's
+first module has already gone through every earlier group.
 """
 
 import contextlib

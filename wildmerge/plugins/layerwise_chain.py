@@ -1,4 +1,5 @@
-"""The layer-sequential engine of RegMean and Chain of Merges for decoder LLMs (seed 003, Algorithm 1).
+"""The layer-sequential engine of RegMean and Chain of Merges for decoder LLMs (Buzzega et al., arXiv
+2508.21421, Algorithm 1).
 
 Per decoder block k, in forward order:
 1. load block k of every model (streamed from disk) and start the merged block as their average (norms, biases:
@@ -18,6 +19,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 from tqdm.auto import tqdm
 
+from wildmerge.errors import WildmergeError
 from wildmerge.plugins.layerwise_arch import (
     GROUPS,
     DecoderSkeleton,
@@ -77,8 +79,9 @@ def _average(tensors: List[torch.Tensor]) -> torch.Tensor:
     return (acc / len(tensors)).to(tensors[0].dtype)
 
 
-def _storage(device) -> str:
-    return "cpu"  # hidden states wait on the host; only the batch being computed is on the device
+# Hidden states of every calibration batch wait in host memory between layers; only the batch being computed is on
+# the device, so GPU memory holds one block and one batch whatever the calibration set's size.
+HOST = "cpu"
 
 
 def _release(job: ChainJob) -> None:
@@ -112,8 +115,8 @@ def _initial_batches(job: ChainJob, skeleton: DecoderSkeleton, need_own: bool, n
             hat = (merged_emb if merged_emb is not None else own_emb)[ids]
             own = own_emb[ids] if need_own else None
             kwargs = skeleton.layer_kwargs(hat, mask)
-            rows.append(_Batch(own.to(_storage(dev)) if own is not None else None,
-                               hat.to(_storage(dev)) if need_hat else None, mask.bool(), kwargs))
+            rows.append(_Batch(own.to(HOST) if own is not None else None,
+                               hat.to(HOST) if need_hat else None, mask.bool(), kwargs))
         out.append(rows)
         del own_emb
     return out
@@ -134,7 +137,12 @@ def _solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry)
         Wm = closed_form_merge(Ws, grams, omegas, lam_rel=job.lam_rel, ridge=job.ridge, base=W0,
                                precision=solve_precision(grams[0].shape[0]))
         if not torch.isfinite(Wm).all():
-            raise FloatingPointError(f"merged {n} has NaN/Inf; raise lam_rel")
+            method = "chain_of_merges" if job.chain else "regmean"
+            raise WildmergeError(
+                f"{method}: the closed-form solve for {n} gave NaN/Inf (its Gram matrices are too ill-conditioned at "
+                f"lam_rel={job.lam_rel}); raise lam_rel in the recipe's parameters (e.g. lam_rel: "
+                f"{max(10 * job.lam_rel, 0.01):g}); if that does not help, a model's weights or activations contain "
+                "NaN/Inf")
         merged[n] = Wm.to(job.compute_dtype)
 
 
@@ -194,7 +202,7 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
                                 own_m[g][i].add(rows)
 
                         with input_hooks(layer, FIRST_MODULE, on_input):
-                            b.own = run_layer(layer, b.own.to(dev), b.kwargs[k]).to(_storage(dev))
+                            b.own = run_layer(layer, b.own.to(dev), b.kwargs[k]).to(HOST)
                 for g, (accs, tok) in own_accs.items():
                     _solve_group(job, k, g, groups[g], params, merged, accs, tok, entries[g])
 
@@ -235,7 +243,7 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
                             hat_m[g][i].add(_rows(x, b.valid))
 
                         with input_hooks(layer, watch, on_input):
-                            b.hat = run_layer(layer, b.hat.to(dev), b.kwargs[k]).to(_storage(dev))
+                            b.hat = run_layer(layer, b.hat.to(dev), b.kwargs[k]).to(HOST)
 
             for g in diag_groups:
                 per_model = [mcs(own_m[g][i], hat_m[g][i]) for i in range(len(params))]

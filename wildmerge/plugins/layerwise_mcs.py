@@ -1,8 +1,10 @@
-"""Merging covariate shift (seed 003, Eq. 8): how far a merged model's layer inputs drift from each expert's own.
+"""Merging covariate shift (Buzzega et al., arXiv 2508.21421, Eq. 8): how far a merged model's layer inputs drift
+from each expert's own.
 
 Fit a Gaussian to the inputs that layer l receives inside fine-tuned model i (X_i) and inside the merged model
 on the same data (X̂_i), and sum the Fréchet (squared 2-Wasserstein) distances over models. Computed in float64
-(spec §2.10), pooling all valid tokens.
+(covariances of hidden states are close to singular: float32 square roots lose the small eigenvalues), pooling all
+valid tokens.
 """
 
 import torch

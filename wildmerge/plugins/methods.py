@@ -8,66 +8,106 @@ Which tensors get the spectral step: 2-D weight matrices. 1-D tensors (norms, bi
 vocabulary axis (embeddings, lm_head) follow plain task arithmetic instead: ``theta_0 + lambda * mean_w(delta_i)``
 for the spectral merges, the unboosted TA/TIES result for the boosted ones. Override with ``spectral_vocab: true``
 (vocabulary matrices get the spectral step too) and ``exclude: <regex>`` (matching tensor names are not treated).
+
+Each method's parameters, defaults and ranges are one pydantic model below (``IsoCParams`` ... ``TiesSBParams``);
+mergekit's ParameterSpec tuples and the recipe check (``validation.py``) are derived from it.
 """
 
 import dataclasses
-import math
 import re
 from functools import cached_property
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional, Type
 
 import torch
-from mergekit.merge_methods.base import (
-    BasePolicy,
-    GroupMergeMethod,
-    InputContract,
-    MergeMethodSpec,
-    ParameterScope,
-    ParameterSpec,
-    TensorGroup,
-)
+from mergekit.merge_methods.base import BasePolicy, GroupMergeMethod, InputContract, MergeMethodSpec, TensorGroup
 from mergekit.merge_methods.generalized_task_arithmetic import ConsensusMethod, GeneralizedTaskArithmeticMerge
 from mergekit.sparsify import SparsificationMethod
-from typing_extensions import Literal
+from pydantic import AfterValidator, Field
+from typing_extensions import Annotated, Literal
 
 from wildmerge.errors import ConfigError
 from wildmerge.plugins import spectral
+from wildmerge.plugins.method_params import MethodParams, per_model
 
 ISO_URL = "https://arxiv.org/abs/2502.04959"
 TSV_URL = "https://arxiv.org/abs/2412.00081"
 SB_URL = "https://arxiv.org/abs/2506.16506"
 
-_SPECTRAL_OPTIONS = (
-    ParameterSpec("svd_precision", Literal["float32", "float64"], ParameterScope.SHARED, default="float32",
-                  description="float32: LAPACK SVD in float32; float64: float64 Gram + eigh route (exact to the rank)"),
-    ParameterSpec("rank_tol", Optional[float], ParameterScope.SHARED, default=None,
-                  description="singular values <= rank_tol * s_1 count as zero (default max(m, n) * eps32)"),
-    ParameterSpec("spectral_vocab", bool, ParameterScope.SHARED, default=False,
-                  description="also apply the spectral step to embedding / lm_head matrices"),
-    ParameterSpec("exclude", str, ParameterScope.SHARED, default="",
-                  description="regex: matching tensor names get plain task arithmetic"),
-)
-
-# Valid ranges: name -> (low, low inclusive, high, high inclusive). Shared by the kernels and the recipe check.
-RANGES: Dict[str, Tuple[float, bool, float, bool]] = {
-    "lambda": (0.0, True, math.inf, False),
-    "weight": (0.0, True, math.inf, False),
-    "beta": (0.0, True, 1.0, True),
-    "common_space_fraction": (0.0, False, 1.0, True),
-    "rank_tol": (0.0, True, 1.0, False),
-    "density": (0.0, False, 1.0, True),
-}
+Precision = Literal["float32", "float64"]
 
 
-def check_value(method: str, name: str, value: Any) -> None:
-    """Raise ConfigError if ``value`` of parameter ``name`` is outside its valid range."""
-    if name not in RANGES or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return
-    lo, lo_in, hi, hi_in = RANGES[name]
-    ok = (value >= lo if lo_in else value > lo) and (value <= hi if hi_in else value < hi)
-    if not ok or math.isnan(value):
-        interval = f"{'[' if lo_in else '('}{lo}, {hi}{']' if hi_in else ')'}"
-        raise ConfigError(f"{method}: parameter {name!r} = {value} is out of range; it must be in {interval}")
+def _valid_regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regex: {exc}") from None
+    return pattern
+
+
+class SpectralOptions(MethodParams):
+    """How the SVD-based step runs and which tensors it touches (Iso-C, Iso-CTS, TSV-M and Subspace Boosting)."""
+
+    svd_precision: Precision = Field(
+        "float32", description="float32: LAPACK SVD in float32; float64: float64 Gram + eigh route (exact to the rank)")
+    rank_tol: Optional[float] = Field(
+        None, ge=0.0, lt=1.0,
+        description="singular values <= rank_tol * s_1 count as zero (default max(m, n) * eps32)")
+    spectral_vocab: bool = Field(False, description="also apply the spectral step to embedding / lm_head matrices")
+    exclude: Annotated[str, AfterValidator(_valid_regex)] = Field(
+        "", description="regex: matching tensor names get plain task arithmetic")
+
+
+class ScaledTaskVectors(MethodParams):
+    """``theta_0 + lambda * merge(w_1 delta_1, ..., w_T delta_T)``; negative scales are refused (use TA for that)."""
+
+    weight: float = per_model(1.0, ge=0.0, allow_inf_nan=False, description="per-expert scale of its task vector")
+    lambda_: float = Field(1.0, alias="lambda", ge=0.0, allow_inf_nan=False, description="scale of the merged update")
+
+
+# SpectralOptions is listed first so that its fields come last (pydantic orders fields from the last base on).
+class IsoCParams(SpectralOptions, ScaledTaskVectors):
+    """Iso-C (Marczak et al. 2025, arXiv 2502.04959)."""
+
+
+class IsoCTSParams(IsoCParams):
+    """Iso-CTS (Marczak et al. 2025, arXiv 2502.04959): a common subspace plus task-specific subspaces."""
+
+    common_space_fraction: float = Field(
+        0.8, gt=0.0, le=1.0, description="share of the rank given to the common subspace")
+
+
+class TSVMParams(SpectralOptions, ScaledTaskVectors):
+    """TSV-Merge (Gargiulo et al. 2025, arXiv 2412.00081)."""
+
+
+class TaskArithmeticParams(MethodParams):
+    """The parameters mergekit 0.1.5 declares for ``task_arithmetic`` / ``ties`` (its GeneralizedTaskArithmeticMerge).
+
+    ``weight`` and ``lambda`` keep mergekit's semantics: no range (a negative value negates a task), and ``weight``
+    has no default. ``density`` is the kept share of each task vector.
+    """
+
+    int8_mask: bool = False
+    normalize: bool = False
+    rescale: bool = False
+    lambda_: float = Field(1.0, alias="lambda")
+    weight: float = per_model()
+    density: float = per_model(1.0, gt=0.0, le=1.0)
+
+
+class _Boosted(TaskArithmeticParams):
+    beta: float = Field(0.2, ge=0.0, le=1.0,
+                        description="cumulative-energy cutoff; 1 = no boosting, 0 = all raised to s_1")
+
+
+class TaskArithmeticSBParams(SpectralOptions, _Boosted):
+    """Task Arithmetic + Subspace Boosting (Skorobogat et al. 2025, arXiv 2506.16506)."""
+
+
+class TiesSBParams(TaskArithmeticSBParams):
+    """TIES + Subspace Boosting: mergekit's TIES normalises by default."""
+
+    normalize: bool = True
 
 
 def check_group(method: str, group: TensorGroup) -> None:
@@ -91,35 +131,22 @@ def spectral_eligible(group: TensorGroup, spectral_vocab: bool, exclude: str) ->
     return not (exclude and re.search(exclude, name))
 
 
-def _check_all(method: str, parameters: Dict[str, Any], entries, names=None) -> None:
-    for key, value in parameters.items():
-        if names is not None and key not in names:
-            continue
-        if key in ("weight", "density") and not isinstance(value, (int, float)):
-            for entry in entries:
-                check_value(method, key, value[entry.id])
-        else:
-            check_value(method, key, value)
-    if parameters.get("exclude") and (names is None or "exclude" in names):
-        try:
-            re.compile(parameters["exclude"])
-        except re.error as exc:
-            raise ConfigError(f"{method}: parameter 'exclude' is not a valid regex: {exc}") from None
-
-
 # A spectral kernel maps the weighted task vectors (float, base-shaped) and the options to the merged update.
 Kernel = Callable[..., torch.Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
 class SpectralMerge(GroupMergeMethod):
-    """``theta = theta_0 + lambda * kernel(w_1 delta_1, ..., w_T delta_T)`` on eligible matrices."""
+    """``theta = theta_0 + lambda * kernel(w_1 delta_1, ..., w_T delta_T)`` on eligible matrices.
+
+    The kernel gets the options of ``parameters`` beyond Iso-C's (e.g. Iso-CTS's ``common_space_fraction``).
+    """
 
     method_name: str
     method_pretty_name: str
     method_reference_url: str
     kernel: Kernel
-    extra_parameters: Tuple[ParameterSpec, ...] = ()
+    params: Type[MethodParams] = IsoCParams
     __wildmerge__ = True
 
     @cached_property
@@ -128,25 +155,16 @@ class SpectralMerge(GroupMergeMethod):
             name=self.method_name,
             pretty_name=self.method_pretty_name,
             reference_url=self.method_reference_url,
-            parameters=(
-                ParameterSpec("weight", float, ParameterScope.NON_BASE, default=1.0,
-                              description="per-expert scale of its task vector"),
-                ParameterSpec("lambda", float, ParameterScope.SHARED, default=1.0,
-                              description="scale of the merged update"),
-                *self.extra_parameters,
-                *_SPECTRAL_OPTIONS,
-            ),
+            parameters=self.params.parameter_specs(),
             contract=InputContract(base=BasePolicy.REQUIRED, min_non_base=1),
         )
-
-    checked_parameters = (*RANGES, "exclude")
 
     def renamed(self, name: str) -> "SpectralMerge":
         return dataclasses.replace(self, method_name=name)
 
     def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
         check_group(self.method_name, group)
-        _check_all(self.method_name, parameters, group.non_base, names=self.checked_parameters)
+        self.params.check_resolved(self.method_name, parameters)
         base = group.base.tensor
         if not base.is_floating_point() or not group.non_base:
             return base
@@ -156,12 +174,15 @@ class SpectralMerge(GroupMergeMethod):
             return base.clone()  # a zero task vector gives the base exactly
         options = {k: parameters[k] for k in ("svd_precision", "rank_tol")}
         if spectral_eligible(group, parameters["spectral_vocab"], parameters["exclude"]):
-            extra = {p.name: parameters[p.name] for p in self.extra_parameters}
+            extra = {k: parameters[k] for k in self.params.fields_by_name() if k not in _COMMON_SPECTRAL}
             update = self.kernel(deltas, tol=options["rank_tol"], precision=options["svd_precision"], **extra)
         else:
             total = sum(weights)
             update = sum(deltas) / (total if abs(total) > 1e-12 else 1.0)
         return (base.to(update.dtype) + parameters["lambda"] * update).to(base.dtype)
+
+
+_COMMON_SPECTRAL = IsoCParams.fields_by_name()
 
 
 def _iso_c(deltas, tol, precision):
@@ -183,24 +204,21 @@ class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
     The base method runs unchanged (in float32), so with ``beta = 1`` the result is bit-for-bit the base method's.
     """
 
+    params: Type[MethodParams] = TaskArithmeticSBParams
     __wildmerge__ = True
-    # weight and lambda keep mergekit's TA/TIES semantics (a negative value negates a task): not range-checked
-    checked_parameters = ("beta", "rank_tol", "density", "exclude")
 
     @cached_property
     def spec(self) -> MergeMethodSpec:
         base_spec = GeneralizedTaskArithmeticMerge.spec.func(self)
-        beta = ParameterSpec("beta", float, ParameterScope.SHARED, default=0.2,
-                             description="cumulative-energy cutoff; 1 = no boosting, 0 = all raised to s_1")
-        return dataclasses.replace(base_spec, parameters=base_spec.parameters + (beta, *_SPECTRAL_OPTIONS))
+        return dataclasses.replace(base_spec, parameters=self.params.parameter_specs())
 
     def renamed(self, name: str) -> "BoostedTaskArithmetic":
         return dataclasses.replace(self, method_name=name)
 
     def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
         check_group(self.method_name, group)
-        _check_all(self.method_name, parameters, group.non_base, names=self.checked_parameters)
-        own = {k: parameters.pop(k) for k in ("beta", "svd_precision", "rank_tol", "spectral_vocab", "exclude")}
+        self.params.check_resolved(self.method_name, parameters)
+        own = {k: parameters.pop(k) for k in ("beta", *SpectralOptions.fields_by_name())}
         merged = super().merge_group(group, **parameters)
         if own["beta"] >= 1.0 or not merged.is_floating_point():
             return merged
@@ -214,22 +232,23 @@ class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
         return (merged.to(correction.dtype) + correction).to(base.dtype)
 
 
-ISO_C = SpectralMerge("iso_c", "Iso-C", ISO_URL, _iso_c)
-ISO_CTS = SpectralMerge(
-    "iso_cts", "Iso-CTS", ISO_URL, _iso_cts,
-    extra_parameters=(ParameterSpec("common_space_fraction", float, ParameterScope.SHARED, default=0.8,
-                                    description="share of the rank given to the common subspace, in (0, 1]"),),
-)
-TSV_M = SpectralMerge("tsv_m", "TSV-Merge", TSV_URL, _tsv_m)
-TASK_ARITHMETIC_SB = BoostedTaskArithmetic(
-    consensus_method=None, sparsification_method=None, default_normalize=False, default_rescale=False,
+def _boosted(params: Type[TaskArithmeticSBParams], **kwargs) -> BoostedTaskArithmetic:
+    """A boosted TA/TIES whose mergekit defaults (normalize, rescale) are taken from its parameter model."""
+    defaults = params.defaults()
+    return BoostedTaskArithmetic(default_normalize=defaults["normalize"], default_rescale=defaults["rescale"],
+                                 params=params, method_reference_url=SB_URL, **kwargs)
+
+
+ISO_C = SpectralMerge("iso_c", "Iso-C", ISO_URL, _iso_c, IsoCParams)
+ISO_CTS = SpectralMerge("iso_cts", "Iso-CTS", ISO_URL, _iso_cts, IsoCTSParams)
+TSV_M = SpectralMerge("tsv_m", "TSV-Merge", TSV_URL, _tsv_m, TSVMParams)
+TASK_ARITHMETIC_SB = _boosted(
+    TaskArithmeticSBParams, consensus_method=None, sparsification_method=None,
     method_name="task_arithmetic_sb", method_pretty_name="Task Arithmetic + Subspace Boosting",
-    method_reference_url=SB_URL,
 )
-TIES_SB = BoostedTaskArithmetic(
-    consensus_method=ConsensusMethod.sum, sparsification_method=SparsificationMethod.magnitude,
-    default_normalize=True, default_rescale=False,
-    method_name="ties_sb", method_pretty_name="TIES + Subspace Boosting", method_reference_url=SB_URL,
+TIES_SB = _boosted(
+    TiesSBParams, consensus_method=ConsensusMethod.sum, sparsification_method=SparsificationMethod.magnitude,
+    method_name="ties_sb", method_pretty_name="TIES + Subspace Boosting",
 )
 
 ALL_METHODS = (ISO_C, ISO_CTS, TSV_M, TASK_ARITHMETIC_SB, TIES_SB)

@@ -1,10 +1,12 @@
-"""The closed-form maths of RegMean and Chain of Merges (seed 003, Eqs. 2, 6, 7), independent of any model.
+"""The closed-form maths of RegMean and Chain of Merges, independent of any model.
+
+Jin et al., RegMean, ICLR 2023 (arXiv 2212.09849); Buzzega et al., Chain of Merges, arXiv 2508.21421 (Eqs. 2, 6, 7).
 
 Every linear layer W (``[d_out, d_in]``) is merged as the least-squares fit of all models' outputs on their own
 inputs: ``W_M = (Σ ω_i W_i G_i)(Σ ω_i G_i)^-1`` with ``G_i`` the (optionally normalised) input Gram of model i.
-The paper adds Tikhonov regularisation without saying how much or towards what; the three readings are kept
-(spec A3): ``delta`` shrinks unseen directions to the base (default), ``per_task`` to the ω-weighted mean of the
-W_i, ``zero`` to 0 (paper-literal). λ is relative to the mean diagonal of A so that ω's scale never matters.
+The CoM paper adds Tikhonov regularisation without saying how much or towards what; three readings are kept:
+``delta`` shrinks unseen directions to the base (default), ``per_task`` to the ω-weighted mean of the W_i,
+``zero`` to 0 (paper-literal). λ is relative to the mean diagonal of A so that ω's scale never matters.
 """
 
 from typing import List, Optional, Sequence
@@ -28,13 +30,14 @@ class GramAccumulator:
 
     def add(self, rows: torch.Tensor) -> None:
         x = rows.float()
-        if self.norm == "token":  # spec A1 (a): unit-norm each token's feature vector
+        if self.norm == "token":  # CoM's Norm: unit-norm each token's feature vector
             x = F.normalize(x, dim=1)
         self.G.addmm_(x.T, x)
         self.n += x.shape[0]
 
     def result(self) -> torch.Tensor:
-        """Mean over tokens (spec A2), or the exact cosine matrix for ``feature`` normalisation."""
+        """Mean over tokens (so the number of calibration tokens does not scale G), or the exact cosine matrix for
+        ``feature`` normalisation."""
         if self.norm == "feature":
             inv = self.G.diagonal().clamp_min(1e-12).rsqrt()
             return self.G * inv[:, None] * inv[None, :]
@@ -104,7 +107,7 @@ def closed_form_merge(
 
 
 def solve_precision(d_in: int) -> torch.dtype:
-    """Spec §2.7: float32, float64 for very wide inputs where float32 conditioning gets fragile."""
+    """float32, float64 for very wide inputs (d_in >= 8192), where float32 conditioning gets fragile."""
     return torch.float64 if d_in >= 8192 else torch.float32
 
 

@@ -8,6 +8,7 @@ choices.
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.plugins.layerwise_methods import LAYERWISE_METHODS
 
 
 def _settings(config) -> Iterator[Tuple[str, Optional[Dict[str, Any]]]]:
@@ -43,11 +44,15 @@ def _numbers(value: Any) -> Iterator[Any]:
 
 
 def validate_merge_config(config) -> None:
-    """Raise ConfigError for an unknown method, an unknown parameter, or an out-of-range value of ours."""
+    """Raise ConfigError for an unknown method, an unknown parameter, or a value outside its declared range.
+
+    Our methods declare their parameters as a pydantic model (``method.params``): every value is checked against
+    it. mergekit's own methods are checked for names, and for ``density`` against our declaration of mergekit's
+    Task Arithmetic / TIES parameters.
+    """
     from mergekit.merge_methods import registered_methods
 
-    from wildmerge.plugins.layerwise_methods import LAYERWISE_METHODS
-    from wildmerge.plugins.methods import check_value
+    from wildmerge.plugins.methods import TaskArithmeticParams
 
     methods = {m.spec.name: m for m in registered_methods()}
     name = config.merge_method
@@ -55,7 +60,7 @@ def validate_merge_config(config) -> None:
         valid = sorted(set(methods) | set(LAYERWISE_METHODS))
         raise ConfigError(f"unknown merge_method {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}")
     valid_keys = [p.name for p in methods[name].spec.parameters]
-    checked = getattr(methods[name], "checked_parameters", ("density",))
+    declared = getattr(methods[name], "params", None)
     for where, params in _settings(config):
         for key, value in (params or {}).items():
             if key not in valid_keys:
@@ -63,9 +68,10 @@ def validate_merge_config(config) -> None:
                     f"{where}: unknown parameter {key!r} for merge_method {name!r}{did_you_mean(key, valid_keys)}; "
                     f"valid parameters: {', '.join(valid_keys)}"
                 )
-            if key in checked:
+            model = declared if declared is not None else (TaskArithmeticParams if key == "density" else None)
+            if model is not None:
                 for number in _numbers(value):
-                    check_value(name, key, number)
+                    model.check_value(name, key, number)
 
 
 # Keys a recipe may carry beyond mergekit's own: the layer-wise methods' calibration data.
