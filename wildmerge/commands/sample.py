@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from wildmerge.atomic import write_json
-from wildmerge.commands.eval import add_eval_options, eval_options
+from wildmerge.commands.eval import add_eval_options, check_eval_options, eval_options
 from wildmerge.errors import ConfigError
 
 DEMO_SIZES, DEMO_K = (1, 2, 4), 2
@@ -112,9 +112,7 @@ def run(args) -> int:
     if evaluate and not suite:
         raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
     if evaluate:
-        from wildmerge.eval.executors import executor_options
-
-        executor_options(args.executor, eval_options(args))  # a misplaced option fails before any merge
+        check_eval_options(args)  # a misplaced option fails before any merge
     run_dir = Path(args.out or Path("runs") / f"{pool.name}-seed{args.seed}").resolve()
 
     if args.dry_run:
