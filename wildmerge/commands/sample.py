@@ -89,6 +89,7 @@ def _evaluate(run_dir: Path, args, suite: str, model_ids=None):
 
 
 def run(args) -> int:
+    from wildmerge.run import RunFolder
     from wildmerge.sampling.ablations import load_grids
     from wildmerge.sampling.plan import load_methods
     from wildmerge.sampling.pools import load_pool
@@ -134,7 +135,7 @@ def run(args) -> int:
         log["report"] = {k: str(v) for k, v in outputs.items()}
         print(f"report: {run_dir / 'report'}")
     log["args"] = {k: v for k, v in vars(args).items() if k != "func"}
-    write_json(run_dir / "sample_log.json", log)
+    write_json(RunFolder(run_dir).sample_log, log)
     return 0
 
 
