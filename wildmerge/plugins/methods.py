@@ -166,7 +166,7 @@ class SpectralMerge(GroupMergeMethod):
 
 
 def _iso_c(deltas, tol, precision):
-    return spectral.isotropic(torch.stack(deltas).sum(0), tol=tol, precision=precision)
+    return spectral.isotropic(sum(deltas), tol=tol, precision=precision)  # no stacked copy of all K
 
 
 def _iso_cts(deltas, tol, precision, common_space_fraction):

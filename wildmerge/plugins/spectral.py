@@ -14,8 +14,7 @@ float32 LAPACK SVD costs on a CPU (measured; see benchmarks/).
   (0.2-0.7 % of ``s_1`` for LLM widths) cannot be told from zero and are dropped, and the kept directions move by
   about ``eps32 * s_1^2 / (s_i * gap)``. Measured errors are in the README ("Benchmarks").
 On the CPU, when only the top ``k <= r / 4`` triplets are needed (TSV-M and Iso-CTS per task), a partial float64
-eigensolver (LAPACK ``syevr``) computes just those. On the GPU, the Gram matrices of the T task vectors are solved in
-one batched ``eigh`` call. Orthogonal polar factors (TSV-M, Iso-CTS) come from a small eigensolve of ``M^T M``.
+eigensolver (LAPACK ``syevr``) computes just those. Orthogonal polar factors (TSV-M, Iso-CTS) come from a small eigensolve of ``M^T M``.
 
 Effective rank (seed 002, spec §6): singular values at or below ``tol * s_1`` are treated as zero and their
 directions dropped; the default ``tol`` is ``max(m, n) * eps(float32)``, the usual numerical-rank threshold for
@@ -78,52 +77,53 @@ def thin_svd(
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Thin SVD ``a ~= U diag(S) V^T`` limited to the numerical rank (and to the top ``k`` if given).
 
-    ``a`` is one matrix ``[m, n]`` or several of one shape (a list, or a tensor ``[B, m, n]``): then every output has
-    a leading batch axis, the Gram matrices are built one matrix at a time (no float64 copy of the whole stack) and
-    solved in one batched call. Singular values at or below the rank threshold come back as exact zeros with zero
-    U/V columns, so they contribute nothing. The threshold is ``tol * s_1``, or ``tol * scale`` when a reference
-    scale is given (one per matrix, shape ``[B, 1]``); with ``precision="float32"`` it is at least the float32 Gram's
-    noise floor. U, S, V come back in the working precision's dtype.
+    ``a`` is one matrix ``[m, n]`` or several of one shape (any iterable, read once, or a tensor ``[B, m, n]``):
+    then every output has a leading batch axis. The matrices are solved one at a time: torch's batched ``eigh``
+    loops over the batch anyway on a GPU (measured on an H200: 12 batched solves cost 12 single ones), and one at a
+    time only one float64 Gram matrix (and one matrix of an iterable) is alive. Singular values at or below the rank
+    threshold come back as exact zeros with zero U/V columns, so they contribute nothing. The threshold is
+    ``tol * s_1``, or ``tol * scale`` when a reference scale is given (one per matrix, shape ``[B, 1]``); with
+    ``precision="float32"`` it is at least the float32 Gram's noise floor. U, S, V come back in the working dtype.
     """
     single = isinstance(a, torch.Tensor) and a.ndim == 2
-    mats = [a] if single else list(a)
     dtype = _dtype(precision)
-    shape = mats[0].shape
-    transpose = shape[0] < shape[1]  # work on the tall orientation: the Gram of the smaller side
-    n = min(shape)
-    device = mats[0].device
-    partial = k is not None and 4 * k <= n and device.type == "cpu"
-    gram_dtype = torch.float64 if partial else dtype  # a partial float32 solve would blur the rank (noise floor)
-    grams = torch.stack([_gram(m, gram_dtype, transpose) for m in mats])
-    with lapack_threads(device):
-        evals, v = _top_eigh(grams, k) if partial else torch.linalg.eigh(grams)  # ascending
+    us, ss, vs = [], [], []
+    for i, m in enumerate([a] if single else a):
+        u, s, v = _one_svd(m, k, tol, dtype, None if scale is None else scale[i])
+        us.append(u), ss.append(s), vs.append(v)
+    if single:
+        return us[0], ss[0], vs[0]
+    return torch.stack(us), torch.stack(ss), torch.stack(vs)
+
+
+def _one_svd(m: torch.Tensor, k: Optional[int], tol: Optional[float], dtype: torch.dtype,
+             scale: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    transpose = m.shape[0] < m.shape[1]  # work on the tall orientation: the Gram of the smaller side
+    partial = k is not None and 4 * k <= min(m.shape) and m.device.type == "cpu"
+    work = torch.float64 if partial else dtype  # a partial float32 solve would blur the rank (noise floor)
+    x = _oriented(m, work, transpose)
+    gram = x.transpose(-2, -1) @ x
+    with lapack_threads(m.device):
+        evals, v = _top_eigh(gram, k) if partial else torch.linalg.eigh(gram)  # ascending
+    del gram
     s, v = evals.flip(-1).clamp_min(0).sqrt(), v.flip(-1)
     if k is not None:
         s, v = s[..., :k], v[..., :k]
-    rel = default_tol(shape) if tol is None else tol
-    if gram_dtype == torch.float32:
-        rel = max(rel, float32_gram_floor(shape))
+    rel = default_tol(m.shape) if tol is None else tol
+    if work == torch.float32:
+        rel = max(rel, float32_gram_floor(m.shape))
     threshold = rel * (s[..., :1] if scale is None else scale.to(s))
     keep = s > threshold
     s = torch.where(keep, s, torch.zeros_like(s))
-    v = v * keep.to(v.dtype).unsqueeze(-2)
+    v = v * keep.to(v.dtype)
     inv_s = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
-    u = torch.stack([_oriented(m, v.dtype, transpose) @ (vi * si) for m, vi, si in zip(mats, v, inv_s)])
-    if transpose:
-        u, v = v, u
-    if single:
-        return u[0], s[0], v[0]
-    return u, s, v
+    u = x @ (v * inv_s)
+    return (v, s, u) if transpose else (u, s, v)
 
 
 def _oriented(m: torch.Tensor, dtype: torch.dtype, transpose: bool) -> torch.Tensor:
     x = m.to(dtype)
     return x.transpose(-2, -1) if transpose else x
-
-
-def _gram(m: torch.Tensor, dtype: torch.dtype, transpose: bool) -> torch.Tensor:
-    x = m.to(dtype)
-    return x @ x.transpose(-2, -1) if transpose else x.transpose(-2, -1) @ x
 
 
 def _top_eigh(gram: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -133,7 +133,7 @@ def _top_eigh(gram: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
     from scipy.linalg import eigh
 
     n = gram.shape[-1]
-    flat = gram.reshape(-1, n, n).numpy()
+    flat = gram.reshape(-1, n, n).cpu().numpy()
     pairs = [eigh(g, subset_by_index=[n - k, n - 1], driver="evr") for g in flat]
     evals = torch.from_numpy(np.stack([w for w, _ in pairs])).reshape(*gram.shape[:-2], k)
     evecs = torch.from_numpy(np.stack([v for _, v in pairs])).reshape(*gram.shape[:-2], n, k)
@@ -196,7 +196,6 @@ def tsv_merge(deltas: Sequence[torch.Tensor], tol: Optional[float] = None, preci
     U and V blocks are replaced by their orthogonal polar factors; ``delta = U_perp diag(S) V_perp^T``.
 
     ``r = min(m, n)``; at least one triplet per task is kept even when ``T > r``, so no expert is silently dropped.
-    The T top-k decompositions run as one batched eigensolve.
     """
     deltas = list(deltas)
     k = max(1, min(deltas[0].shape[-2:]) // len(deltas))
@@ -249,13 +248,10 @@ def iso_cts(
     vs: List[torch.Tensor] = [v_c]
     ss: List[torch.Tensor] = [s_c]
     if per_task > 0:
-        projected = []
-        for d in deltas:  # one task at a time: no float64 copy of the whole stack
-            x = d.to(u_c.dtype)
-            projected.append(x - u_c @ (u_c.transpose(-2, -1) @ x))
-        norms = torch.stack([torch.linalg.matrix_norm(d.to(u_c.dtype)) for d in deltas]).unsqueeze(-1)
+        norms = torch.stack([torch.linalg.matrix_norm(d).to(u_c.dtype) for d in deltas]).unsqueeze(-1)
+        # one projected task at a time (a generator): no float64 copy of the whole stack
+        projected = (d.to(u_c.dtype) - u_c @ (u_c.transpose(-2, -1) @ d.to(u_c.dtype)) for d in deltas)
         u_t, s_t, v_t = thin_svd(projected, k=per_task, tol=tol, precision=precision, scale=norms)
-        del projected
         us += list(u_t)
         vs += list(v_t)
         ss += list(s_t)
