@@ -74,7 +74,8 @@ def thin_svd(
     tol: Optional[float] = None,
     precision: str = "float64",
     scale: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    with_u: bool = True,
+) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
     """Thin SVD ``a ~= U diag(S) V^T`` limited to the numerical rank (and to the top ``k`` if given).
 
     ``a`` is one matrix ``[m, n]`` or several of one shape (any iterable, read once, or a tensor ``[B, m, n]``):
@@ -84,21 +85,24 @@ def thin_svd(
     threshold come back as exact zeros with zero U/V columns, so they contribute nothing. The threshold is
     ``tol * s_1``, or ``tol * scale`` when a reference scale is given (one per matrix, shape ``[B, 1]``); with
     ``precision="float32"`` it is at least the float32 Gram's noise floor. U, S, V come back in the working dtype.
+    ``with_u=False`` (tall matrices only) skips U and returns ``None`` for it.
     """
     single = isinstance(a, torch.Tensor) and a.ndim == 2
     dtype = _dtype(precision)
     us, ss, vs = [], [], []
     for i, m in enumerate([a] if single else a):
-        u, s, v = _one_svd(m, k, tol, dtype, None if scale is None else scale[i])
+        u, s, v = _one_svd(m, k, tol, dtype, None if scale is None else scale[i], with_u)
         us.append(u), ss.append(s), vs.append(v)
     if single:
         return us[0], ss[0], vs[0]
-    return torch.stack(us), torch.stack(ss), torch.stack(vs)
+    return (torch.stack(us) if with_u else None), torch.stack(ss), torch.stack(vs)
 
 
 def _one_svd(m: torch.Tensor, k: Optional[int], tol: Optional[float], dtype: torch.dtype,
-             scale: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             scale: Optional[torch.Tensor], with_u: bool = True) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     transpose = m.shape[0] < m.shape[1]  # work on the tall orientation: the Gram of the smaller side
+    if transpose and not with_u:
+        raise ValueError("with_u=False needs a tall matrix")
     partial = k is not None and 4 * k <= min(m.shape) and m.device.type == "cpu"
     work = torch.float64 if partial else dtype  # a partial float32 solve would blur the rank (noise floor)
     x = _oriented(m, work, transpose)
@@ -116,9 +120,36 @@ def _one_svd(m: torch.Tensor, k: Optional[int], tol: Optional[float], dtype: tor
     keep = s > threshold
     s = torch.where(keep, s, torch.zeros_like(s))
     v = v * keep.to(v.dtype)
-    inv_s = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
-    u = x @ (v * inv_s)
+    if not with_u:
+        return None, s, v
+    u = x @ (v * _inverse(s))
     return (v, s, u) if transpose else (u, s, v)
+
+
+def _inverse(s: torch.Tensor) -> torch.Tensor:
+    """1 / s where s > 0, else 0."""
+    keep = s > 0
+    return torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
+
+
+def _out_dtype(t: torch.Tensor) -> torch.dtype:
+    """Results come back in the input's dtype, float32 at least: the caller's arithmetic stays in float32 for
+    float32 task vectors (rounding ~1e-7, far inside the 1e-4 the kernels are held to)."""
+    return torch.promote_types(t.dtype, torch.float32)
+
+
+def _spectral_map(delta: torch.Tensor, new_s, tol, precision) -> torch.Tensor:
+    """``U diag(new_s(s)) V^T`` as ``x V diag(new_s(s) / s) V^T`` on the tall orientation: U is never formed (one
+    m x n float64 matrix less alive) and the work is one n x n product and one m x n x n product."""
+    wide = delta.shape[0] < delta.shape[1]
+    x = delta.transpose(-2, -1) if wide else delta
+    _, s, v = thin_svd(x, tol=tol, precision=precision, with_u=False)
+    rank = int((s > 0).sum())
+    if rank == 0:
+        return torch.zeros_like(delta, dtype=_out_dtype(delta))
+    inner = (v * (new_s(s, rank) * _inverse(s))) @ v.transpose(-2, -1)
+    out = (x.to(v.dtype) @ inner).to(_out_dtype(delta))
+    return out.transpose(-2, -1) if wide else out
 
 
 def _oriented(m: torch.Tensor, dtype: torch.dtype, transpose: bool) -> torch.Tensor:
@@ -161,11 +192,7 @@ def polar(m: torch.Tensor, tol: Optional[float] = None) -> torch.Tensor:
 
 def isotropic(delta: torch.Tensor, tol: Optional[float] = None, precision: str = "float64") -> torch.Tensor:
     """Iso-C's spectral step: keep the singular vectors, set every singular value (within the rank) to their mean."""
-    u, s, v = thin_svd(delta, tol=tol, precision=precision)
-    rank = int((s > 0).sum())
-    if rank == 0:
-        return torch.zeros_like(delta, dtype=u.dtype)
-    return (s.sum() / rank) * (u @ v.transpose(-2, -1))
+    return _spectral_map(delta, lambda s, rank: torch.where(s > 0, s.sum() / rank, 0.0), tol, precision)
 
 
 def subspace_boost(
@@ -178,17 +205,18 @@ def subspace_boost(
     Returns the *correction* ``U diag(s' - s) V^T`` to add to ``delta``: exactly zero when ``beta = 1``, so
     boosting with ``beta = 1`` leaves TA/TIES bit-for-bit unchanged.
     """
-    u, s, v = thin_svd(delta, tol=tol, precision=precision)
-    rank = int((s > 0).sum())
-    if rank == 0:
-        return torch.zeros_like(delta, dtype=u.dtype)
+    return _spectral_map(delta, lambda s, rank: _boost_lift(s, rank, beta), tol, precision)
+
+
+def _boost_lift(s: torch.Tensor, rank: int, beta: float) -> torch.Tensor:
+    """``s' - s`` of Subspace Boosting for singular values ``s`` (descending, zeros past the rank)."""
     s_r = s[:rank]
     energy = torch.cumsum(s_r, 0) / s_r.sum()
     reached = (energy >= beta - 1e-12).nonzero()
     j_star = int(reached[0]) if len(reached) else rank - 1
     lift = torch.zeros_like(s)
     lift[j_star + 1 : rank] = s_r[j_star] - s_r[j_star + 1 :]
-    return (u * lift) @ v.transpose(-2, -1)
+    return lift
 
 
 def tsv_merge(deltas: Sequence[torch.Tensor], tol: Optional[float] = None, precision: str = "float64") -> torch.Tensor:
@@ -203,7 +231,7 @@ def tsv_merge(deltas: Sequence[torch.Tensor], tol: Optional[float] = None, preci
     u_cat = torch.cat(list(u), dim=-1)
     v_cat = torch.cat(list(v), dim=-1)
     s_cat = torch.cat(list(s), dim=-1)
-    return (polar(u_cat) * s_cat) @ polar(v_cat).transpose(-2, -1)
+    return ((polar(u_cat) * s_cat) @ polar(v_cat).transpose(-2, -1)).to(_out_dtype(deltas[0]))
 
 
 def iso_cts_sizes(r: int, n_tasks: int, common_fraction: float) -> Tuple[int, int]:
@@ -258,6 +286,6 @@ def iso_cts(
     s_all = torch.cat(ss)
     rank = int((s_all > 0).sum())
     if rank == 0:
-        return torch.zeros_like(total)
+        return torch.zeros_like(deltas[0], dtype=_out_dtype(deltas[0]))
     sigma = s_all.sum() / rank
-    return sigma * (polar(torch.cat(us, -1)) @ polar(torch.cat(vs, -1)).transpose(-2, -1))
+    return (sigma * (polar(torch.cat(us, -1)) @ polar(torch.cat(vs, -1)).transpose(-2, -1))).to(_out_dtype(deltas[0]))
