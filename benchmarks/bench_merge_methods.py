@@ -5,12 +5,16 @@ K = 2, 6, 12 of them with each method, each merge in a fresh process (so peak RS
 the ratio to task_arithmetic. ``--kernels`` also times the spectral kernels against a straightforward
 implementation of the papers (full float32 SVDs, polar factors by SVD): the "before" of our Gram-route kernels.
 
-    python benchmarks/bench_merge_methods.py [--experts 2 6 12] [--kernels] [--cuda]
+    python benchmarks/bench_merge_methods.py [--experts 2 6 12] [--repeat 3] [--kernels] [--cuda]
+
+A method written ``name:float32`` runs with ``svd_precision: float32`` (the opt-in approximate route). With
+``--repeat N`` every merge runs N times and the median is printed (the CPU is shared: compare within one run).
 """
 
 import argparse
 import multiprocessing as mp
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -61,7 +65,8 @@ def _merge_worker(method, base, experts, out, cuda, queue):
         config = {"merge_method": "task_arithmetic", "base_model": base, "dtype": "float32",
                   "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts]}
     else:
-        config = render_recipe(method, base, experts)
+        name, _, precision = method.partition(":")
+        config = render_recipe(name, base, experts, overrides={"svd_precision": precision} if precision else None)
     options = MergeOptions(copy_tokenizer=False, quiet=True, cuda=cuda, write_model_card=False)
     start = time.perf_counter()
     run_merge(MergeConfiguration.model_validate(config), out, options=options, config_source=yaml.safe_dump(config))
@@ -156,6 +161,7 @@ def main():
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "wildmerge-bench-models"))
     parser.add_argument("--kernels", action="store_true", help="also time kernels against the naive version")
     parser.add_argument("--cuda", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per merge; the median is printed")
     args = parser.parse_args()
 
     root = Path(args.workdir)
@@ -169,7 +175,8 @@ def main():
         baseline = None
         time_merge(args.methods[0], base, experts[:k], args.cuda)  # warm-up: page cache, imports
         for method in args.methods:
-            seconds, rss = time_merge(method, base, experts[:k], args.cuda)
+            runs = [time_merge(method, base, experts[:k], args.cuda) for _ in range(args.repeat)]
+            seconds, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
             baseline = baseline or seconds
             print(f"{method:16} {seconds:8.2f} {seconds / baseline:7.2f} {rss:13.0f}", flush=True)
     if args.kernels:

@@ -1,16 +1,20 @@
 """Spectral kernels shared by Iso-C, Iso-CTS, TSV-M and Subspace Boosting.
 
-Everything here is plain torch on one matrix (or a batch of same-shape matrices) and knows nothing of mergekit.
+Everything here is plain torch on one matrix (or a list of same-shape matrices) and knows nothing of mergekit.
+Everything runs on the input's device (mergekit's ``--cuda`` puts it on the GPU).
 
-Two routes to a thin SVD (``thin_svd``):
-- ``precision="float32"`` (the methods' default, as in the papers' code): LAPACK/cuSOLVER SVD in float32, retried in
-  float64 when it fails to converge (it does on some nearly low-rank matrices, seed 002 spec §6);
-- ``precision="float64"``: the eigendecomposition of the float64 Gram matrix of the smaller side,
-  ``A^T A = V diag(s^2) V^T`` and ``U = A V / s``: one GEMM and one symmetric eigensolve, no slower than a float64
-  SVD and accurate to ~1e-9 relative within the numerical rank.
+One route to a thin SVD, on every device: the eigendecomposition of the Gram matrix of the smaller side,
+``A^T A = V diag(s^2) V^T`` and ``U = A V / s``: one GEMM and one symmetric eigensolve. No general SVD is called:
+cuSOLVER's default SVD is about 10x slower than a Gram + eigh on a GPU, and a float64 Gram + eigh costs about what a
+float32 LAPACK SVD costs on a CPU (measured; see benchmarks/).
+- ``precision="float64"`` (the default): Gram and eigensolve in float64. Accurate to ~1e-9 relative within the
+  numerical rank, so every kernel matches its float64 reference.
+- ``precision="float32"`` (opt-in, approximate): Gram and eigensolve in float32, about 2x faster. A float32 Gram
+  squares the condition number: singular values below its noise floor ``(max(m, n)^(1/4) * sqrt(eps32)) * s_1``
+  (0.2-0.7 % of ``s_1`` for LLM widths) cannot be told from zero and are dropped, and the kept directions move by
+  about ``eps32 * s_1^2 / (s_i * gap)``. Measured errors are in the README ("Benchmarks").
 On the CPU, when only the top ``k <= r / 4`` triplets are needed (TSV-M and Iso-CTS per task), a partial float64
-eigensolver computes just those. Orthogonal polar factors (TSV-M, Iso-CTS) come from a small float64 eigensolve of
-``M^T M`` rather than an SVD of M. Everything runs on the input's device (mergekit's ``--cuda`` puts it on the GPU).
+eigensolver (LAPACK ``syevr``) computes just those. Orthogonal polar factors (TSV-M, Iso-CTS) come from a small eigensolve of ``M^T M``.
 
 Effective rank (seed 002, spec §6): singular values at or below ``tol * s_1`` are treated as zero and their
 directions dropped; the default ``tol`` is ``max(m, n) * eps(float32)``, the usual numerical-rank threshold for
@@ -19,17 +23,19 @@ low-rank (LoRA-style) task vectors, and float32 and float64 runs would disagree.
 """
 
 import contextlib
+import math
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
 _F32_EPS = torch.finfo(torch.float32).eps
+Matrices = Union[torch.Tensor, Sequence[torch.Tensor]]
 
 
 @contextlib.contextmanager
 def lapack_threads(device: torch.device):
-    """Run CPU eigensolvers and SVDs with ``WILDMERGE_LAPACK_THREADS`` threads (default 1).
+    """Run CPU eigensolvers with ``WILDMERGE_LAPACK_THREADS`` threads (default 1).
 
     Measured on a shared 2-core machine: a 1024 x 1024 float32 SVD took 0.47 s on one thread and 15.8 s on two
     (LAPACK's OpenMP threads spin at every barrier when another process holds a core); GEMMs are unaffected.
@@ -51,6 +57,11 @@ def default_tol(shape) -> float:
     return max(shape[-2:]) * _F32_EPS
 
 
+def float32_gram_floor(shape) -> float:
+    """Relative singular value below which a float32 Gram matrix cannot tell a direction from rounding noise."""
+    return max(shape[-2:]) ** 0.25 * math.sqrt(_F32_EPS)
+
+
 def _dtype(precision: str) -> torch.dtype:
     if precision not in ("float32", "float64"):
         raise ValueError(f"precision must be 'float32' or 'float64', got {precision!r}")
@@ -58,56 +69,92 @@ def _dtype(precision: str) -> torch.dtype:
 
 
 def thin_svd(
-    a: torch.Tensor,
+    a: Matrices,
     k: Optional[int] = None,
     tol: Optional[float] = None,
-    precision: str = "float32",
+    precision: str = "float64",
     scale: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    with_u: bool = True,
+) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
     """Thin SVD ``a ~= U diag(S) V^T`` limited to the numerical rank (and to the top ``k`` if given).
 
-    Works on a batch ``[..., m, n]``: every matrix keeps the same number of columns, and singular values at or
-    below the rank threshold come back as exact zeros with zero U/V columns, so they contribute nothing.
-    ``precision="float64"`` uses the Gram route (see the module docstring); ``"float32"`` calls LAPACK's SVD in
-    float32 and retries in float64 if it fails to converge (it does on some nearly low-rank matrices).
-    When only the top ``k <= min(m, n) / 4`` triplets are wanted on the CPU (TSV-M, Iso-CTS's task subspaces),
-    both precisions take the float64 Gram route with a partial eigensolver that computes just those ``k``
-    eigenpairs: 2-4x cheaper than a float32 SVD. (A float32 Gram would blur the rank: its noise floor is
-    ``sqrt(eps32) * s_1``.)
-    The rank threshold is ``tol * s_1``, or ``tol * scale`` when a reference scale is given (shape ``[..., 1]``).
+    ``a`` is one matrix ``[m, n]`` or several of one shape (any iterable, read once, or a tensor ``[B, m, n]``):
+    then every output has a leading batch axis. The matrices are solved one at a time: torch's batched ``eigh``
+    loops over the batch anyway on a GPU (measured on an H200: 12 batched solves cost 12 single ones), and one at a
+    time only one float64 Gram matrix (and one matrix of an iterable) is alive. Singular values at or below the rank
+    threshold come back as exact zeros with zero U/V columns, so they contribute nothing. The threshold is
+    ``tol * s_1``, or ``tol * scale`` when a reference scale is given (one per matrix, shape ``[B, 1]``); with
+    ``precision="float32"`` it is at least the float32 Gram's noise floor. U, S, V come back in the working dtype.
+    ``with_u=False`` (tall matrices only) skips U and returns ``None`` for it.
     """
-    partial = k is not None and 4 * k <= min(a.shape[-2:]) and a.device.type == "cpu"
-    if precision == "float32" and not partial:
-        with lapack_threads(a.device):
-            try:
-                u, s, vh = torch.linalg.svd(a.to(torch.float32), full_matrices=False)
-            except RuntimeError:  # LAPACK convergence failure: float64 handles these
-                u, s, vh = torch.linalg.svd(a.to(torch.float64), full_matrices=False)
-        v = vh.transpose(-2, -1)
-    else:
-        x = a.to(torch.float64 if partial else _dtype(precision))
-        transpose = x.shape[-2] < x.shape[-1]
-        if transpose:
-            x = x.transpose(-2, -1)  # now tall: the Gram of the smaller side is x^T x
-        gram = x.transpose(-2, -1) @ x
-        with lapack_threads(a.device):
-            evals, v = _top_eigh(gram, k) if partial else torch.linalg.eigh(gram)  # ascending
-        s, v = evals.flip(-1).clamp_min(0).sqrt(), v.flip(-1)
-        u = None
+    single = isinstance(a, torch.Tensor) and a.ndim == 2
+    dtype = _dtype(precision)
+    us, ss, vs = [], [], []
+    for i, m in enumerate([a] if single else a):
+        u, s, v = _one_svd(m, k, tol, dtype, None if scale is None else scale[i], with_u)
+        us.append(u), ss.append(s), vs.append(v)
+    if single:
+        return us[0], ss[0], vs[0]
+    return (torch.stack(us) if with_u else None), torch.stack(ss), torch.stack(vs)
+
+
+def _one_svd(m: torch.Tensor, k: Optional[int], tol: Optional[float], dtype: torch.dtype,
+             scale: Optional[torch.Tensor], with_u: bool = True) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    transpose = m.shape[0] < m.shape[1]  # work on the tall orientation: the Gram of the smaller side
+    if transpose and not with_u:
+        raise ValueError("with_u=False needs a tall matrix")
+    partial = k is not None and 4 * k <= min(m.shape) and m.device.type == "cpu"
+    work = torch.float64 if partial else dtype  # a partial float32 solve would blur the rank (noise floor)
+    x = _oriented(m, work, transpose)
+    gram = x.transpose(-2, -1) @ x
+    with lapack_threads(m.device):
+        evals, v = _top_eigh(gram, k) if partial else torch.linalg.eigh(gram)  # ascending
+    del gram
+    s, v = evals.flip(-1).clamp_min(0).sqrt(), v.flip(-1)
     if k is not None:
         s, v = s[..., :k], v[..., :k]
-        u = None if u is None else u[..., :k]
-    threshold = (default_tol(a.shape) if tol is None else tol) * (s[..., :1] if scale is None else scale.to(s))
+    rel = default_tol(m.shape) if tol is None else tol
+    if work == torch.float32:
+        rel = max(rel, float32_gram_floor(m.shape))
+    threshold = rel * (s[..., :1] if scale is None else scale.to(s))
     keep = s > threshold
     s = torch.where(keep, s, torch.zeros_like(s))
-    v = v * keep.to(v.dtype).unsqueeze(-2)
-    if u is None:
-        u = (x @ v) / torch.where(keep, s, torch.ones_like(s)).unsqueeze(-2)
-        if transpose:
-            u, v = v, u
-    else:
-        u = u * keep.to(u.dtype).unsqueeze(-2)
-    return u, s, v
+    v = v * keep.to(v.dtype)
+    if not with_u:
+        return None, s, v
+    u = x @ (v * _inverse(s))
+    return (v, s, u) if transpose else (u, s, v)
+
+
+def _inverse(s: torch.Tensor) -> torch.Tensor:
+    """1 / s where s > 0, else 0."""
+    keep = s > 0
+    return torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
+
+
+def _out_dtype(t: torch.Tensor) -> torch.dtype:
+    """Results come back in the input's dtype, float32 at least: the caller's arithmetic stays in float32 for
+    float32 task vectors (rounding ~1e-7, far inside the 1e-4 the kernels are held to)."""
+    return torch.promote_types(t.dtype, torch.float32)
+
+
+def _spectral_map(delta: torch.Tensor, new_s, tol, precision) -> torch.Tensor:
+    """``U diag(new_s(s)) V^T`` as ``x V diag(new_s(s) / s) V^T`` on the tall orientation: U is never formed (one
+    m x n float64 matrix less alive) and the work is one n x n product and one m x n x n product."""
+    wide = delta.shape[0] < delta.shape[1]
+    x = delta.transpose(-2, -1) if wide else delta
+    _, s, v = thin_svd(x, tol=tol, precision=precision, with_u=False)
+    rank = int((s > 0).sum())
+    if rank == 0:
+        return torch.zeros_like(delta, dtype=_out_dtype(delta))
+    inner = (v * (new_s(s, rank) * _inverse(s))) @ v.transpose(-2, -1)
+    out = (x.to(v.dtype) @ inner).to(_out_dtype(delta))
+    return out.transpose(-2, -1) if wide else out
+
+
+def _oriented(m: torch.Tensor, dtype: torch.dtype, transpose: bool) -> torch.Tensor:
+    x = m.to(dtype)
+    return x.transpose(-2, -1) if transpose else x
 
 
 def _top_eigh(gram: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -117,20 +164,23 @@ def _top_eigh(gram: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
     from scipy.linalg import eigh
 
     n = gram.shape[-1]
-    flat = gram.reshape(-1, n, n).numpy()
+    flat = gram.reshape(-1, n, n).cpu().numpy()
     pairs = [eigh(g, subset_by_index=[n - k, n - 1], driver="evr") for g in flat]
     evals = torch.from_numpy(np.stack([w for w, _ in pairs])).reshape(*gram.shape[:-2], k)
     evecs = torch.from_numpy(np.stack([v for _, v in pairs])).reshape(*gram.shape[:-2], n, k)
     return evals, evecs
 
 
-def polar(m: torch.Tensor, tol: float = 1e-10) -> torch.Tensor:
+def polar(m: torch.Tensor, tol: Optional[float] = None) -> torch.Tensor:
     """Closest matrix with orthonormal columns (the orthogonal polar factor ``P Q^T`` of ``m = P D Q^T``).
 
-    Computed as ``m (m^T m)^{-1/2}`` from a small eigensolve; rank-deficient ``m`` gives the partial isometry on
-    its range (directions with ``d <= tol * d_max`` are dropped) instead of an arbitrary completion.
+    Computed as ``m (m^T m)^{-1/2}`` from a small eigensolve in ``m``'s dtype; rank-deficient ``m`` gives the
+    partial isometry on its range (directions with ``d <= tol * d_max`` are dropped) instead of an arbitrary
+    completion. Default ``tol``: 1e-10 in float64, the float32 Gram noise floor in float32.
     """
-    x = m.to(torch.float64)
+    x = m if m.dtype == torch.float64 else m.to(torch.float32)
+    if tol is None:
+        tol = 1e-10 if x.dtype == torch.float64 else float32_gram_floor(m.shape)
     gram = x.transpose(-2, -1) @ x
     with lapack_threads(m.device):
         evals, q = torch.linalg.eigh(gram)
@@ -140,17 +190,13 @@ def polar(m: torch.Tensor, tol: float = 1e-10) -> torch.Tensor:
     return ((x @ q) * inv) @ q.transpose(-2, -1)
 
 
-def isotropic(delta: torch.Tensor, tol: Optional[float] = None, precision: str = "float32") -> torch.Tensor:
+def isotropic(delta: torch.Tensor, tol: Optional[float] = None, precision: str = "float64") -> torch.Tensor:
     """Iso-C's spectral step: keep the singular vectors, set every singular value (within the rank) to their mean."""
-    u, s, v = thin_svd(delta, tol=tol, precision=precision)
-    rank = int((s > 0).sum())
-    if rank == 0:
-        return torch.zeros_like(delta, dtype=u.dtype)
-    return (s.sum() / rank) * (u @ v.transpose(-2, -1))
+    return _spectral_map(delta, lambda s, rank: torch.where(s > 0, s.sum() / rank, 0.0), tol, precision)
 
 
 def subspace_boost(
-    delta: torch.Tensor, beta: float, tol: Optional[float] = None, precision: str = "float32"
+    delta: torch.Tensor, beta: float, tol: Optional[float] = None, precision: str = "float64"
 ) -> torch.Tensor:
     """Subspace Boosting (Skorobogat et al. 2025): raise the tail of the spectrum to the cutoff singular value.
 
@@ -159,44 +205,57 @@ def subspace_boost(
     Returns the *correction* ``U diag(s' - s) V^T`` to add to ``delta``: exactly zero when ``beta = 1``, so
     boosting with ``beta = 1`` leaves TA/TIES bit-for-bit unchanged.
     """
-    u, s, v = thin_svd(delta, tol=tol, precision=precision)
-    rank = int((s > 0).sum())
-    if rank == 0:
-        return torch.zeros_like(delta, dtype=u.dtype)
+    return _spectral_map(delta, lambda s, rank: _boost_lift(s, rank, beta), tol, precision)
+
+
+def _boost_lift(s: torch.Tensor, rank: int, beta: float) -> torch.Tensor:
+    """``s' - s`` of Subspace Boosting for singular values ``s`` (descending, zeros past the rank)."""
     s_r = s[:rank]
     energy = torch.cumsum(s_r, 0) / s_r.sum()
     reached = (energy >= beta - 1e-12).nonzero()
     j_star = int(reached[0]) if len(reached) else rank - 1
     lift = torch.zeros_like(s)
     lift[j_star + 1 : rank] = s_r[j_star] - s_r[j_star + 1 :]
-    return (u * lift) @ v.transpose(-2, -1)
+    return lift
 
 
-def tsv_merge(deltas: Sequence[torch.Tensor], tol: Optional[float] = None, precision: str = "float32") -> torch.Tensor:
+def tsv_merge(deltas: Sequence[torch.Tensor], tol: Optional[float] = None, precision: str = "float64") -> torch.Tensor:
     """TSV-Merge (Gargiulo et al. 2025): each task keeps its top ``floor(r / T)`` singular triplets; the stacked
     U and V blocks are replaced by their orthogonal polar factors; ``delta = U_perp diag(S) V_perp^T``.
 
     ``r = min(m, n)``; at least one triplet per task is kept even when ``T > r``, so no expert is silently dropped.
     """
-    stacked = torch.stack(list(deltas))
-    k = max(1, min(stacked.shape[-2:]) // len(deltas))
-    u, s, v = thin_svd(stacked, k=k, tol=tol, precision=precision)  # batched over tasks
+    deltas = list(deltas)
+    k = max(1, min(deltas[0].shape[-2:]) // len(deltas))
+    u, s, v = thin_svd(deltas, k=k, tol=tol, precision=precision)
     u_cat = torch.cat(list(u), dim=-1)
     v_cat = torch.cat(list(v), dim=-1)
     s_cat = torch.cat(list(s), dim=-1)
-    return (polar(u_cat) * s_cat.to(torch.float64)) @ polar(v_cat).transpose(-2, -1)
+    return ((polar(u_cat) * s_cat) @ polar(v_cat).transpose(-2, -1)).to(_out_dtype(deltas[0]))
+
+
+def iso_cts_sizes(r: int, n_tasks: int, common_fraction: float) -> Tuple[int, int]:
+    """(common, per task) subspace sizes as in the Iso-CTS authors' code: ``common = int(r * f)``,
+    ``per_task = round((r - common) / T)``, and the common subspace takes the rest, ``r - T * per_task``.
+
+    Where rounding up would leave no common direction (``T * per_task >= r``, possible only when ``int(r * f)``
+    is 0 or tiny), ``per_task`` is lowered so that at least one common direction remains.
+    """
+    common = int(r * common_fraction)
+    per_task = round((r - common) / n_tasks)
+    per_task = min(per_task, (r - 1) // n_tasks)
+    return r - n_tasks * per_task, per_task
 
 
 def iso_cts(
     deltas: Sequence[torch.Tensor],
     common_fraction: float = 0.8,
     tol: Optional[float] = None,
-    precision: str = "float32",
+    precision: str = "float64",
 ) -> torch.Tensor:
     """Iso-CTS (Marczak et al. 2025): isotropic merge in the common subspace plus task-specific subspaces.
 
-    1. Common subspace: the top ``k`` singular directions of the summed task vectors, ``k = round(fraction * r)``
-       adjusted so that ``r - k`` splits evenly into ``s = (r - k) // T`` directions per task (``r = min(m, n)``).
+    1. Common subspace: the top ``k`` singular directions of the summed task vectors (sizes: ``iso_cts_sizes``).
     2. Each task vector with the common left subspace projected out, ``(I - U_c U_c^T) delta_t``, gives its own
        top ``s`` directions (rank threshold relative to ``||delta_t||_F``, so that what projection leaves of a task
        lying inside the common subspace counts as zero rather than as directions of rounding noise).
@@ -206,19 +265,20 @@ def iso_cts(
     """
     if not 0.0 < common_fraction <= 1.0:
         raise ValueError(f"common_fraction must be in (0, 1], got {common_fraction}")
-    n_tasks = len(deltas)
-    r = min(deltas[0].shape[-2:])
-    per_task = (r - int(round(common_fraction * r))) // n_tasks
-    k_common = r - per_task * n_tasks
-    total = torch.stack(list(deltas)).to(_dtype(precision)).sum(0)
+    deltas = list(deltas)
+    dtype = _dtype(precision)
+    k_common, per_task = iso_cts_sizes(min(deltas[0].shape[-2:]), len(deltas), common_fraction)
+    total = deltas[0].to(dtype).clone()
+    for d in deltas[1:]:
+        total += d.to(dtype)
     u_c, s_c, v_c = thin_svd(total, k=k_common, tol=tol, precision=precision)
     us: List[torch.Tensor] = [u_c]
     vs: List[torch.Tensor] = [v_c]
     ss: List[torch.Tensor] = [s_c]
     if per_task > 0:
-        stacked = torch.stack(list(deltas)).to(u_c.dtype)
-        projected = stacked - u_c @ (u_c.transpose(-2, -1) @ stacked)
-        norms = torch.linalg.matrix_norm(stacked).unsqueeze(-1)
+        norms = torch.stack([torch.linalg.matrix_norm(d).to(u_c.dtype) for d in deltas]).unsqueeze(-1)
+        # one projected task at a time (a generator): no float64 copy of the whole stack
+        projected = (d.to(u_c.dtype) - u_c @ (u_c.transpose(-2, -1) @ d.to(u_c.dtype)) for d in deltas)
         u_t, s_t, v_t = thin_svd(projected, k=per_task, tol=tol, precision=precision, scale=norms)
         us += list(u_t)
         vs += list(v_t)
@@ -226,6 +286,6 @@ def iso_cts(
     s_all = torch.cat(ss)
     rank = int((s_all > 0).sum())
     if rank == 0:
-        return torch.zeros_like(total)
+        return torch.zeros_like(deltas[0], dtype=_out_dtype(deltas[0]))
     sigma = s_all.sum() / rank
-    return sigma * (polar(torch.cat(us, -1)) @ polar(torch.cat(vs, -1)).transpose(-2, -1))
+    return (sigma * (polar(torch.cat(us, -1)) @ polar(torch.cat(vs, -1)).transpose(-2, -1))).to(_out_dtype(deltas[0]))
