@@ -85,15 +85,13 @@ def _write_derived(root: Path, info: dict) -> None:
     """Task YAMLs and a pool file with absolute paths for where the family is now (cheap, idempotent)."""
     import yaml
 
-    from wildmerge.demo.calibration import calibration_file
     from wildmerge.demo.tasks import write_task_yamls
 
     write_task_yamls(root / "tasks")
     pool = {
         "name": info["pool"]["name"], "description": info["pool"]["description"],
         "base": {"model": info["base"]},
-        "experts": [{"model": info["experts"][e["name"]], "name": e["name"], "domain": e["domain"],
-                     "calibration": str(calibration_file(info, e["name"]))}
+        "experts": [{"model": info["experts"][e["name"]], "name": e["name"], "domain": e["domain"]}
                     for e in info["pool"]["experts"]],
     }
     text = yaml.safe_dump(pool, sort_keys=False)
@@ -168,8 +166,8 @@ def resolve_demo_ref(ref: str) -> str:
         raise ConfigError(f"{ref!r} is not a demo reference; write demo:base, demo:expert_01 or demo:tasks")
     name = ref[len("demo:"):]
     quick = quick_forced()
-    if name.startswith("calibration/"):  # an expert's unlabelled in-domain text (demo/calibration.py)
-        return _calibration_path(ref, name[len("calibration/"):], quick)
+    if name.startswith("unlabelled/"):  # an expert's unlabelled in-domain text (demo/unlabelled.py)
+        return _unlabelled_path(ref, name[len("unlabelled/"):], quick)
     valid = ["base", "tasks", "pool"] + [e.name for e in S.experts_for(quick)]
     if name not in valid:
         hint = ""
@@ -188,13 +186,13 @@ def resolve_demo_ref(ref: str) -> str:
     return info["experts"][name]
 
 
-def _calibration_path(ref: str, expert: str, quick: bool) -> str:
-    from wildmerge.demo.calibration import calibration_file
+def _unlabelled_path(ref: str, expert: str, quick: bool) -> str:
+    from wildmerge.demo.unlabelled import unlabelled_file
 
     valid = [e.name for e in S.experts_for(quick)]
     if expert not in valid:
-        raise ConfigError(f"unknown demo calibration {ref!r}{did_you_mean(expert, valid)}; valid: "
-                          f"{', '.join('demo:calibration/' + v for v in valid)}")
+        raise ConfigError(f"unknown demo data {ref!r}{did_you_mean(expert, valid)}; valid: "
+                          f"{', '.join('demo:unlabelled/' + v for v in valid)}")
     seed_text = os.environ.get("WILDMERGE_DEMO_SEED", "0")
     info = ensure_family(seed=int(seed_text) if seed_text.isdigit() else 0, quick=quick)
-    return str(calibration_file(info, expert))
+    return str(unlabelled_file(info, expert))

@@ -1,8 +1,9 @@
 """Unlabelled per-expert text for the demo family: fresh draws from each expert's own training mixture.
 
-The task alignment score, RegMean and CoM need data from each expert's domain. The demo experts were trained on
-seeded skill streams, so a new seed of the same stream is in-domain text that never contains an evaluation prompt.
-Files are derived (like the task YAMLs), written atomically once into ``<family>/calibration/<expert>.jsonl``.
+The task alignment score (seed 004) compares a merge with each expert on that expert's own unlabelled data, 128
+samples per task by default: more than the small labelled calibration set. The demo experts were trained on seeded
+skill streams, so a new seed of the same stream is in-domain text that never contains an evaluation prompt. Files
+are derived (like the task YAMLs), written atomically once into ``<family>/calibration/<expert>.unlabelled.jsonl``.
 """
 
 import json
@@ -14,10 +15,10 @@ from wildmerge.demo.skills import Mixture, conflict_world, eval_items, make_worl
 N_TEXTS = 256
 
 
-def calibration_file(info: dict, expert: str) -> Path:
-    """``<family>/calibration/<expert>.jsonl`` (records ``{"text": ...}``), written on first use."""
+def unlabelled_file(info: dict, expert: str) -> Path:
+    """``<family>/calibration/<expert>.unlabelled.jsonl`` (records ``{"text": ...}``), written on first use."""
     root = Path(info["root"])
-    path = root / "calibration" / f"{expert}.jsonl"
+    path = root / "calibration" / f"{expert}.unlabelled.jsonl"
     if path.is_file():
         return path
     manifest = json.loads((root / "family.json").read_text())
@@ -29,7 +30,7 @@ def calibration_file(info: dict, expert: str) -> Path:
     evals = {skill: eval_items(skill, manifest["spec"]["eval_items"], seed, world) for skill in SKILLS}
     held_out = {item.prompt for items in evals.values() for item in items}
     stream = Mixture(spec["mixture"], conflict_world(world, seed) if spec["world"] == "conflict" else world,
-                     held_out, f"calibration-{seed}-{expert}", spec.get("conventions") or {})
+                     held_out, f"unlabelled-{seed}-{expert}", spec.get("conventions") or {})
     lines = [json.dumps({"text": next(stream).text()}) for _ in range(N_TEXTS)]
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, "\n".join(lines) + "\n")

@@ -1,0 +1,52 @@
+"""``wildmerge tune``: hyperparameters chosen by the task alignment score (seed 004), with no evaluation.
+
+For every grid point the merge is built in memory, run over each expert's unlabelled data (the pool's
+``calibration:`` entries) and compared with that expert's own features; the lowest mean TAS wins. Outputs per grid:
+``tas.csv``, ``selected.json`` and ``recipe.yml`` (the selected configuration for the stock ``mergekit-yaml``).
+"""
+
+import argparse
+from pathlib import Path
+
+from wildmerge.errors import ConfigError
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pool", default="demo", help="pool name or YAML path; every expert needs 'calibration:'")
+    p.add_argument("--grid", help="YAML of sweeps, as for `wildmerge sample --grid`: "
+                                  "{name: {method: ta, grid: {lambda: [0.5, 1.0]}}} (method: a name or recipe path)")
+    p.add_argument("--ablation", action="append", default=[],
+                   help="a named sweep of `wildmerge sample --ablation` (ta_lambda, ties_grid, sb_beta, ...)")
+    p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
+    p.add_argument("--out", help="output folder (default: runs/tune-<pool>)")
+    p.add_argument("--samples", type=int, default=128, help="unlabelled samples per expert (default 128, the paper's)")
+    p.add_argument("--seq-len", type=int, help="tokens per sample (default min(256, the model's positions))")
+    p.add_argument("--distance", default="l2", choices=("l2", "l1", "cosine", "kl"),
+                   help="distance that selects (all four are written to tas.csv; default l2, the paper's)")
+    p.add_argument("--device", default="cpu", help="where models are held and run: cpu, cuda, cuda:1")
+    p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
+
+
+def run(args) -> int:
+    from wildmerge.analysis.tas_setup import grid_points, load_sweep, tune_grid
+    from wildmerge.sampling.ablations import load_grids
+    from wildmerge.sampling.pools import load_pool
+
+    if args.samples < 1:
+        raise ConfigError(f"--samples must be at least 1 (got {args.samples})")
+    grids = load_grids([n for a in args.ablation for n in a.split(",") if n], args.grid)
+    if not grids:
+        raise ConfigError("nothing to tune: give --grid FILE or --ablation NAME")
+    sweeps = grid_points(grids)
+    pool = load_pool(args.pool)
+    if args.exclude:
+        pool = pool.without(args.exclude)
+    out = Path(args.out or Path("runs") / f"tune-{pool.name}")
+    tas = load_sweep(pool, out, samples=args.samples, seq_len=args.seq_len, device=args.device,
+                     allow_pickle=args.allow_pickle)
+    for name, (method, points) in sweeps.items():
+        selected = tune_grid(tas, method, points, out / name, distance=args.distance)
+        print(f"{name}: {method.name} {selected['hparams']} (mean TAS {args.distance} "
+              f"{selected['tas'][args.distance]:.4g} over {selected['candidates']} candidates); "
+              f"recipe: {selected['recipe']}")
+    return 0
