@@ -38,7 +38,7 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
     check_compatible(base, experts, allow_pickle=allow_pickle)
     check_fits([base, *experts.values()], device)
     config = read_config(base)
-    raw = {"calibration": {"n_samples": samples, **({"seq_len": seq_len} if seq_len else {})},
+    raw = {"calibration": {"n_samples": samples, "batch_size": 32, **({"seq_len": seq_len} if seq_len else {})},
            "models": [{"model": e.label, "calibration": e.calibration} for e in pool.experts]}
     specs = apply_seq_len(resolve_calibration(raw, list(experts), base_dir=relative_to), list(experts),
                           config.get("max_position_embeddings"))

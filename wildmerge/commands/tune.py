@@ -24,6 +24,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--distance", default="l2", choices=("l2", "l1", "cosine", "kl"),
                    help="distance that selects (all four are written to tas.csv; default l2, the paper's)")
     p.add_argument("--device", default="cpu", help="where models are held and run: cpu, cuda, cuda:1")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
 
 
@@ -32,6 +33,10 @@ def run(args) -> int:
     from wildmerge.sampling.ablations import load_grids
     from wildmerge.sampling.pools import load_pool
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.samples < 1:
         raise ConfigError(f"--samples must be at least 1 (got {args.samples})")
     grids = load_grids([n for a in args.ablation for n in a.split(",") if n], args.grid)
