@@ -196,3 +196,21 @@ def test_demo_pool_experts_have_their_own_unlabelled_data(tmp_path, monkeypatch)
     recall = tuple(f"Q: {a} of " for a in ATTRIBUTES)  # facts are recall: the evaluation asks about them
     assert not any(t.rsplit("A:", 1)[0] + "A:" in prompts for ts in texts.values() for t in ts
                    if not t.startswith(recall))
+
+
+def test_sample_tune_merges_with_the_tas_choice_and_records_it(lm_family, tmp_path):  # noqa: F811
+    from wildmerge.cli import main
+    from wildmerge.run import RunFolder
+
+    grid = tmp_path / "tune.yml"
+    grid.write_text(yaml.safe_dump({"ta_lambda": {"method": "ta", "grid": {"lambda": [0.3, 1.0]}}}))
+    run = tmp_path / "run"
+    assert main(["sample", "--pool", _pool(lm_family, tmp_path), "--methods", "ta", "--sizes", "1", "--k", "1",
+                 "--no-evaluate", "--tune", "--tune-grid", str(grid), "--tune-samples", "4", "--out", str(run)]) == 0
+    tuned = RunFolder(run).read_manifest().tuned["ta"]
+    selected = json.loads((run / "tune" / "ta" / "selected.json").read_text())
+    assert tuned["hparams"] == selected["hparams"] and tuned["grid"] == {"lambda": [0.3, 1.0]}
+    merges = [e for e in RunFolder(run).read_plan().entries if e.kind == "merge"]
+    assert len(merges) == 1
+    recipe = yaml.safe_load((run / "models" / merges[0].model_id / "recipe.yml").read_text())
+    assert recipe["parameters"]["lambda"] == selected["hparams"]["lambda"]
