@@ -95,9 +95,9 @@ def _plot(rows: List[dict], names: List[str], out: Path) -> dict:
     plt = _plt()
     layers = sorted({r["layer"] for r in rows if r["layer"].startswith("layer_")})
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1]})
-    for name in names:
+    for i, name in enumerate(names):
         ys = [next(r["norm"] for r in rows if r["layer"] == layer and r["expert"] == name) for layer in layers]
-        left.plot(range(len(layers)), ys, marker="o", label=name)
+        left.plot(range(len(layers)), ys, marker="o", label=name, color=plt.get_cmap("tab20")(i % 20))
     left.set_xticks(range(len(layers)), [layer.split("_")[1].lstrip("0") or "0" for layer in layers])
     left.set_xlabel("transformer block")
     left.set_ylabel("task-vector norm ||tau_t^l||")
