@@ -38,9 +38,10 @@ def spearman(x, y) -> float:
 
 
 def merge_to_disk(recipe: dict, out: Path) -> float:
-    """The stock path: mergekit-yaml (in process) writes the checkpoint; seconds taken (0 when already there)."""
+    """The stock path: mergekit-yaml (in process) writes the checkpoint; seconds taken (kept beside it for reruns)."""
+    timing = out.with_suffix(".seconds")
     if (out / "model.safetensors").is_file():
-        return 0.0
+        return float(timing.read_text()) if timing.is_file() else float("nan")
     from wildmerge import _autoload
     from wildmerge.atomic import atomic_dir
 
@@ -53,7 +54,9 @@ def merge_to_disk(recipe: dict, out: Path) -> float:
     path.write_text(yaml.safe_dump(recipe))
     with atomic_dir(out) as tmp:
         mergekit_yaml.main([str(path), str(tmp)], standalone_mode=False)
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    timing.write_text(f"{seconds:.3f}")
+    return seconds
 
 
 def study(args) -> dict:
