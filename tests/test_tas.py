@@ -111,14 +111,14 @@ TEXTS = ["Grass is green", "The sky is blue", "1 plus 1 equals 2", "Snow is whit
          "4 plus 4 equals 8", "Grass is red", "The sky is green", "Snow is blue", "1 plus 2 equals 3"]
 
 
-def _pool(lm_family, tmp_path, calibration=True):
+def _pool(family, tmp_path, calibration=True):
     experts = []
-    for i, path in enumerate(lm_family["experts"]):
+    for i, path in enumerate(family["experts"]):
         data = tmp_path / f"texts{i}.jsonl"
         data.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[i::2] * 2))
         experts.append({"model": path, "name": f"e{i}", **({"calibration": str(data)} if calibration else {})})
     pool = tmp_path / "pool.yml"
-    pool.write_text(yaml.safe_dump({"name": "tiny", "base": {"model": lm_family["base"]}, "experts": experts}))
+    pool.write_text(yaml.safe_dump({"name": "tiny", "base": {"model": family["base"]}, "experts": experts}))
     return str(pool)
 
 

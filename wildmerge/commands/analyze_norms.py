@@ -35,5 +35,6 @@ def run(args) -> int:
     for path in write_imbalance(rows, list(experts), out):
         print(f"wrote {path}")
     info = summary(rows)
-    print(f"max/min task-vector norm ratio: {info['max_min_ratio']:.2f}" + (f"; {info['note']}" if info["flagged"] else ""))
+    note = f"; {info['note']}" if info["flagged"] else ""
+    print(f"max/min task-vector norm ratio: {info['max_min_ratio']:.2f}{note}")
     return 0
