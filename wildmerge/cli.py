@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "eval": ("wildmerge.commands.eval", "score models with lm-eval on a suite (serial, Ray or Slurm)"),
     "report": ("wildmerge.commands.report", "write leaderboard tables and plots for a run"),
     "analyze": ("wildmerge.commands.analyze", "task-vector geometry and mergeability diagnostics"),
+    "tune": ("wildmerge.commands.tune", "hyperparameters chosen by the task alignment score, without evaluation"),
 }
 
 

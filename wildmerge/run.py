@@ -161,6 +161,7 @@ class Manifest(Record):
     subsets: List[SubsetRecord]
     models: PoolModels
     sampling: Dict[str, Any]  # the settings of the draw; a rerun with other settings is refused
+    tuned: Dict[str, Any] = Field(default_factory=dict)  # method -> hyperparameters chosen by TAS (sample --tune)
     created: str = ""
     wildmerge: str = ""
 

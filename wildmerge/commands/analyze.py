@@ -9,6 +9,7 @@ import importlib
 
 ANALYSES = {
     "geometry": "wildmerge.commands.analyze_geometry",
+    "norms": "wildmerge.commands.analyze_norms",
 }
 
 

@@ -48,6 +48,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="Appendix C sweeps on the full pool: ta_lambda, ta_lambda_nonorm, ties_grid, ties_density, "
                         "sb_beta, or all (repeatable or comma-separated)")
     p.add_argument("--grid", help="YAML of extra sweeps: {name: {method: ta, grid: {lambda: [0.5, 1.0]}}}")
+    p.add_argument("--tune", action="store_true",
+                   help="choose each method's hyperparameters by the task alignment score on the pool before merging "
+                        "(every expert needs calibration data; see `wildmerge tune`)")
+    p.add_argument("--tune-grid", help="YAML of tuning grids {name: {method, grid}} (default: built-in per method)")
+    p.add_argument("--tune-samples", type=int, default=128, help="unlabelled samples per expert for --tune")
     p.add_argument("--exclude", action="append", default=[], type=_csv, help="leave these experts (names) out")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its cost; merge nothing")
     p.add_argument("--keep-models", choices=("all", "none"), default="all",
@@ -124,9 +129,20 @@ def run(args) -> int:
         raise ConfigError("--keep-models none deletes each merged model's weights once it is evaluated: add "
                           "--evaluate --suite NAME, or use --keep-models all")
     evaluate_one = (lambda e: _evaluate(run_dir, args, suite, [e.model_id])) if args.keep_models == "none" else None
+    tuned = {}
+    if args.tune:
+        from wildmerge.commands.tune import tune_methods
+
+        methods, tuned = tune_methods(pool, methods, run_dir / "tune", args.tune_grid, samples=args.tune_samples,
+                                      device=args.device, allow_pickle=args.allow_pickle)
     log = run_protocol(run_dir, pool, settings, methods, grids, merge_device=args.device,
                        allow_pickle=args.allow_pickle, download=False if args.no_download else None,
                        keep_models=args.keep_models, after_each=evaluate_one)
+    if tuned:
+        from wildmerge.run import RunFolder
+
+        folder = RunFolder(run_dir)
+        folder.write_manifest(folder.read_manifest().model_copy(update={"tuned": tuned}))
     if evaluate:
         from wildmerge.analysis.report import write_report
 

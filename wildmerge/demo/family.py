@@ -166,6 +166,8 @@ def resolve_demo_ref(ref: str) -> str:
         raise ConfigError(f"{ref!r} is not a demo reference; write demo:base, demo:expert_01 or demo:tasks")
     name = ref[len("demo:"):]
     quick = quick_forced()
+    if name.startswith("unlabelled/"):  # an expert's unlabelled in-domain text (demo/unlabelled.py)
+        return _unlabelled_path(ref, name[len("unlabelled/"):], quick)
     valid = ["base", "tasks", "pool"] + [e.name for e in S.experts_for(quick)]
     if name not in valid:
         hint = ""
@@ -182,3 +184,15 @@ def resolve_demo_ref(ref: str) -> str:
     if name == "pool":
         return info["pool_file"]
     return info["experts"][name]
+
+
+def _unlabelled_path(ref: str, expert: str, quick: bool) -> str:
+    from wildmerge.demo.unlabelled import unlabelled_file
+
+    valid = [e.name for e in S.experts_for(quick)]
+    if expert not in valid:
+        raise ConfigError(f"unknown demo data {ref!r}{did_you_mean(expert, valid)}; valid: "
+                          f"{', '.join('demo:unlabelled/' + v for v in valid)}")
+    seed_text = os.environ.get("WILDMERGE_DEMO_SEED", "0")
+    info = ensure_family(seed=int(seed_text) if seed_text.isdigit() else 0, quick=quick)
+    return str(unlabelled_file(info, expert))

@@ -149,6 +149,10 @@ def _records_from_file(path: Path) -> List[Any]:
 
 
 def _records(spec: CalibrationSpec) -> List[Any]:
+    if spec.data.startswith("demo:"):  # the demo family's per-expert text, e.g. demo:calibration/expert_01
+        from wildmerge.hub import resolve_path
+
+        return _records_from_file(Path(resolve_path(spec.data)))
     path = Path(spec.data)
     if path.exists():
         if path.suffix not in FILE_SUFFIXES:

@@ -14,10 +14,11 @@ def register_all() -> dict:
     from mergekit.merge_methods import registry
 
     from wildmerge.plugins.methods import ALL_METHODS
+    from wildmerge.plugins.norm_methods import NORM_METHODS
 
     present = {m.spec.name: m for m in registry.registered_methods()}
     names = {}
-    for method in ALL_METHODS:
+    for method in ALL_METHODS + NORM_METHODS:
         ours = name = method.spec.name
         if name in present and not getattr(present[name], "__wildmerge__", False):
             alias = f"wildmerge_{name}"

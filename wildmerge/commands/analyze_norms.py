@@ -1,0 +1,40 @@
+"""``wildmerge analyze norms --pool NAME``: how unequal the experts' task-vector norms are, per layer."""
+
+import argparse
+from pathlib import Path
+
+HELP = "task-vector norms per expert and layer, cosine with their sum, max/min ratio"
+DESCRIPTION = ("Per expert and per layer: the task-vector norm, its cosine with the sum of task vectors, and the "
+               "max/min norm ratio (seed 004, Figs. 5, 12-13). A ratio above 3 means TIES and MetaGPT will follow "
+               "the largest expert: compare with norm_avg.")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pool", default="demo", help="pool name or YAML path (default: demo)")
+    p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
+    p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/norms)")
+    p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
+
+
+def run(args) -> int:
+    from wildmerge.analysis.imbalance import imbalance_rows, layer_grams, summary, write_imbalance
+    from wildmerge.checkpoints import check_compatible
+    from wildmerge.hub import resolve_all
+    from wildmerge.sampling.pools import load_pool
+
+    pool = load_pool(args.pool)
+    if args.exclude:
+        pool = pool.without(args.exclude)
+    relative_to = Path(pool.source).parent if pool.source else None
+    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
+    resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
+    base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
+    check_compatible(base, experts, allow_pickle=args.allow_pickle)
+    rows = imbalance_rows(layer_grams(base, experts), list(experts))
+    out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "norms")
+    for path in write_imbalance(rows, list(experts), out):
+        print(f"wrote {path}")
+    info = summary(rows)
+    note = f"; {info['note']}" if info["flagged"] else ""
+    print(f"max/min task-vector norm ratio: {info['max_min_ratio']:.2f}{note}")
+    return 0
