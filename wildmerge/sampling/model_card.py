@@ -1,0 +1,67 @@
+"""A merged model's ``README.md`` in the Hugging Face model-card format, ready for ``huggingface-cli upload``.
+
+YAML front matter (``base_model`` with the pinned source checkpoints, ``tags``, and once evaluated a ``model-index``
+with the scores) and a body with the recipe and the sources. The sampler writes it at merge time; the report
+rewrites it with the scores after evaluation.
+"""
+
+from pathlib import Path
+from typing import Dict, Optional
+
+import yaml
+
+from wildmerge.atomic import write_text
+from wildmerge.run import PlanEntry, PoolModels
+
+CARD = "README.md"
+
+
+def _ref(model) -> str:
+    """A source checkpoint as a hub id when it is one, else the reference as written in the pool."""
+    return model.model
+
+
+def _source_rows(entry: PlanEntry, models: PoolModels) -> list:
+    experts = models.by_name()
+    rows = [("base", models.base)] + [(name, experts[name]) for name in entry.experts if name in experts]
+    return [{"role": role, "name": m.name, "model": _ref(m), "kind": m.kind, "revision": m.revision or ""}
+            for role, m in rows]
+
+
+def render_card(entry: PlanEntry, models: PoolModels, recipe_text: str, scores: Optional[Dict[str, float]] = None,
+                suite: str = "", run: str = "") -> str:
+    """The card's full text; ``scores`` are task -> accuracy in [0, 1] (lm-eval's fractions)."""
+    sources = _source_rows(entry, models)
+    hub = [s["model"] for s in sources if s["kind"] == "hub"]
+    meta = {"library_name": "transformers", "tags": ["merge", "mergekit", "wildmerge", entry.method or "merge"]}
+    if hub:
+        meta["base_model"] = hub
+    if scores:
+        meta["model-index"] = [{"name": entry.model_id, "results": [
+            {"task": {"type": "text-generation", "name": "Text Generation"},
+             "dataset": {"name": task, "type": task},
+             "metrics": [{"type": "accuracy", "value": round(float(value), 6), "name": "accuracy"}],
+             "source": {"name": f"wildmerge {suite}".strip(), "url": ""}} for task, value in scores.items()]}]
+    lines = ["---", yaml.safe_dump(meta, sort_keys=False).rstrip(), "---", "",
+             f"# {entry.model_id}", "",
+             f"A merge of {len(entry.experts)} fine-tuned checkpoint(s) of one base model with **{entry.label}**"
+             f" (subset `{entry.subset_id}`, n = {entry.n}), made by wildmerge"
+             + (f" in run `{run}`" if run else "") + " through mergekit.", "",
+             "## Source checkpoints", "", "| role | name | checkpoint | revision |", "|---|---|---|---|"]
+    for s in sources:
+        revision = f"`{s['revision']}`" if s["revision"] else "local (no hub revision)"
+        lines.append(f"| {s['role']} | {s['name']} | `{s['model']}` | {revision} |")
+    lines += ["", "## Hyperparameters", "", "| parameter | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(entry.hparams.items())]
+    if scores:
+        lines += ["", f"## Evaluation ({suite})", "", "lm-eval accuracy, in percent.", "",
+                  "| task | accuracy (%) |", "|---|---|"]
+        lines += [f"| {t} | {100 * float(v):.2f} |" for t, v in scores.items()]
+        lines += [f"| **mean** | **{100 * sum(scores.values()) / len(scores):.2f}** |"]
+    lines += ["", "## Recipe", "", "Run it again with `mergekit-yaml recipe.yml OUT/` (wildmerge installed, so its "
+              "methods are registered):", "", "```yaml", recipe_text.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def write_card(folder, entry: PlanEntry, models: PoolModels, recipe_text: str, **kwargs) -> Path:
+    return write_text(Path(folder) / CARD, render_card(entry, models, recipe_text, **kwargs))
