@@ -45,7 +45,7 @@ def sweep_table(rows, base: Optional[float]):
 
 def plot_sweep(name: str, table, base: Optional[float], out_dir, title: str) -> Dict[str, Path]:
     """Accuracy vs the first swept value (curves per other values) and accuracy vs task-vector norm."""
-    from wildmerge.analysis.plots import _plt, _save, style
+    from wildmerge.analysis.plots import NORM_LABEL, _plt, _save, style
 
     plt = _plt()
     keys = [c for c in table.columns if c not in ("method", "model_id", "status", "mean", "diff_vs_base_pp",
@@ -71,7 +71,7 @@ def plot_sweep(name: str, table, base: Optional[float], out_dir, title: str) -> 
         ax.set_ylabel("mean accuracy (%)")
         ax.grid(alpha=0.3)
     left.set_xlabel(f"{x} (swept hyperparameter, unitless)")
-    right.set_xlabel(r"$\|\theta_{merged} - \theta_{base}\|_2$ (L2 norm, weight units)")
+    right.set_xlabel(NORM_LABEL)
     left.legend(fontsize=8, loc="best")
     fig.suptitle(f"{title}: sweep {name} ({table['method'].iloc[0]})")
     fig.tight_layout()

@@ -36,6 +36,7 @@ def _save(fig, path_stem: Path) -> Dict[str, Path]:
     return out
 
 
+NORM_LABEL = "task-vector norm ‖θ_merged − θ_base‖₂ (L2, weight units)"  # plain text: stays text in the SVG
 MARKERS = ["o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p"]
 LINESTYLES = ["-", "--", "-.", ":"]
 HATCHES = ["", "//", "..", "xx", "\\\\", "--", "++", "oo"]
@@ -123,7 +124,7 @@ def norm_vs_n(df, out_dir, title: str) -> Optional[Dict[str, Path]]:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ok = df.assign(status=df["task_vector_norm"].notna().map({True: OK, False: "no norm"}))
-    _draw(ax, ok, "task_vector_norm", r"$\|\theta_{merged} - \theta_{base}\|_2$ (L2 norm, weight units)", refs=False)
+    _draw(ax, ok, "task_vector_norm", NORM_LABEL, refs=False)
     ax.set_title(title)
     ax.legend(fontsize=8, loc="best", ncol=2)
     return _save(fig, Path(out_dir) / "norm_vs_n")

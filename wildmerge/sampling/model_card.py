@@ -23,7 +23,7 @@ def _ref(model) -> str:
 
 def _source_rows(entry: PlanEntry, models: PoolModels) -> list:
     experts = models.by_name()
-    rows = [("base", models.base)] + [(name, experts[name]) for name in entry.experts if name in experts]
+    rows = [("base", models.base)] + [("expert", experts[name]) for name in entry.experts if name in experts]
     return [{"role": role, "name": m.name, "model": _ref(m), "kind": m.kind, "revision": m.revision or ""}
             for role, m in rows]
 
@@ -35,7 +35,8 @@ def render_card(entry: PlanEntry, models: PoolModels, recipe_text: str, scores: 
     hub = [s["model"] for s in sources if s["kind"] == "hub"]
     meta = {"library_name": "transformers", "tags": ["merge", "mergekit", "wildmerge", entry.method or "merge"]}
     if hub:
-        meta["base_model"] = hub
+        meta["base_model"] = hub  # the Hub links a merge to its parents through these two fields
+        meta["base_model_relation"] = "merge"
     if scores:
         meta["model-index"] = [{"name": entry.model_id, "results": [
             {"task": {"type": "text-generation", "name": "Text Generation"},
