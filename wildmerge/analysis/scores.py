@@ -4,6 +4,7 @@ A model whose result is missing, failed, corrupt or lacks a task of the suite ge
 scores: it is listed, never averaged in.
 """
 
+import functools
 import json
 from typing import Dict, List, Optional, Tuple
 
@@ -33,6 +34,7 @@ def pick_suite(run_dir, suite: Optional[str]) -> str:
     return suites[0]
 
 
+@functools.lru_cache(maxsize=None)  # one YAML read per method, not per model (545 models: 7 s -> 0)
 def method_label(method: Optional[str]) -> str:
     if not method:
         return ""
