@@ -223,3 +223,11 @@ def test_curves_differ_without_colour():
 
     looks = {(style(i)["marker"], style(i)["ls"]) for i in range(12)}
     assert len(looks) == 12  # marker and dash pattern tell twelve curves apart in grey scale
+
+
+def test_model_card_keeps_the_merge_tools_text(study):
+    run, _ = study
+    card = (run / "models" / "ta__n02_s00" / "README.md").read_text()
+    assert card.count("## The merge tool's own card") == 1  # kept once through the report's rewrite
+    assert "mergekit" in card.split("## The merge tool's own card")[1]  # mergekit's card names itself
+    assert card.count("\n---\n") == 1 and card.startswith("---\n")  # one front matter block

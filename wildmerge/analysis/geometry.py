@@ -143,7 +143,9 @@ def _plot_signs(result: dict, names: List[str], out: Path) -> List[Path]:
                 for j in range(len(names)):
                     ax.text(j, i, f"{int(counts[i, j])}", ha="center", va="center", fontsize=7,
                             color="white" if counts[i, j] > result["layers"] / 2 else "black")
-        fig.colorbar(im, ax=ax, label=f"layers with {what} cosine (of {result['layers']})")
+        bar = fig.colorbar(im, ax=ax, label=f"layers with {what} cosine (of {result['layers']})")
+        bar.locator = plt.MaxNLocator(integer=True)
+        bar.update_ticks()
         ax.set_title(f"{what} cosine (|cos| > {result['zero_tolerance']:g})")
     fig.suptitle("Per-layer sign of task-vector cosine similarity")
     fig.tight_layout()

@@ -58,6 +58,7 @@ def plot_variant(variant: str, by_n: Dict[int, List[dict]], experts: List[str], 
         if layers:
             mean = [np.mean([c[k] for c in curves if k in c]) for k in layers]
             ax.plot(layers, mean, ms=4, lw=1.6, label=f"n = {n} ({len(diags)})", **style(i))
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_xlabel("decoder layer")
     ax.set_ylabel("merging covariate shift (Eq. 8, summed over groups)")
     ax.set_title("covariate shift per layer")
@@ -70,6 +71,7 @@ def plot_variant(variant: str, by_n: Dict[int, List[dict]], experts: List[str], 
         for j in range(len(shares[layers[0]])):
             ax.plot(layers, [shares[k][j] for k in layers], ms=4, lw=1.4,
                     label=names[j] if j < len(names) else f"expert {j + 1}", **style(j))
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         ax.set_xlabel("decoder layer")
         ax.set_ylabel("importance weight share (omega_i / sum omega)")
         ax.set_title(f"importance weights, n = {max(by_n)}")

@@ -14,6 +14,17 @@ from wildmerge.atomic import write_text
 from wildmerge.run import PlanEntry, PoolModels
 
 CARD = "README.md"
+TOOL_NOTES = "## The merge tool's own card"  # mergekit's / the layer-wise driver's text (method and paper links)
+
+
+def tool_notes(card_text: str) -> str:
+    """What the merge tool wrote into README.md (front matter dropped), or what an earlier card kept of it."""
+    if TOOL_NOTES in card_text:
+        return card_text.split(TOOL_NOTES, 1)[1].strip()
+    if card_text.startswith("---"):
+        parts = card_text.split("---", 2)
+        card_text = parts[2] if len(parts) == 3 else card_text
+    return card_text.split("### Configuration", 1)[0].strip()  # mergekit repeats the recipe shown above
 
 
 def _ref(model) -> str:
@@ -29,7 +40,7 @@ def _source_rows(entry: PlanEntry, models: PoolModels) -> list:
 
 
 def render_card(entry: PlanEntry, models: PoolModels, recipe_text: str, scores: Optional[Dict[str, float]] = None,
-                suite: str = "", run: str = "") -> str:
+                suite: str = "", run: str = "", notes: str = "") -> str:
     """The card's full text; ``scores`` are task -> accuracy in [0, 1] (lm-eval's fractions)."""
     sources = _source_rows(entry, models)
     hub = [s["model"] for s in sources if s["kind"] == "hub"]
@@ -61,8 +72,13 @@ def render_card(entry: PlanEntry, models: PoolModels, recipe_text: str, scores: 
         lines += [f"| **mean** | **{100 * sum(scores.values()) / len(scores):.2f}** |"]
     lines += ["", "## Recipe", "", "Run it again with `mergekit-yaml recipe.yml OUT/` (wildmerge installed, so its "
               "methods are registered):", "", "```yaml", recipe_text.rstrip(), "```", ""]
+    if notes:
+        lines += [TOOL_NOTES, "", notes, ""]
     return "\n".join(lines)
 
 
 def write_card(folder, entry: PlanEntry, models: PoolModels, recipe_text: str, **kwargs) -> Path:
-    return write_text(Path(folder) / CARD, render_card(entry, models, recipe_text, **kwargs))
+    """(Re)write the card, keeping the merge tool's own text from the card already there."""
+    path = Path(folder) / CARD
+    notes = tool_notes(path.read_text()) if path.is_file() else ""
+    return write_text(path, render_card(entry, models, recipe_text, notes=notes, **kwargs))
