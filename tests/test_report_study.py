@@ -231,3 +231,10 @@ def test_model_card_keeps_the_merge_tools_text(study):
     assert card.count("## The merge tool's own card") == 1  # kept once through the report's rewrite
     assert "mergekit" in card.split("## The merge tool's own card")[1]  # mergekit's card names itself
     assert card.count("\n---\n") == 1 and card.startswith("---\n")  # one front matter block
+
+
+def test_bad_report_arguments_fail_with_a_message(capsys):
+    assert main(["report"]) == 2
+    assert "give a run folder" in capsys.readouterr().err
+    assert main(["analyze", "geometry", "--tolerance", "1.5"]) == 2  # before any model is read
+    assert "--tolerance must be in [0, 1)" in capsys.readouterr().err
