@@ -238,3 +238,18 @@ def test_bad_report_arguments_fail_with_a_message(capsys):
     assert "give a run folder" in capsys.readouterr().err
     assert main(["analyze", "geometry", "--tolerance", "1.5"]) == 2  # before any model is read
     assert "--tolerance must be in [0, 1)" in capsys.readouterr().err
+
+
+def test_model_card_keeps_every_suites_scores(tmp_path):
+    from wildmerge.run import PlanEntry, PoolModels, ResolvedModel
+    from wildmerge.sampling.model_card import card_evaluations, write_card
+
+    models = PoolModels(base=ResolvedModel(name="base", model="/b", kind="local", path="/b"),
+                        experts=[ResolvedModel(name="a", model="/a", kind="local", path="/a")])
+    entry = PlanEntry(model_id="m", kind="merge", path=str(tmp_path), method="ta", label="TA", n=1, experts=["a"])
+    write_card(tmp_path, entry, models, "x: 1\n", scores={"medmcqa": 0.4}, suite="medical")
+    write_card(tmp_path, entry, models, "x: 1\n", scores={"gsm": 0.25, "bbh": 0.5}, suite="math")
+    write_card(tmp_path, entry, models, "x: 1\n", scores={"medmcqa": 0.45}, suite="medical")  # a rerun replaces
+    card = (tmp_path / "README.md").read_text()
+    assert card_evaluations(card) == {"medical": {"medmcqa": 0.45}, "math": {"gsm": 0.25, "bbh": 0.5}}
+    assert "## Evaluation: suite `math`" in card and "| **mean** | **37.50** |" in card

@@ -39,21 +39,26 @@ def _source_rows(entry: PlanEntry, models: PoolModels) -> list:
             for role, m in rows]
 
 
-def render_card(entry: PlanEntry, models: PoolModels, recipe_text: str, scores: Optional[Dict[str, float]] = None,
-                suite: str = "", run: str = "", notes: str = "") -> str:
-    """The card's full text; ``scores`` are task -> accuracy in [0, 1] (lm-eval's fractions)."""
+SOURCE = "wildmerge "  # + the suite name: the model-index source that tells one suite's results from another's
+
+
+def render_card(entry: PlanEntry, models: PoolModels, recipe_text: str,
+                evaluations: Optional[Dict[str, Dict[str, float]]] = None, run: str = "", notes: str = "") -> str:
+    """The card's full text; ``evaluations`` are suite -> task -> accuracy in [0, 1] (lm-eval's fractions)."""
+    evaluations = {suite: scores for suite, scores in (evaluations or {}).items() if scores}
     sources = _source_rows(entry, models)
     hub = [s["model"] for s in sources if s["kind"] == "hub"]
     meta = {"library_name": "transformers", "tags": ["merge", "mergekit", "wildmerge", entry.method or "merge"]}
     if hub:
         meta["base_model"] = hub  # the Hub links a merge to its parents through these two fields
         meta["base_model_relation"] = "merge"
-    if scores:
+    if evaluations:
         meta["model-index"] = [{"name": entry.model_id, "results": [
             {"task": {"type": "text-generation", "name": "Text Generation"},
              "dataset": {"name": task, "type": task},
              "metrics": [{"type": "accuracy", "value": round(float(value), 6), "name": "accuracy"}],
-             "source": {"name": f"wildmerge {suite}".strip(), "url": ""}} for task, value in scores.items()]}]
+             "source": {"name": SOURCE + suite, "url": ""}}
+            for suite, scores in evaluations.items() for task, value in scores.items()]}]
     lines = ["---", yaml.safe_dump(meta, sort_keys=False).rstrip(), "---", "",
              f"# {entry.model_id}", "",
              f"A merge of {len(entry.experts)} fine-tuned checkpoint(s) of one base model with **{entry.label}**"
@@ -65,8 +70,8 @@ def render_card(entry: PlanEntry, models: PoolModels, recipe_text: str, scores: 
         lines.append(f"| {s['role']} | {s['name']} | `{s['model']}` | {revision} |")
     lines += ["", "## Hyperparameters", "", "| parameter | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in sorted(entry.hparams.items())]
-    if scores:
-        lines += ["", f"## Evaluation ({suite})", "", "lm-eval accuracy, in percent.", "",
+    for suite, scores in evaluations.items():
+        lines += ["", f"## Evaluation: suite `{suite}`", "", "lm-eval accuracy, in percent.", "",
                   "| task | accuracy (%) |", "|---|---|"]
         lines += [f"| {t} | {100 * float(v):.2f} |" for t, v in scores.items()]
         lines += [f"| **mean** | **{100 * sum(scores.values()) / len(scores):.2f}** |"]
@@ -77,8 +82,28 @@ def render_card(entry: PlanEntry, models: PoolModels, recipe_text: str, scores: 
     return "\n".join(lines)
 
 
-def write_card(folder, entry: PlanEntry, models: PoolModels, recipe_text: str, **kwargs) -> Path:
-    """(Re)write the card, keeping the merge tool's own text from the card already there."""
+def card_evaluations(card_text: str) -> Dict[str, Dict[str, float]]:
+    """suite -> task -> accuracy from a card's model-index (what earlier reports of other suites wrote)."""
+    try:
+        meta = yaml.safe_load(card_text.split("---", 2)[1]) if card_text.startswith("---") else {}
+    except (yaml.YAMLError, IndexError):
+        return {}
+    out: Dict[str, Dict[str, float]] = {}
+    for index in (meta or {}).get("model-index") or []:
+        for r in index.get("results", []):
+            source = (r.get("source") or {}).get("name", "")
+            if source.startswith(SOURCE) and r.get("metrics"):
+                out.setdefault(source[len(SOURCE):], {})[r["dataset"]["name"]] = r["metrics"][0]["value"]
+    return out
+
+
+def write_card(folder, entry: PlanEntry, models: PoolModels, recipe_text: str,
+               scores: Optional[Dict[str, float]] = None, suite: str = "", run: str = "") -> Path:
+    """(Re)write the card with ``suite``'s scores, keeping the merge tool's own text and other suites' scores."""
     path = Path(folder) / CARD
-    notes = tool_notes(path.read_text()) if path.is_file() else ""
-    return write_text(path, render_card(entry, models, recipe_text, notes=notes, **kwargs))
+    old = path.read_text() if path.is_file() else ""
+    evaluations = card_evaluations(old)
+    if scores:
+        evaluations[suite] = scores
+    return write_text(path, render_card(entry, models, recipe_text, evaluations, run=run,
+                                        notes=tool_notes(old) if old else ""))
