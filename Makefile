@@ -27,6 +27,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_layerwise.py
 	$(BIN)/python benchmarks/bench_eval_harness.py
 	$(BIN)/python benchmarks/bench_demo_build.py
+	$(BIN)/python benchmarks/bench_report_page.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

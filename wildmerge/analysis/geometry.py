@@ -2,7 +2,8 @@
 
 - whole-model cosine similarity of every pair of task vectors ``tau_i = theta_i - theta_0``;
 - per pair, the number of decoder layers whose task vectors point the same way (cosine > 0) and the opposite way
-  (cosine < 0); layers with cosine exactly 0 count in neither.
+  (cosine < 0); a layer whose |cosine| is within ``ZERO_COSINE_TOLERANCE`` (an orthogonal pair, or an expert that
+  left the layer unchanged) counts in neither.
 
 Streams one tensor of every model at a time from the safetensors files, accumulating float64 dot products, so
 memory stays at one tensor per model whatever the model size.
@@ -16,6 +17,7 @@ from typing import Dict, List
 import numpy as np
 
 _LAYER = re.compile(r"\blayers\.(\d+)\.")
+ZERO_COSINE_TOLERANCE = 1e-6  # float64 accumulation of float32/bf16 differences: far below any real alignment
 
 
 def _open_checkpoint(folder: str, stack) -> Dict[str, object]:
@@ -29,7 +31,8 @@ def _open_checkpoint(folder: str, stack) -> Dict[str, object]:
     return {name: handles[shard] for name, shard in index.items()}
 
 
-def task_vector_geometry(base: str, experts: Dict[str, str], progress: bool = True) -> dict:
+def task_vector_geometry(base: str, experts: Dict[str, str], progress: bool = True,
+                         tolerance: float = ZERO_COSINE_TOLERANCE) -> dict:
     """Pairwise whole-model cosines and per-layer sign counts of the experts' task vectors."""
     import contextlib
 
@@ -57,7 +60,7 @@ def task_vector_geometry(base: str, experts: Dict[str, str], progress: bool = Tr
             if match:
                 layer_gram[int(match.group(1))] += g
     return {"experts": names, "cosine": _cosine(gram).tolist(), "norms": np.sqrt(np.diag(gram)).tolist(),
-            **_layer_signs({k: _cosine(v) for k, v in sorted(layer_gram.items())})}
+            **_layer_signs({k: _cosine(v) for k, v in sorted(layer_gram.items())}, tolerance)}
 
 
 def _cosine(gram: np.ndarray) -> np.ndarray:
@@ -66,16 +69,19 @@ def _cosine(gram: np.ndarray) -> np.ndarray:
     return np.divide(gram, denom, out=np.zeros_like(gram), where=denom > 0)
 
 
-def _layer_signs(layer_cos: Dict[int, np.ndarray]) -> dict:
+def _layer_signs(layer_cos: Dict[int, np.ndarray], tolerance: float) -> dict:
     if not layer_cos:
-        return {"layers": 0, "positive_layers": [], "negative_layers": []}
+        return {"layers": 0, "zero_tolerance": tolerance, "positive_layers": [], "negative_layers": []}
     stack = np.stack(list(layer_cos.values()))
-    return {"layers": len(layer_cos), "positive_layers": (stack > 0).sum(0).tolist(),
-            "negative_layers": (stack < 0).sum(0).tolist()}
+    return {"layers": len(layer_cos), "zero_tolerance": tolerance,
+            "positive_layers": (stack > tolerance).sum(0).tolist(),
+            "negative_layers": (stack < -tolerance).sum(0).tolist(),
+            "layer_cosine": stack.tolist()}
 
 
 def write_geometry(result: dict, out_dir) -> List[Path]:
-    """cosine.csv, layer_signs.csv, geometry.json and a cosine heatmap (PNG and SVG) in ``out_dir``."""
+    """cosine.csv, layer_signs.csv, geometry.json, a cosine heatmap and the per-layer sign-count heatmaps (PNG and
+    SVG) in ``out_dir``."""
     import pandas as pd
 
     from wildmerge.atomic import write_json, write_text
@@ -85,11 +91,14 @@ def write_geometry(result: dict, out_dir) -> List[Path]:
     written = [write_text(out / "cosine.csv", pd.DataFrame(result["cosine"], index=names, columns=names)
                           .to_csv(float_format="%.6f"))]
     rows = [{"expert_a": a, "expert_b": b, "positive_layers": result["positive_layers"][i][j],
-             "negative_layers": result["negative_layers"][i][j], "layers": result["layers"]}
+             "negative_layers": result["negative_layers"][i][j], "layers": result["layers"],
+             "zero_tolerance": result.get("zero_tolerance", 0.0)}
             for i, a in enumerate(names) for j, b in enumerate(names) if i < j and result["layers"]]
     written.append(write_text(out / "layer_signs.csv", pd.DataFrame(rows).to_csv(index=False)))
     written.append(write_json(out / "geometry.json", result))
     written += _plot_cosine(np.array(result["cosine"]), names, out)
+    if result["layers"]:
+        written += _plot_signs(result, names, out)
     return written
 
 
@@ -100,13 +109,44 @@ def _plot_cosine(cos: np.ndarray, names: List[str], out: Path) -> List[Path]:
     size = max(4.0, 0.55 * len(names) + 2)
     fig, ax = plt.subplots(figsize=(size, size * 0.85))
     limit = max(float(np.abs(cos - np.eye(len(names))).max()), 1e-6)
-    im = ax.imshow(cos, cmap="RdBu_r", vmin=-limit, vmax=limit)
+    im = ax.imshow(cos, cmap="cividis", vmin=-limit, vmax=limit)  # lightness rises with cosine: readable in grey
     ax.set_xticks(range(len(names)), names, rotation=60, ha="right")
     ax.set_yticks(range(len(names)), names)
     for i in range(len(names)):
         for j in range(len(names)):
             if i != j and len(names) <= 16:
-                ax.text(j, i, f"{cos[i, j]:.2f}", ha="center", va="center", fontsize=7)
+                ax.text(j, i, f"{cos[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="black" if cos[i, j] > 0 else "white")
+    ax.set_xlabel("expert")
+    ax.set_ylabel("expert")
     fig.colorbar(im, ax=ax, label="cosine similarity of task vectors")
     ax.set_title("Pairwise cosine similarity of task vectors (whole model)")
     return list(_save(fig, out / "cosine").values())
+
+
+def _plot_signs(result: dict, names: List[str], out: Path) -> List[Path]:
+    """Figs. 23-26: per pair, how many layers point the same way (left) and the opposite way (right)."""
+    from wildmerge.analysis.plots import _plt, _save
+
+    plt = _plt()
+    size = max(4.0, 0.5 * len(names) + 2)
+    fig, axes = plt.subplots(1, 2, figsize=(2 * size, size * 0.85))
+    for ax, key, what in zip(axes, ("positive_layers", "negative_layers"), ("positive", "negative")):
+        counts = np.array(result[key], dtype=float)
+        im = ax.imshow(counts, cmap="Greys", vmin=0, vmax=result["layers"])
+        ax.set_xticks(range(len(names)), names, rotation=60, ha="right")
+        ax.set_yticks(range(len(names)), names)
+        ax.set_xlabel("expert")
+        ax.set_ylabel("expert")
+        if len(names) <= 16:
+            for i in range(len(names)):
+                for j in range(len(names)):
+                    ax.text(j, i, f"{int(counts[i, j])}", ha="center", va="center", fontsize=7,
+                            color="white" if counts[i, j] > result["layers"] / 2 else "black")
+        bar = fig.colorbar(im, ax=ax, label=f"layers with {what} cosine (of {result['layers']})")
+        bar.locator = plt.MaxNLocator(integer=True)
+        bar.update_ticks()
+        ax.set_title(f"{what} cosine (|cos| > {result['zero_tolerance']:g})")
+    fig.suptitle("Per-layer sign of task-vector cosine similarity")
+    fig.tight_layout()
+    return list(_save(fig, out / "layer_signs").values())

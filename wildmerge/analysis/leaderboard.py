@@ -90,3 +90,37 @@ def summary_markdown(df, tasks: List[str], digits: int = 1, columns: Optional[Li
                      for c in columns]
             lines.append("| " + " | ".join([variant, str(int(n)), str(len(g))] + cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def task_change_table(df, tasks: List[str]):
+    """Per method variant and n: mean over the k subsets of (task accuracy - the base's), in percentage points,
+    for every task. n = 1 rows are the experts alone. The numbers behind the per-task claims of the paper's §4."""
+    import pandas as pd
+
+    ok = df[df["status"] == OK]
+    base = ok[ok["kind"] == "base"]
+    if base.empty:
+        return pd.DataFrame(columns=["method", "n", "k"] + tasks + ["mean"])
+    ref = base.iloc[0]
+    rows = []
+    experts = ok[ok["kind"] == "expert"]
+    merges = ok[ok["kind"] == "merge"]
+    groups = ([("experts alone", 1, experts)] if len(experts) else [])
+    for variant in dict.fromkeys(merges["variant"]):
+        sub = merges[merges["variant"] == variant]
+        groups += [(variant, int(n), sub[sub["n"] == n]) for n in sorted(sub["n"].dropna().unique())]
+    for name, n, g in groups:
+        rows.append({"method": name, "n": n, "k": len(g),
+                     **{t: float((g[t] - ref[t]).mean()) for t in tasks + ["mean"]}})
+    return pd.DataFrame(rows, columns=["method", "n", "k"] + tasks + ["mean"])
+
+
+def change_markdown(table, tasks: List[str]) -> str:
+    if table.empty:
+        return "_the base model has no score_\n"
+    head = ["Method", "n", "k"] + tasks + ["mean"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in table.iterrows():
+        lines.append("| " + " | ".join([str(r["method"]), str(r["n"]), str(r["k"])]
+                                       + [f"{r[t]:+.2f}" for t in tasks + ["mean"]]) + " |")
+    return "\n".join(lines) + "\n"

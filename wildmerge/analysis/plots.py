@@ -36,6 +36,18 @@ def _save(fig, path_stem: Path) -> Dict[str, Path]:
     return out
 
 
+NORM_LABEL = "task-vector norm ‖θ_merged − θ_base‖₂ (L2, weight units)"  # plain text: stays text in the SVG
+MARKERS = ["o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p"]
+LINESTYLES = ["-", "--", "-.", ":"]
+HATCHES = ["", "//", "..", "xx", "\\\\", "--", "++", "oo"]
+
+
+def style(i: int) -> dict:
+    """Line style i: colour, marker and dash pattern all change, so curves stay apart in grey scale."""
+    return {"color": _plt().get_cmap("tab10")(i % 10), "marker": MARKERS[i % len(MARKERS)],
+            "ls": LINESTYLES[(i // 2) % len(LINESTYLES)]}
+
+
 def _curves(df, column: str):
     """{variant: (ns, means, stds)} with n = 1 taken from the experts."""
     ok = df[(df["status"] == OK) & df[column].notna()]
@@ -56,11 +68,10 @@ def _curves(df, column: str):
 def _draw(ax, df, column: str, ylabel: str, refs: bool = True) -> None:
     import numpy as np
 
-    colors = _plt().get_cmap("tab10")
     for i, (variant, (ns, means, stds)) in enumerate(_curves(df, column).items()):
-        c = colors(i % 10)
-        ax.plot(ns, means, marker="o", ms=4, lw=1.8, color=c, label=variant)
-        ax.fill_between(ns, np.subtract(means, stds), np.add(means, stds), color=c, alpha=0.15, lw=0)
+        st = style(i)
+        ax.plot(ns, means, ms=4, lw=1.8, label=variant, **st)
+        ax.fill_between(ns, np.subtract(means, stds), np.add(means, stds), color=st["color"], alpha=0.12, lw=0)
     ok = df[df["status"] == OK]
     if refs:
         base = ok[ok["kind"] == "base"][column]
@@ -113,7 +124,7 @@ def norm_vs_n(df, out_dir, title: str) -> Optional[Dict[str, Path]]:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ok = df.assign(status=df["task_vector_norm"].notna().map({True: OK, False: "no norm"}))
-    _draw(ax, ok, "task_vector_norm", r"$\|\theta_{merged} - \theta_{base}\|_2$", refs=False)
+    _draw(ax, ok, "task_vector_norm", NORM_LABEL, refs=False)
     ax.set_title(title)
     ax.legend(fontsize=8, loc="best", ncol=2)
     return _save(fig, Path(out_dir) / "norm_vs_n")

@@ -4,6 +4,7 @@ A model whose result is missing, failed, corrupt or lacks a task of the suite ge
 scores: it is listed, never averaged in.
 """
 
+import functools
 import json
 from typing import Dict, List, Optional, Tuple
 
@@ -14,6 +15,7 @@ from wildmerge.eval.store import OK, ResultStore
 from wildmerge.run import RunFolder
 
 METHOD_ORDER = ["ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c", "iso_cts", "regmean", "com"]
+MAIN, ABLATION, TUNED = "main", "ablation", "tuned"  # which part of the study a merge belongs to
 FALLBACK_LABELS = {"ta": "TA", "model_stock": "Model Stock", "ties": "TIES", "ta_sb": "TA+SB", "ties_sb": "TIES+SB",
                    "tsv_m": "TSV-M", "iso_c": "Iso-C", "iso_cts": "Iso-CTS", "regmean": "RegMean", "com": "CoM"}
 
@@ -32,6 +34,7 @@ def pick_suite(run_dir, suite: Optional[str]) -> str:
     return suites[0]
 
 
+@functools.lru_cache(maxsize=None)  # one YAML read per method, not per model (545 models: 7 s -> 0)
 def method_label(method: Optional[str]) -> str:
     if not method:
         return ""
@@ -44,7 +47,10 @@ def method_label(method: Optional[str]) -> str:
 
 
 def _variants(rows: List[Dict]) -> None:
-    """Name each (method, hyperparameters) pair; hyperparameters appear only where a method has several."""
+    """Name each (method, hyperparameters) pair; hyperparameters appear only where a method has several.
+
+    The main protocol's merges (the method recipe's own settings) keep the plain method label, so sweep points and
+    tuned variants never share a name (or a table row) with them."""
     by_method: Dict[str, set] = {}
     for r in rows:
         if r["kind"] == "merge":
@@ -54,12 +60,31 @@ def _variants(rows: List[Dict]) -> None:
             r["variant"] = r["kind"]
             continue
         label = method_label(r["method"])
-        if len(by_method[r["method"]]) > 1:
+        if r["group"] != MAIN and len(by_method[r["method"]]) > 1:
             all_hp = [json.loads(h) for h in by_method[r["method"]]]
             keys = sorted({k for hp in all_hp for k in hp if len({json.dumps(h.get(k)) for h in all_hp}) > 1})
             hp = json.loads(r["hparams"])
             label += " (" + ", ".join(f"{k}={hp.get(k)}" for k in keys) + ")"
         r["variant"] = label
+
+
+def _group(entry) -> str:
+    """main: the protocol's merges at the recipe's settings; ablation: a point of an Appendix C sweep (the sweep
+    point at the recipe's settings is also main); tuned: other non-default settings."""
+    if entry.kind != "merge" or not entry.overrides:
+        return MAIN
+    return ABLATION if entry.ablations else TUNED
+
+
+def main_merges(df):
+    """The merges behind Tables 1-3 and accuracy vs n: main group, random subsets (not one domain's experts)."""
+    return df[(df["kind"] == "merge") & (df["group"] == MAIN) & (df["domain"].fillna("") == "")]
+
+
+def protocol_rows(df):
+    """Base, experts and main merges: what Tables 1-3 and the accuracy-vs-n plots read."""
+    keep = (df["kind"] != "merge") | df.index.isin(main_merges(df).index)
+    return df[keep]
 
 
 def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List[str], List[str]]:
@@ -77,7 +102,9 @@ def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List
         row = {"model_id": e.model_id, "kind": e.kind, "method": e.method or "",
                "method_label": method_label(e.method), "n": e.n, "subset_id": e.subset_id,
                "hparams": json.dumps(e.hparams, sort_keys=True), "experts": ";".join(e.experts),
-               "job_id": index.get(e.model_id, ""), "status": "not evaluated", "error": ""}
+               "job_id": index.get(e.model_id, ""), "status": "not evaluated", "error": "",
+               "group": _group(e), "domain": e.domain or "", "ablations": ";".join(e.ablations),
+               "overrides": json.dumps(e.overrides, sort_keys=True)}
         record = store.load(row["job_id"]) if row["job_id"] else {"status": "not evaluated", "error": ""}
         row["status"], row["error"] = record["status"], (record.get("error") or "").split("\n")[0]
         if record["status"] == OK:

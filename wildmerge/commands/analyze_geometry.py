@@ -13,15 +13,23 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", default="demo", help="pool name or YAML path (default: demo)")
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
     p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/geometry)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="a layer whose |cosine| is at most this counts as neither positive nor negative "
+                        "(default 1e-6)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
 
 
 def run(args) -> int:
-    from wildmerge.analysis.geometry import task_vector_geometry, write_geometry
+    from wildmerge.analysis.geometry import ZERO_COSINE_TOLERANCE, task_vector_geometry, write_geometry
     from wildmerge.checkpoints import check_compatible
     from wildmerge.hub import resolve_all
     from wildmerge.sampling.pools import load_pool
 
+    tolerance = ZERO_COSINE_TOLERANCE if args.tolerance is None else args.tolerance
+    if not 0 <= tolerance < 1:
+        from wildmerge.errors import ConfigError
+
+        raise ConfigError(f"--tolerance must be in [0, 1) (a cosine), got {tolerance}")
     pool = load_pool(args.pool)
     if args.exclude:
         pool = pool.without(args.exclude)
@@ -31,7 +39,7 @@ def run(args) -> int:
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
     base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
     check_compatible(base, experts, allow_pickle=args.allow_pickle)
-    result = task_vector_geometry(base, experts)
+    result = task_vector_geometry(base, experts, tolerance=tolerance)
     out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "geometry")
     for path in write_geometry(result, out):
         print(f"wrote {path}")

@@ -1,18 +1,33 @@
-"""``wildmerge report RUN_DIR``: leaderboard tables (CSV + Markdown), task-vector norms and plots of a run."""
+"""``wildmerge report RUN_DIR``: leaderboard tables, plots and the index.html page of a run;
+``wildmerge report --combine RUN RUN ... --out DIR``: Tables 1-3 across runs (one per base) with Average rows."""
+
+from wildmerge.errors import ConfigError
 
 
 def configure(parser) -> None:
-    parser.add_argument("run_dir", help="a run folder evaluated with `wildmerge eval`")
+    parser.add_argument("run_dir", nargs="?", help="a run folder evaluated with `wildmerge eval`")
     parser.add_argument("--suite", help="which evaluated suite (default: every one)")
-    parser.add_argument("--out", help="output folder (default: RUN_DIR/report)")
+    parser.add_argument("--out", help="output folder (default: RUN_DIR/report; with --combine: combined-report)")
+    parser.add_argument("--combine", nargs="+", metavar="RUN",
+                        help="several evaluated runs (one per base model): write their Tables 1-3 side by side with "
+                             "the paper's Average rows")
 
 
 def run(args) -> int:
+    if args.combine:
+        from wildmerge.analysis.combine import write_combined
+
+        runs = ([args.run_dir] if args.run_dir else []) + list(args.combine)
+        written = write_combined(runs, args.out or "combined-report", suite=args.suite)
+        print(f"combined tables: {written['combined_md']}")
+        return 0
+    if not args.run_dir:
+        raise ConfigError("give a run folder (`wildmerge report RUN_DIR`) or several with `--combine RUN RUN ...`")
     from wildmerge.analysis.report import write_report
 
     written = write_report(args.run_dir, out_dir=args.out, suite=args.suite)
     for name, path in written.items():
-        if name.endswith(("leaderboard_md", "scores_csv")):
+        if name.endswith(("leaderboard_md", "scores_csv", "index_html")):
             print(f"{name}: {path}")
     print(f"{len(written)} file(s) written")
     return 0

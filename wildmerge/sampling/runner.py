@@ -15,6 +15,7 @@ import yaml
 from wildmerge.atomic import atomic_dir, clean_stale_tmp
 from wildmerge.plugins.layerwise_methods import LAYERWISE_METHODS
 from wildmerge.run import RECIPE, MergeInfo, PlanEntry, PoolModels, read_merge_info, write_merge_info
+from wildmerge.sampling.model_card import write_card
 from wildmerge.sampling.plan import split_hparams
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -80,8 +81,9 @@ def merge_options(models: PoolModels, device="cpu", allow_pickle=False, seed=0, 
                         quiet=True, trust_remote_code=False, allow_crimes=False, **extra)
 
 
-def merge_one(entry: PlanEntry, recipe: dict, digest: str, text: str, options) -> float:
-    """Run one mergekit merge into ``entry.path``; the folder appears complete or not at all."""
+def merge_one(entry: PlanEntry, recipe: dict, digest: str, text: str, options, models: PoolModels = None) -> float:
+    """Run one mergekit merge into ``entry.path``; the folder appears complete or not at all, with a model card
+    that names the pinned sources when ``models`` is given."""
     from importlib.metadata import version
 
     from mergekit.config import MergeConfiguration
@@ -91,6 +93,8 @@ def merge_one(entry: PlanEntry, recipe: dict, digest: str, text: str, options) -
     with atomic_dir(entry.path) as tmp:
         run_merge(MergeConfiguration.model_validate(recipe), str(tmp), options=options, config_source=text)
         (Path(tmp) / RECIPE).write_text(text)
+        if models is not None:
+            write_card(tmp, entry, models, text)
         seconds = time.perf_counter() - start
         write_merge_info(tmp, MergeInfo(
             model_id=entry.model_id, method=entry.method, label=entry.label, n=entry.n, subset_id=entry.subset_id,
@@ -122,7 +126,8 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
                 continue  # pruned only after after_each finished with it
         else:
             stats["redone" if Path(entry.path).exists() else "merged"] += 1
-            stats["seconds"] += merge_one(entry, recipe, digest, recipe_text(entry, recipe, models), options)
+            stats["seconds"] += merge_one(entry, recipe, digest, recipe_text(entry, recipe, models), options,
+                                           models)
         if after_each is not None:
             after_each(entry)
         if keep_models == "none" and not _pruned(entry.path):

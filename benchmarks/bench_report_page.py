@@ -1,0 +1,108 @@
+"""How heavy the leaderboard page is for a run at the paper's scale (545 models: base, 12 experts, 532 merges).
+
+Builds the run from tiny real checkpoints with fabricated scores (tests/report_fixtures.py), then measures:
+- ``wildmerge report`` end to end (the baseline), and the page alone (``build_page``) as a ratio of it;
+- the size of ``index.html`` and of its embedded plots;
+- in headless Chromium (when installed): time until the page's tables are rendered, against an empty page loaded in
+  the same browser (ratio), and the time to re-render after sorting and after filtering the 545-row table.
+Peak RSS (VmHWM) of this process is printed last.
+
+    python benchmarks/bench_report_page.py
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+from wildmerge.memory import peak_rss_mib  # noqa: E402
+
+
+def _browser(profile: Path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+
+
+def _load_ms(driver, path: Path) -> float:
+    driver.get(path.as_uri())  # returns after the load event; scripts have run
+    return driver.execute_script("var t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd;")
+
+
+def main() -> None:
+    from helpers import make_tiny_model
+    from report_fixtures import big_run
+
+    from wildmerge.analysis import report_page
+    from wildmerge.analysis.report import write_report
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        base = make_tiny_model(root / "base", "llama", seed=0)
+        experts = [make_tiny_model(root / f"e{i}", base=base, seed=i + 1, noise=0.02) for i in range(3)]
+        run = big_run(root, base, experts)
+        timings = {}
+        real_build = report_page.build_page
+
+        def timed_build(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return real_build(*args, **kwargs)
+            finally:
+                timings["page_s"] = time.perf_counter() - start
+
+        report_page.build_page = timed_build
+        import wildmerge.analysis.report as report_module
+
+        report_module.build_page = timed_build
+        start = time.perf_counter()
+        written = write_report(run)
+        report_s = time.perf_counter() - start
+        start = time.perf_counter()
+        write_report(run)  # norms cached in RUN/eval/norms.json: what a rerun costs
+        rerun_s = time.perf_counter() - start
+        index = Path(written["index_html"])
+        html = index.read_text()
+        images = html.count("data:image/png;base64,")
+        print(f"models: 545; report: {report_s:.1f} s (rerun with cached norms {rerun_s:.1f} s); page alone "
+              f"{timings['page_s']:.2f} s = {timings['page_s'] / rerun_s:.3f} x the rerun")
+        print(f"index.html: {index.stat().st_size / 1024:.0f} KiB with {images} embedded plots "
+              f"({sum(Path(p).stat().st_size for k, p in written.items() if k.endswith('_png')) / 1024:.0f} KiB "
+              f"of PNG before base64)")
+        if shutil.which("chromium") and shutil.which("chromedriver"):
+            empty = root / "empty.html"
+            empty.write_text("<!DOCTYPE html><html><body>empty</body></html>")
+            driver = _browser(root / "profile")
+            try:
+                _load_ms(driver, empty)  # warm the browser
+                base_ms = min(_load_ms(driver, empty) for _ in range(3))
+                page_ms = min(_load_ms(driver, index) for _ in range(3))
+                sort_ms = driver.execute_script(
+                    "var th = document.querySelectorAll('[data-table=models] th')[9]; var t = performance.now();"
+                    "th.click(); return performance.now() - t;")
+                filter_ms = driver.execute_script(
+                    "var i = document.querySelector('[data-table=models] input.filter'); i.value = 'tsv_m';"
+                    "var t = performance.now(); i.dispatchEvent(new Event('input')); return performance.now() - t;")
+            finally:
+                driver.quit()
+            print(f"chromium load: page {page_ms:.0f} ms vs empty page {base_ms:.0f} ms "
+                  f"(ratio {page_ms / max(base_ms, 1):.1f}); sort 545 rows {sort_ms:.0f} ms; filter {filter_ms:.0f} ms")
+        else:
+            print("chromium not installed: browser timings skipped")
+    print(f"peak RSS (VmHWM): {peak_rss_mib():.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
