@@ -7,6 +7,7 @@ strictness (``wildmerge merge --strict``): people keep one recipe and switch its
 a method does not use, so a recipe that merges without wildmerge must merge with it.
 """
 
+import difflib
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -53,11 +54,7 @@ def warn(message: str) -> None:
 
 def is_ours(name: str) -> bool:
     """True for a merge method wildmerge provides (per-tensor or layer-wise), not one of mergekit's."""
-    if name in LAYERWISE_METHODS:
-        return True
-    from mergekit.merge_methods import registered_methods
-
-    return any(getattr(m, "__wildmerge__", False) for m in registered_methods() if m.spec.name == name)
+    return name in LAYERWISE_METHODS or name in _our_names()
 
 
 def recipe_problems(config) -> List[str]:
@@ -97,17 +94,28 @@ def recipe_problems(config) -> List[str]:
 
 def validate_merge_config(config, strict: bool = True) -> None:
     """Raise ConfigError on the first problem of ``recipe_problems``; with ``strict=False`` (mergekit's own
-    methods through the stock entry points) print each as a warning instead, and let mergekit decide."""
+    methods through the stock entry points) print each as a warning instead, and let mergekit decide.
+
+    An unknown merge_method is an error when strict or when its closest name is one of ours (mergekit would stop
+    on it anyway); otherwise mergekit raises its own error after our did-you-mean warning."""
     try:
         problems = recipe_problems(config)
-    except ConfigError as exc:  # an unknown merge_method: mergekit raises its own error right after
-        if strict:
+    except ConfigError as exc:
+        close = difflib.get_close_matches(config.merge_method, list(LAYERWISE_METHODS) + _our_names(), n=1)
+        if strict or close:
             raise
-        problems = [str(exc)]
+        warn(str(exc))
+        return
     if problems and strict:
         raise ConfigError(problems[0])
     for problem in problems:
         warn(problem + " (mergekit ignores it)")
+
+
+def _our_names() -> List[str]:
+    from mergekit.merge_methods import registered_methods
+
+    return [m.spec.name for m in registered_methods() if getattr(m, "__wildmerge__", False)]
 
 
 # Keys a recipe may carry beyond mergekit's own: the layer-wise methods' calibration data.
