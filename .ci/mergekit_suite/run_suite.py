@@ -55,10 +55,20 @@ def outcomes(junit: Path) -> dict:
     return result
 
 
+def shadow_wildmerge(folder: Path) -> Path:
+    """A folder holding an empty ``wildmerge`` package: first on PYTHONPATH, it turns the start-up hook
+    (``import wildmerge._autoload`` in a .pth file) into a no-op whatever the installed wildmerge does."""
+    for name in ("__init__.py", "_autoload.py"):
+        (folder / "wildmerge").mkdir(parents=True, exist_ok=True)
+        (folder / "wildmerge" / name).write_text("")
+    return folder
+
+
 def run_suite(src: Path, junit: Path, hook: bool, extra) -> dict:
     env = dict(os.environ, WILDMERGE_AUTOLOAD="1" if hook else "0",
                HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), str(src), env.get("PYTHONPATH", "")) if p)
+    shadow = [] if hook else [str(shadow_wildmerge(junit.parent / "no-wildmerge"))]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*shadow, str(HERE), str(src), env.get("PYTHONPATH", "")) if p)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-W", "ignore",
            *SELECTION, f"--junitxml={junit}", *extra, str(src / "tests")]
     label = "with wildmerge" if hook else "without wildmerge"
@@ -96,7 +106,9 @@ def main(argv=None) -> int:
         print(f"BROKEN BY WILDMERGE: {t} ({with_.get(t, 'not run')})")
     for t in ours_failed:
         print(f"FAILS FOR A WILDMERGE METHOD: {t}")
-    if broken or ours_failed or not without:
+    if not ours:
+        print("the hook did not load: no test ran over wildmerge's methods (is wildmerge installed?)")
+    if broken or ours_failed or not without or not ours:
         return 1
     print("mergekit's suite: nothing that passes without wildmerge fails with it")
     return 0
