@@ -2,7 +2,7 @@
 task_arithmetic merge through mergekit alone (hook off), through the stock path with the hook (warnings only, plus
 one read of the output for NaN/Inf) and inside ``wildmerge_checks`` (what ``wildmerge merge`` does).
 
-A random Llama of ~60M parameters and two noisy experts are built locally (no hub). Each merge runs in its own
+A random Llama of 45M parameters and two noisy experts are built locally (no hub). Each merge runs in its own
 subprocess (its peak RSS is its own); the best of ``--repeat`` runs is reported, as a ratio to mergekit alone.
 
     python benchmarks/bench_guest_overhead.py [--repeat 3]
