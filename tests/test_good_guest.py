@@ -157,6 +157,17 @@ def test_compatibility_rule_lets_vocabularies_differ_but_not_hidden_sizes(vocab_
         check_compatible(fam["base"], {"deeper": deeper})
 
 
+def test_layer_range_recipes_may_combine_models_of_different_depths(vocab_family, tmp_path):
+    """A frankenmerge (passthrough slices) of a 2-layer and a 3-layer model is mergekit's business, not refused."""
+    deeper = make_tiny_model(tmp_path / "deeper", layers=3)
+    config = {"merge_method": "passthrough", "base_model": vocab_family["base"], "dtype": "float32",
+              "slices": [{"sources": [{"model": vocab_family["base"], "layer_range": [0, 2]}]},
+                         {"sources": [{"model": deeper, "layer_range": [2, 3]}]}]}
+    with wildmerge_checks(strict_params=True):
+        out = merge(config, tmp_path / "out")
+    assert "model.layers.2.mlp.down_proj.weight" in load_file(str(out / "model.safetensors"))
+
+
 @pytest.mark.parametrize("method,tokenizer", [("ties", "base"), ("iso_c", "union")])
 def test_tokenizer_section_merges_added_tokens(vocab_family, tmp_path, method, tokenizer):
     params = {"density": 0.5} if method == "ties" else {}

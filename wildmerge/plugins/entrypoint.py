@@ -48,10 +48,11 @@ def wildmerge_checks(strict_params: bool = False):
 
 
 def _local_inputs(merge_config):
-    """(reference folder, {expert: folder}) of the local, non-LoRA inputs; (None, {}) when the base is not local.
-    Hub ids are left to mergekit."""
+    """(reference folder, {expert: folder}) of the local, non-LoRA inputs; (None, {}) when the base is not local
+    or the recipe takes slices or modules (a layer-range recipe may combine models of different depths: mergekit
+    checks each slice). Hub ids are left to mergekit."""
     base = merge_config.base_model
-    if base is None or base.lora is not None or not Path(base.model.path).is_dir():
+    if merge_config.slices or merge_config.modules or base is None or base.lora is not None or not Path(base.model.path).is_dir():
         return None, {}
     experts = {str(ref): ref.model.path for ref in merge_config.referenced_models()
                if ref != base and ref.lora is None and Path(ref.model.path).is_dir()}
