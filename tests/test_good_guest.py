@@ -267,3 +267,17 @@ def test_hook_can_be_turned_off():
     code = "import sys; print(any('_PostImportFinder' in repr(f) for f in sys.meta_path))"
     assert python(code).stdout.strip() == "True"
     assert python(code, WILDMERGE_AUTOLOAD="0").stdout.strip() == "False"
+
+
+def test_sampler_refuses_a_nan_merge_and_marks_nothing_done(tiny_family, nan_expert, tmp_path, capsys):
+    from wildmerge.cli import main
+
+    pool = tmp_path / "pool.yml"
+    pool.write_text(f"name: tiny\nbase: {{model: {tiny_family['base']}}}\nexperts:\n"
+                    f"  - {{model: {tiny_family['experts'][0]}, name: fine}}\n  - {{model: {nan_expert}, name: bad}}\n")
+    run = tmp_path / "run"
+    argv = ["sample", "--base", str(pool), "--out", str(run), "--sizes", "2", "--methods", "ta", "--no-evaluate"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "NaN or Inf" in err and KEY in err and "poisoned" in err
+    assert not [p for p in (run / "models").glob("*/merge_info.json")]
