@@ -5,18 +5,25 @@ interpreter start-up; it installs a tiny import hook that waits for mergekit's o
 then runs our post-import hooks:
 
 - after ``mergekit.merge_methods``: register our per-tensor methods (``wildmerge.plugins.registration``);
+- after ``wildmerge.plugins.methods``: the same, for a process that imported our methods before mergekit (mergekit's
+  hook then finds our module half-imported and leaves the registration to this one);
 - after ``mergekit.merge``: wrap ``run_merge`` so recipes for our methods are validated strictly (mergekit
   silently ignores misspelled parameters) and layer-sequential methods (Chain of Merges, RegMean) are routed to
-  their own driver.
+  their own driver. Recipes of mergekit's own methods merge exactly as without wildmerge (warnings only).
+
+``WILDMERGE_AUTOLOAD=0`` in the environment turns the hook off (mergekit then runs as if wildmerge were not
+installed; CI compares mergekit's own test suite both ways).
 
 This file must stay torch-free and cheap: it runs in every Python process of the environment.
 """
 
 import importlib
+import os
 import sys
 
 _POST_IMPORT_HOOKS = {
     "mergekit.merge_methods": ("wildmerge.plugins.registration", "on_merge_methods_imported"),
+    "wildmerge.plugins.methods": ("wildmerge.plugins.registration", "on_our_methods_imported"),
     "mergekit.merge": ("wildmerge.plugins.entrypoint", "on_merge_module_imported"),
 }
 
@@ -60,6 +67,10 @@ class _PostImportFinder:  # duck-typed importlib MetaPathFinder
         return None
 
 
+def enabled() -> bool:
+    return os.environ.get("WILDMERGE_AUTOLOAD", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def install() -> None:
     """Install the hook once; if mergekit was imported before us, run the hooks right away."""
     if not any(isinstance(f, _PostImportFinder) for f in sys.meta_path):
@@ -69,4 +80,5 @@ def install() -> None:
             _run_hook(fullname, sys.modules[fullname])
 
 
-install()
+if enabled():
+    install()

@@ -12,15 +12,17 @@ one with a traceback.
 import json
 import math
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from wildmerge.errors import WildmergeError
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 
-# config.json keys that must agree for two checkpoints to be merged tensor by tensor.
+# config.json keys that must agree for two checkpoints to be merged tensor by tensor. vocab_size is not among them:
+# mergekit aligns vocabularies itself (a recipe's ``tokenizer:`` / ``tokenizer_source:``, or embedding truncation),
+# and public fine-tunes with added tokens are common.
 ARCH_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
-             "num_key_value_heads", "head_dim", "vocab_size")
+             "num_key_value_heads", "head_dim")
 
 
 def weight_files(path, allow_pickle: bool = False) -> List[Path]:
@@ -96,8 +98,27 @@ def _arch(config: dict) -> dict:
     return arch
 
 
-def check_compatible(base: str, experts: Dict[str, str], allow_pickle: bool = False, base_name: str = "base") -> None:
-    """Raise one error listing every expert whose architecture or tensor shapes differ from the base.
+def _vocab_size(config: dict):
+    return config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
+
+
+def _only_vocab_differs(shape: tuple, base_shape: tuple, vocab, base_vocab) -> bool:
+    """True when two shapes differ only along axes that are each checkpoint's vocabulary size (embeddings,
+    output heads): mergekit's tokenizer alignment or embedding truncation reconciles those."""
+    if vocab is None or base_vocab is None or vocab == base_vocab or len(shape) != len(base_shape):
+        return False
+    return all(a == b or (a == vocab and b == base_vocab) for a, b in zip(shape, base_shape))
+
+
+def check_compatible(base: str, experts: Dict[str, str], allow_pickle: bool = False, base_name: str = "base",
+                     same_vocab: bool = False) -> Dict[str, Tuple[int, int]]:
+    """Raise one error listing every expert that mergekit cannot merge with the base tensor by tensor: another
+    architecture (hidden size, layer count, heads), a tensor it lacks, a tensor of another shape.
+
+    A vocabulary of another size is not a problem (mergekit aligns vocabularies through a recipe's ``tokenizer:``
+    section): the experts whose vocabulary differs are returned as {name: (its vocab_size, the base's)} so the
+    caller can align them or say what it does. ``same_vocab=True`` refuses them instead, for consumers that need
+    identical shapes (the layer-wise RegMean / CoM driver, the geometry diagnostics).
 
     ``experts`` maps expert name -> folder; ``base`` is the reference they are compared with (a merge without a base
     model passes its first expert). Tensors an expert lacks are errors, except a tied ``lm_head``; extra tensors in
@@ -111,21 +132,29 @@ def check_compatible(base: str, experts: Dict[str, str], allow_pickle: bool = Fa
             raise WildmergeError(f"{name} and {seen[real]} are the same checkpoint ({real}); remove the duplicate")
         seen[real] = name
     base_config = read_config(base)
-    base_arch = _arch(base_config)
+    base_arch, base_vocab = _arch(base_config), _vocab_size(base_config)
     base_shapes = tensor_shapes(base, allow_pickle)
     tied = bool(base_config.get("tie_word_embeddings"))
-    problems = []
+    problems, vocab_differs = [], {}
     for name, path in experts.items():
-        arch = _arch(read_config(path))
+        config = read_config(path)
+        arch, vocab = _arch(config), _vocab_size(config)
         diff = [f"{k}: {arch.get(k)!r} vs {base_name} {v!r}" for k, v in base_arch.items() if arch.get(k) != v]
         if diff:
             problems.append(f"  {name} ({path}): architecture differs: " + "; ".join(diff))
             continue
+        if vocab != base_vocab:
+            if same_vocab:
+                problems.append(f"  {name} ({path}): vocabulary of {vocab} tokens vs {base_name} {base_vocab}; this "
+                                "step needs identical vocabularies (mergekit's tokenizer alignment does not apply)")
+                continue
+            vocab_differs[name] = (vocab, base_vocab)
         shapes = tensor_shapes(path, allow_pickle)
         if not shapes or not base_shapes:
             continue
         missing = [t for t in base_shapes if t not in shapes and not (tied and t.startswith("lm_head"))]
-        wrong = [f"{t} {shapes[t]} vs {base_name} {s}" for t, s in base_shapes.items() if t in shapes and shapes[t] != s]
+        wrong = [f"{t} {shapes[t]} vs {base_name} {s}" for t, s in base_shapes.items()
+                 if t in shapes and shapes[t] != s and not _only_vocab_differs(shapes[t], s, vocab, base_vocab)]
         if missing:
             problems.append(f"  {name} ({path}): lacks {len(missing)} tensor(s) of {base_name}, e.g. {missing[:3]}")
         if wrong:
@@ -135,3 +164,40 @@ def check_compatible(base: str, experts: Dict[str, str], allow_pickle: bool = Fa
             f"these experts cannot be merged with {base_name} tensor by tensor:\n" + "\n".join(problems)
             + "\nUse experts fine-tuned from this exact base, or leave them out with --exclude NAME."
         )
+    return vocab_differs
+
+
+def nonfinite_tensors(path) -> List[str]:
+    """Names of the floating-point tensors of a safetensors checkpoint that hold NaN or Inf (reads every tensor,
+    one at a time)."""
+    import torch
+    from safetensors import safe_open
+
+    bad = []
+    for shard in weight_files(path):
+        with safe_open(str(shard), framework="pt") as f:
+            for name in f.keys():
+                t = f.get_tensor(name)
+                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                    bad.append(name)
+    return bad
+
+
+def nonfinite_sources(tensors: List[str], models: Dict[str, str]) -> Dict[str, List[str]]:
+    """{tensor: [names of the models whose copy holds NaN or Inf]}, reading only those tensors of each model."""
+    import torch
+    from safetensors import safe_open
+
+    found = {t: [] for t in tensors}
+    for model, path in models.items():
+        try:
+            index = tensor_index(path)
+        except WildmergeError:
+            continue  # a pickle-only or unreadable input: nothing cheap to say about it
+        for t in tensors:
+            if t in index:
+                with safe_open(str(index[t]), framework="pt") as f:
+                    x = f.get_tensor(t)
+                if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+                    found[t].append(model)
+    return found

@@ -124,6 +124,10 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
     params = _params(method, merge_config.parameters)
     if merge_config.slices or merge_config.modules or not merge_config.models:
         raise ConfigError(f"{method} recipes list their inputs under 'models:' (slices and modules are not supported)")
+    if merge_config.tokenizer or merge_config.tokenizer_source:
+        raise ConfigError(f"{method} merges experts that share the base's vocabulary and does not support a "
+                          f"'tokenizer:' / 'tokenizer_source:' section; remove it (and any expert with added tokens), "
+                          f"or use a per-tensor method such as ties, which mergekit aligns by tokenizer")
     cache = getattr(options, "transformers_cache", None)
     base_ref = merge_config.base_model
     expert_refs = [m.model for m in merge_config.models if m.model != base_ref]
@@ -145,7 +149,7 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
     check_supported(config)
     reference = (str(base_ref), base_path) if base_path else (str(expert_refs[0]), expert_paths[0])
     check_compatible(reference[1], {str(r): p for r, p in zip(expert_refs, expert_paths) if p != reference[1]},
-                     base_name=reference[0])
+                     base_name=reference[0], same_vocab=True)
 
     # Calibration data: validated and tokenised before any weight is read.
     raw_models = [m for m in (raw.get("models") or [])]

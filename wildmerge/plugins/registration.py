@@ -5,6 +5,7 @@ ours stays reachable as ``wildmerge_<name>`` and a warning says so.
 """
 
 import logging
+import sys
 
 log = logging.getLogger("wildmerge")
 
@@ -30,5 +31,20 @@ def register_all() -> dict:
     return names
 
 
+def _half_imported(name: str) -> bool:
+    """True while ``name`` is being executed by the import system (importlib sets ``__spec__._initializing``)."""
+    module = sys.modules.get(name)
+    return module is not None and bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
 def on_merge_methods_imported(module) -> None:
+    # `import wildmerge.plugins.methods` first imports mergekit: our module is then half-imported and cannot be
+    # read yet; on_our_methods_imported registers as soon as it is complete.
+    if _half_imported("wildmerge.plugins.methods"):
+        return
     register_all()
+
+
+def on_our_methods_imported(module) -> None:
+    if "mergekit.merge_methods" in sys.modules:
+        register_all()

@@ -89,8 +89,10 @@ def merge_one(entry: PlanEntry, recipe: dict, digest: str, text: str, options, m
     from mergekit.config import MergeConfiguration
     from mergekit.merge import run_merge
 
+    from wildmerge.plugins.entrypoint import wildmerge_checks
+
     start = time.perf_counter()
-    with atomic_dir(entry.path) as tmp:
+    with wildmerge_checks(strict_params=True), atomic_dir(entry.path) as tmp:
         run_merge(MergeConfiguration.model_validate(recipe), str(tmp), options=options, config_source=text)
         (Path(tmp) / RECIPE).write_text(text)
         if models is not None:
