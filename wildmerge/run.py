@@ -30,6 +30,7 @@ SCHEMA_VERSION = 1
 PLAN, MANIFEST, SUBSETS_CSV, SAMPLE_LOG = "plan.json", "manifest.json", "subsets.csv", "sample_log.json"
 MERGE_INFO, RECIPE = "merge_info.json", "recipe.yml"
 EVAL_INDEX = "index.json"
+CLAIMS, WEIGHT_CHECKS = "claims", "weight_checks.json"
 
 
 class Record(BaseModel):
@@ -298,3 +299,36 @@ def read_merge_info(model_dir) -> Optional[MergeInfo]:
 
 def write_merge_info(model_dir, info: MergeInfo) -> Path:
     return write_record(Path(model_dir) / MERGE_INFO, info)
+
+
+# --- claims and checks shared by concurrent commands --------------------------------------------------------------
+
+
+def merge_claim_file(model_dir) -> Path:
+    """The lock file that claims the merge into ``RUN/models/<id>``: ``RUN/claims/merge-<id>.lock``."""
+    model_dir = Path(model_dir)
+    return model_dir.parent.parent / CLAIMS / f"merge-{model_dir.name}.lock"
+
+
+def eval_claim_file(store_root, job_id: str) -> Path:
+    """The lock file that claims one evaluation job of a result store: ``<store>/claims/<job id>.lock``."""
+    return Path(store_root) / CLAIMS / f"{job_id}.lock"
+
+
+class WeightChecks(Record):
+    """Weight files already found free of NaN / Inf, as {absolute path: "size:mtime_ns"}; a changed file is checked
+    again."""
+
+    finite: Dict[str, str] = Field(default_factory=dict)
+
+
+def read_weight_checks(run_dir) -> WeightChecks:
+    """The run's record of checked weight files; an absent or damaged one is empty (the files are checked again)."""
+    try:
+        return WeightChecks.model_validate(json.loads((Path(run_dir) / WEIGHT_CHECKS).read_text()))
+    except (OSError, ValueError, ValidationError):
+        return WeightChecks()
+
+
+def write_weight_checks(run_dir, checks: WeightChecks) -> Path:
+    return write_record(Path(run_dir) / WEIGHT_CHECKS, checks)

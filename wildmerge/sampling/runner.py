@@ -3,18 +3,25 @@
 Each merged model is built in a temporary sibling and renamed into place (``wildmerge.atomic.atomic_dir``), with
 its ``recipe.yml`` and ``merge_info.json`` inside. A folder whose ``merge_info.json`` records the same recipe is
 done and skipped; anything else at that path (a folder from another recipe, a hand-damaged one) is merged again.
+
+Several commands may run one plan at once (two ``wildmerge sample`` on one run folder, or a driver per node on a
+shared disk): each merge is claimed first (``wildmerge.locks``), so they split the merges, and a temporary folder
+is removed only by whoever holds its merge's claim, so nobody deletes a merge that is still being written.
 """
 
 import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 
 import yaml
 
-from wildmerge.atomic import atomic_dir, clean_stale_tmp
+from wildmerge.atomic import atomic_dir
+from wildmerge.locks import split_work, try_claim
 from wildmerge.plugins.layerwise_methods import LAYERWISE_METHODS
-from wildmerge.run import RECIPE, MergeInfo, PlanEntry, PoolModels, read_merge_info, write_merge_info
+from wildmerge.run import (RECIPE, MergeInfo, PlanEntry, PoolModels, merge_claim_file, read_merge_info,
+                           write_merge_info)
 from wildmerge.sampling.plan import split_hparams
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -99,28 +106,69 @@ def merge_one(entry: PlanEntry, recipe: dict, digest: str, text: str, options) -
     return seconds
 
 
+def _leftover_of(name: str):
+    """The merge a temporary sibling belongs to (``.NAME.tmp-*`` / ``.NAME.old-*`` -> NAME), else None."""
+    for mark in (".tmp-", ".old-"):
+        if name.startswith(".") and mark in name:
+            return name[1:].rsplit(mark, 1)[0]
+    return None
+
+
+def _remove_leftovers(model_dir) -> None:
+    """Remove the temporary siblings of one merge; only under that merge's claim."""
+    model_dir = Path(model_dir)
+    for p in model_dir.parent.glob(f".{model_dir.name}.*"):
+        if _leftover_of(p.name) == model_dir.name:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def clean_leftovers(models_dir) -> int:
+    """Remove the temporary folders of merges that were killed; one whose merge is claimed (being written by a
+    live process) stays."""
+    models_dir, removed = Path(models_dir), 0
+    if not models_dir.is_dir():
+        return 0
+    for p in sorted(models_dir.iterdir()):
+        owner = _leftover_of(p.name)
+        if owner is None:
+            continue
+        claim = try_claim(merge_claim_file(models_dir / owner))
+        if claim is None:
+            continue  # in progress elsewhere
+        with claim:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
 def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, options, *, keep_models="all",
              after_each=None, progress=True) -> dict:
     """Merge every ``kind == "merge"`` entry not already done. ``after_each(entry)`` runs after each model is
-    available (merged now or earlier), e.g. to evaluate it before ``keep_models="none"`` prunes its weights."""
+    available (merged now or earlier), e.g. to evaluate it before ``keep_models="none"`` prunes its weights.
+
+    Merges another process holds are left to it and waited for at the end; if that process died, they are merged
+    here."""
     from tqdm.auto import tqdm
 
     from wildmerge.sampling.plan import load_methods
 
     merges = [e for e in entries if e.kind == "merge"]
     for parent in {str(Path(e.path).parent) for e in merges}:
-        clean_stale_tmp(parent)
+        clean_leftovers(parent)
     methods = {**load_methods({e.method for e in merges} - set(methods)), **methods}
     stats = {"merged": 0, "skipped": 0, "redone": 0, "pruned": 0, "seconds": 0.0}
-    bar = tqdm(merges, desc="merging", unit="merge", disable=not progress)
-    for entry in bar:
+    bar = tqdm(total=len(merges), desc="merging", unit="merge", disable=not progress)
+
+    def handle(entry: PlanEntry) -> None:  # runs while this process holds the entry's claim
         bar.set_postfix_str(entry.model_id, refresh=False)
         recipe, digest = render(entry, models, methods[entry.method])
         if is_done(entry.path, digest):
             stats["skipped"] += 1
             if _pruned(entry.path):
-                continue  # pruned only after after_each finished with it
+                bar.update()
+                return  # pruned only after after_each finished with it
         else:
+            _remove_leftovers(entry.path)  # a holder that died before us left them
             stats["redone" if Path(entry.path).exists() else "merged"] += 1
             stats["seconds"] += merge_one(entry, recipe, digest, recipe_text(entry, recipe, models), options)
         if after_each is not None:
@@ -128,5 +176,12 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
         if keep_models == "none" and not _pruned(entry.path):
             prune_weights(entry.path)
             stats["pruned"] += 1
+        bar.update()
+
+    def waiting(entry: PlanEntry, who: str) -> None:
+        bar.write(f"{entry.model_id}: claimed by {who}; waiting for it")
+
+    split_work(merges, lambda e: merge_claim_file(e.path), lambda e: False, handle, on_wait=waiting)
+    bar.close()
     stats["seconds"] = round(stats["seconds"], 3)
     return stats
