@@ -6,6 +6,7 @@ too.
 """
 
 import argparse
+import os
 from pathlib import Path
 
 from wildmerge.errors import WildmergeError
@@ -15,15 +16,44 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", help="mergekit YAML recipe")
     parser.add_argument("out_path", help="output folder (written atomically: complete or absent)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty output folder")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="accept checkpoints that ship only pickle weights (they can run code when loaded)")
     parser.add_argument("mergekit_options", nargs=argparse.REMAINDER, help="any mergekit-yaml option")
 
 
-def run(args) -> int:
-    if not Path(args.recipe).is_file():
-        raise WildmergeError(f"recipe {args.recipe!r} not found")
-    out = Path(args.out_path)
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
+OUR_FLAGS = ("--overwrite", "--allow-pickle")
+
+
+def _own_flags_anywhere(args) -> list:
+    """Our flags also after the paths (``merge R OUT --overwrite``), where argparse's REMAINDER swallows them."""
+    rest = []
+    for option in args.mergekit_options:
+        if option in OUR_FLAGS:
+            setattr(args, option[2:].replace("-", "_"), True)
+        else:
+            rest.append(option)
+    return rest
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise WildmergeError(f"output path {out} is a file; give a folder path")
+    if out.exists() and any(out.iterdir()) and not overwrite:
         raise WildmergeError(f"{out} exists and is not empty; pass --overwrite to replace it")
+    parent = next((p for p in [out, *out.parents] if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise WildmergeError(f"cannot write {out}: {parent} is not a writable folder; choose another output path")
+
+
+def run(args) -> int:
+    options = _own_flags_anywhere(args)
+    out = Path(args.out_path)
+    _check_out(out, args.overwrite)
+    from wildmerge.plugins.recipe_file import check_recipe_file
+
+    check_recipe_file(args.recipe)
+    if args.allow_pickle:
+        os.environ["WILDMERGE_ALLOW_PICKLE"] = "1"  # read by the checkpoint check of every merge
     from wildmerge import _autoload
 
     _autoload.install()  # no-op when the .pth hook already ran
@@ -33,6 +63,6 @@ def run(args) -> int:
     from wildmerge.atomic import atomic_dir
 
     with atomic_dir(out) as tmp:
-        mergekit_yaml.main([args.recipe, str(tmp), *args.mergekit_options], standalone_mode=False)
+        mergekit_yaml.main([args.recipe, str(tmp), *options], standalone_mode=False)
     print(f"merged model written to {out}")
     return 0
