@@ -145,3 +145,28 @@ def test_layerwise_merge_into_a_folder_with_content_deletes_nothing(tiny_family,
     assert proc.returncode != 0
     assert "is not empty" in proc.stderr.strip().splitlines()[-1]
     assert (out / "keep_me" / "model.safetensors").is_file()
+
+
+def test_nan_expert_is_refused_by_sample_before_merging(tiny_family, tmp_path, capsys):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    nan = tmp_path / "nan_expert"
+    shutil.copytree(tiny_family["experts"][0], nan)
+    tensors = load_file(str(nan / "model.safetensors"))
+    name = sorted(k for k in tensors if "mlp" in k)[0]
+    tensors[name][0, 0] = float("nan")
+    save_file(tensors, str(nan / "model.safetensors"), metadata={"format": "pt"})
+    pool = tmp_path / "pool.yml"
+    pool.write_text(yaml.safe_dump({"name": "tiny", "base": {"model": tiny_family["base"]},
+                                    "experts": [{"model": tiny_family["experts"][1], "name": "good"},
+                                                {"model": str(nan), "name": "poisoned"}]}))
+    run = tmp_path / "run"
+    argv = ["sample", "--base", str(pool), "--out", str(run), "--methods", "ta", "--no-evaluate"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"poisoned: {name} in {nan / 'model.safetensors'}" in err and "--exclude" in err
+    assert not (run / "models").exists()
+    assert main([*argv, "--exclude", "poisoned"]) == 0  # the advice works; the clean files are remembered
+    checks = json.loads((run / "weight_checks.json").read_text())["finite"]
+    assert str(Path(tiny_family["base"]).resolve() / "model.safetensors") in checks and str(nan) not in str(checks)

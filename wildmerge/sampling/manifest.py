@@ -14,6 +14,7 @@ from wildmerge.checkpoints import check_compatible
 from wildmerge.errors import ConfigError
 from wildmerge.hub import resolve_all
 from wildmerge.run import Manifest, PoolModels, ResolvedModel, RunFolder
+from wildmerge.sampling.preflight import check_finite
 from wildmerge.sampling.sampler import domain_subsets, draw_subsets
 
 
@@ -86,6 +87,7 @@ def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True
         experts=[ResolvedModel(name=e.label, domain=e.domain, **r.as_dict(),
                                calibration=_calibration(e.calibration, rel) if e.calibration else None)
                  for e, r in zip(pool.experts, experts)])
+    check_finite(run.root, models, allow_pickle)  # before any merge: NaN in, NaN out
     if existing:
         return existing, models
     draw = draw_for(pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous)
