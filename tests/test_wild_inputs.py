@@ -170,3 +170,21 @@ def test_nan_expert_is_refused_by_sample_before_merging(tiny_family, tmp_path, c
     assert main([*argv, "--exclude", "poisoned"]) == 0  # the advice works; the clean files are remembered
     checks = json.loads((run / "weight_checks.json").read_text())["finite"]
     assert str(Path(tiny_family["base"]).resolve() / "model.safetensors") in checks and str(nan) not in str(checks)
+
+
+@pytest.mark.parametrize("flags,match", [(["--limit", "0"], "limit 0"), (["--limit", "-3"], "limit -3"),
+                                         (["--device", "gpu"], "device 'gpu'"),
+                                         (["--device", "cuda"], "no CUDA GPU")])
+def test_bad_evaluation_overrides_fail_before_any_job(tmp_path, capsys, flags, match):
+    import torch
+
+    if "cuda" in flags and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from helpers import write_plan, write_suite, write_tasks
+
+    suite = write_suite(tmp_path / "mini.yml", write_tasks(tmp_path / "tasks"))
+    run = write_plan(tmp_path / "run", [{"model_id": "base", "kind": "base", "path": str(tmp_path / "absent")}])
+    assert main(["eval", str(run), "--suite", suite, "--no-report", *flags]) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1, err
+    assert not (run / "eval" / "mini" / "results").exists()

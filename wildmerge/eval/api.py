@@ -41,6 +41,17 @@ def apply_overrides(suite: Suite, overrides: Optional[Dict[str, Any]]) -> Suite:
     return suite.model_copy(update={"settings": settings})
 
 
+def _check_device(suite: Suite, executor: str) -> None:
+    """A GPU asked for on a machine without one fails here, not once per job after each model is loaded (only for
+    jobs that run on this machine: Ray and Slurm workers have their own GPUs)."""
+    if executor == "serial" and suite.settings.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"evaluation device {suite.settings.device!r} asked for, but this machine has no CUDA "
+                              f"GPU; use --device cpu (or auto), or run on a GPU machine")
+
+
 def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[str, Any]:
     return {"job_id": job_id, "status": FAILED, "error": error, "model_path": path, "fingerprint": None,
             "suite": suite.name, "settings": suite.settings.model_dump(mode="json"), "finished": time.time()}
@@ -49,6 +60,7 @@ def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[st
 def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str, retry_failed: bool,
               strict: bool, allow_pickle: bool, **options) -> Dict[str, Any]:
     executor_options(executor, options)  # a misspelled option fails here, before any model is fingerprinted
+    _check_device(suite, executor)
     include_path = suite.resolved_include_path()
     include_defaults = check_tasks(suite)  # unknown task names fail here, before any model is loaded
     store = ResultStore(store_root).prepare()
