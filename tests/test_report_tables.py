@@ -145,3 +145,12 @@ def test_no_base_score_means_no_tables(tiny_family, tmp_path, capsys):
     assert main(["report", str(run)]) == 0
     assert not (run / "report" / "table_vs_base.csv").exists()
     assert "base model has no score" in (run / "report" / "leaderboard.md").read_text()
+
+
+def test_leftover_of_a_killed_report_is_removed(tiny_family, tmp_path):
+    run = _fabricate(tmp_path / "run", tiny_family)
+    killed = run / ".report.tmp-killed"  # what a SIGKILL inside the report's atomic write leaves
+    killed.mkdir()
+    (killed / "scores.csv").write_text("half")
+    write_report(run)
+    assert not killed.exists() and (run / "report" / "scores.csv").is_file()

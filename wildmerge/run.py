@@ -315,6 +315,11 @@ def eval_claim_file(store_root, job_id: str) -> Path:
     return Path(store_root) / CLAIMS / f"{job_id}.lock"
 
 
+def report_claim_file(run_dir) -> Path:
+    """The lock file held while a report of the run is written: ``RUN/claims/report.lock``."""
+    return Path(run_dir) / CLAIMS / "report.lock"
+
+
 class WeightChecks(Record):
     """Weight files already found free of NaN / Inf, as {absolute path: "size:mtime_ns"}; a changed file is checked
     again."""

@@ -4,6 +4,8 @@
 suite, else into ``RUN/report/<suite>/`` (keys prefixed ``<suite>/``), atomically: the folder is complete or the previous one stays.
 """
 
+import contextlib
+import shutil
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -14,7 +16,8 @@ from wildmerge.analysis.norms import NormCache
 from wildmerge.analysis.scores import collect_scores
 from wildmerge.atomic import atomic_dir, write_text
 from wildmerge.errors import WildmergeError
-from wildmerge.run import RunFolder
+from wildmerge.locks import wait_claim
+from wildmerge.run import RunFolder, report_claim_file
 
 
 def _norms(run_dir: Path, df, notes) -> None:
@@ -35,12 +38,24 @@ def _norms(run_dir: Path, df, notes) -> None:
     df["task_vector_norm"] = values
 
 
+@contextlib.contextmanager
+def _report_dir(run_dir: Path, target: Path):
+    """``atomic_dir(target)`` under the run's report claim: two reports do not race, and the temporary folder of a
+    report that was killed is removed (nobody else can be writing it)."""
+    with wait_claim(report_claim_file(run_dir)):
+        for p in target.parent.glob(f".{target.name}.*"):
+            if ".tmp-" in p.name or ".old-" in p.name:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        with atomic_dir(target) as tmp:
+            yield tmp
+
+
 def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
     df, tasks, notes = collect_scores(run_dir, suite)
     _norms(run_dir, df, notes)
     base, best_id, best = leaderboard.references(df)
     written: Dict[str, Path] = {}
-    with atomic_dir(target) as tmp:
+    with _report_dir(run_dir, target) as tmp:
         def put(name: str, text: str) -> None:
             write_text(tmp / name, text)
             written[name.replace(".", "_")] = target / name
