@@ -15,6 +15,7 @@ from wildmerge.errors import ConfigError
 from wildmerge.hub import resolve_all
 from wildmerge.run import Manifest, PoolModels, ResolvedModel, RunFolder
 from wildmerge.sampling.preflight import check_finite
+from wildmerge.sampling.generated_calibration import generate_spec
 from wildmerge.sampling.sampler import domain_subsets, draw_subsets
 
 
@@ -81,11 +82,14 @@ def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True
     refs += [(e.label, e.model, pinned.get(e.label) or e.revision) for e in pool.experts]
     resolved = resolve_all(refs, relative_to=rel, allow_pickle=allow_pickle, download=download)
     base, experts = resolved[0], resolved[1:]
+    calibration = {e.label: e.calibration or pool.calibration for e in pool.experts}
+    for cal in calibration.values():
+        generate_spec(cal)  # bad generation settings fail here, before any merge
     check_compatible(base.path, {e.label: r.path for e, r in zip(pool.experts, experts)}, allow_pickle)
     models = PoolModels(
         base=ResolvedModel(name="base", **base.as_dict()),
         experts=[ResolvedModel(name=e.label, domain=e.domain, **r.as_dict(),
-                               calibration=_calibration(e.calibration, rel) if e.calibration else None)
+                               calibration=_calibration(calibration[e.label], rel) if calibration[e.label] else None)
                  for e, r in zip(pool.experts, experts)])
     check_finite(run.root, models, allow_pickle)  # before any merge: NaN in, NaN out
     if existing:
