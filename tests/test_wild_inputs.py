@@ -188,3 +188,13 @@ def test_bad_evaluation_overrides_fail_before_any_job(tmp_path, capsys, flags, m
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1, err
     assert not (run / "eval" / "mini" / "results").exists()
+
+
+def test_missing_relative_folder_is_named_as_such(tmp_path):
+    from wildmerge.hub import resolve_all
+
+    with pytest.raises(WildmergeError) as err:
+        resolve_all([("x", "my_models/expert_a", None)], relative_to=tmp_path, download=False)
+    msg = str(err.value)
+    assert "not in the local Hugging Face cache" in msg and f"not a local folder either (looked in {tmp_path})" in msg
+    assert "hf download my_models/expert_a" in msg
