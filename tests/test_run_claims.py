@@ -118,3 +118,17 @@ def test_a_merge_in_progress_elsewhere_is_not_deleted_but_waited_for(pool, refer
     assert "claimed by pid" in printed.out + printed.err
     assert leftovers(run) == []
     assert_same_models(run, reference)
+
+
+def test_nested_temporary_folder_of_a_running_layerwise_merge_is_kept(tmp_path):
+    """CoM / RegMean write atomically inside the runner's temporary folder: `..ID.tmp-a.tmp-b` belongs to ID."""
+    from wildmerge.sampling.runner import clean_leftovers
+
+    models = tmp_path / "run" / "models"
+    nested, outer = models / "..com__n12_full.tmp-a.tmp-b", models / ".com__n12_full.tmp-a"
+    for d in (nested, outer):
+        d.mkdir(parents=True)
+    claim = try_claim(merge_claim_file(models / "com__n12_full"))
+    assert clean_leftovers(models) == 0 and nested.exists() and outer.exists()
+    claim.release()
+    assert clean_leftovers(models) == 2 and not nested.exists() and not outer.exists()

@@ -121,17 +121,17 @@ def merge_one(entry: PlanEntry, recipe: dict, digest: str, text: str, options) -
 
 
 def _leftover_of(name: str):
-    """The merge a temporary sibling belongs to (``.NAME.tmp-*`` / ``.NAME.old-*`` -> NAME), else None."""
-    for mark in (".tmp-", ".old-"):
-        if name.startswith(".") and mark in name:
-            return name[1:].rsplit(mark, 1)[0]
-    return None
+    """The merge a temporary sibling belongs to, else None: ``.NAME.tmp-*`` / ``.NAME.old-*``, and
+    ``..NAME.tmp-a.tmp-b`` (RegMean / CoM write atomically into the runner's own temporary folder)."""
+    if not name.startswith(".") or (".tmp-" not in name and ".old-" not in name):
+        return None
+    return name.lstrip(".").split(".tmp-")[0].split(".old-")[0]
 
 
 def _remove_leftovers(model_dir) -> None:
     """Remove the temporary siblings of one merge; only under that merge's claim."""
     model_dir = Path(model_dir)
-    for p in model_dir.parent.glob(f".{model_dir.name}.*"):
+    for p in model_dir.parent.glob(f"*{model_dir.name}.*"):
         if _leftover_of(p.name) == model_dir.name:
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
