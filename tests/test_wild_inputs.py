@@ -148,7 +148,6 @@ def test_layerwise_merge_into_a_folder_with_content_deletes_nothing(tiny_family,
 
 
 def test_nan_expert_is_refused_by_sample_before_merging(tiny_family, tmp_path, capsys):
-    import torch
     from safetensors.torch import load_file, save_file
 
     nan = tmp_path / "nan_expert"
