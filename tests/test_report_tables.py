@@ -145,3 +145,22 @@ def test_no_base_score_means_no_tables(tiny_family, tmp_path, capsys):
     assert main(["report", str(run)]) == 0
     assert not (run / "report" / "table_vs_base.csv").exists()
     assert "base model has no score" in (run / "report" / "leaderboard.md").read_text()
+
+
+def test_leftover_of_a_killed_report_is_removed(tiny_family, tmp_path):
+    run = _fabricate(tmp_path / "run", tiny_family)
+    killed = run / ".report.tmp-killed"  # what a SIGKILL inside the report's atomic write leaves
+    killed.mkdir()
+    (killed / "scores.csv").write_text("half")
+    write_report(run)
+    assert not killed.exists() and (run / "report" / "scores.csv").is_file()
+
+
+@pytest.mark.parametrize("damaged", ["suite.yml", "index.json"])
+def test_damaged_store_files_are_one_line_with_advice(tiny_family, tmp_path, capsys, damaged):
+    run = _fabricate(tmp_path / "run", tiny_family)
+    f = run / "eval" / "mini" / damaged
+    f.write_text(f.read_text()[:20])
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{damaged} is damaged" in err and f"rerun `wildmerge eval {run}" in err and len(err.splitlines()) == 1

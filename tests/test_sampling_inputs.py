@@ -145,3 +145,8 @@ def test_the_protocol_chains_merge_eval_report_with_the_eval_options(lm_family, 
     assert set(index["models"]) == {"base", "expert__x0", "expert__x1", "ta__n02_full"}
     assert {job["settings"]["limit"] for job in index["jobs"].values()} == {2}
     assert (run / "report" / "scores.csv").read_text().count("\n") == 5
+
+
+def test_empty_methods_is_an_error_not_all(capsys, pool, tmp_path):
+    fails(capsys, "--base", pool, "--out", str(tmp_path / "run"), "--methods", "", match="--methods is empty")
+    assert not (tmp_path / "run").exists()

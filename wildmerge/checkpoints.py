@@ -11,6 +11,7 @@ one with a traceback.
 
 import json
 import math
+import struct
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -43,6 +44,38 @@ def weight_files(path, allow_pickle: bool = False) -> List[Path]:
     raise WildmergeError(f"{folder}: no *.safetensors weights found; is this a model folder?")
 
 
+def check_safetensors(file) -> dict:
+    """The header of one safetensors file, after checking the file holds every byte its header promises.
+
+    A download cut short is the commonest damage from the wild: an empty file, a header cut mid-way, or a header
+    intact with the weights missing (safetensors then fails only when a tensor is read, with "incomplete metadata").
+    Reads the 8-byte length and the JSON header only.
+    """
+    file = Path(file)
+    again = "the file is damaged or its download was cut short; download it again"
+    size = file.stat().st_size
+    if size < 8:
+        raise WildmergeError(f"{file} is {'empty' if size == 0 else f'only {size} bytes'}: not a safetensors file "
+                             f"({again})")
+    with open(file, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        if header_len > size - 8:
+            raise WildmergeError(f"{file} is truncated inside its header ({size} bytes, the header alone needs "
+                                 f"{header_len + 8}); {again}")
+        raw = f.read(header_len)
+    try:
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise ValueError("not a JSON object")
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise WildmergeError(f"{file} has an unreadable safetensors header ({exc}); {again}") from None
+    needed = 8 + header_len + end
+    if size < needed:
+        raise WildmergeError(f"{file} is truncated: {size} of {needed} bytes ({100 * size / needed:.0f}%); {again}")
+    return header
+
+
 def read_config(path) -> dict:
     """``config.json`` of a checkpoint folder, with an error that names the folder."""
     f = Path(path) / "config.json"
@@ -58,7 +91,8 @@ def tensor_index(path) -> Dict[str, Path]:
     """{tensor name: safetensors shard} of a checkpoint folder, from mergekit's ``ShardedTensorIndex``."""
     from mergekit.io.lazy_tensor_loader import ShardedTensorIndex
 
-    weight_files(path)  # refuses pickle-only and empty folders with a clear message
+    for f in weight_files(path):  # refuses pickle-only and empty folders with a clear message
+        check_safetensors(f)
     try:
         index = ShardedTensorIndex.from_disk(str(path))
     except (RuntimeError, OSError, ValueError, KeyError) as exc:
@@ -77,6 +111,7 @@ def tensor_shapes(path, allow_pickle: bool = False) -> Dict[str, tuple]:
         return {}
     shapes = {}
     for shard in shards:
+        check_safetensors(shard)
         try:
             with safe_open(str(shard), framework="pt") as f:
                 for name in f.keys():

@@ -112,7 +112,9 @@ def resolve_all(refs, *, relative_to=None, allow_pickle=False, download=None) ->
             out.append(resolve(ref, revision, relative_to=relative_to, allow_pickle=allow_pickle, download=download))
         except Unresolvable as exc:
             problems.append(f"  {label}: {exc}")
-            if str(exc).endswith(NOT_CACHED):
+            if str(exc).endswith(NOT_CACHED):  # "org/name" may also have been meant as a relative folder
+                where = relative_to if relative_to is not None else Path.cwd()
+                problems[-1] += f", and not a local folder either (looked in {where})"
                 fetch.append(fetch_command(ref, revision, allow_pickle))
     if problems:
         msg = f"{len(problems)} model(s) cannot be resolved:\n" + "\n".join(problems)

@@ -11,7 +11,7 @@ import html
 import json
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from pydantic import BaseModel, Field
 

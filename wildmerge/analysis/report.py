@@ -7,7 +7,9 @@ previous one stays. Tables 1-3 and accuracy vs n read only the main protocol's m
 sweep points and tuned variants have their own tables and figures, homogeneous merges are reported per domain.
 """
 
+import contextlib
 import os
+import shutil
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -20,7 +22,8 @@ from wildmerge.analysis.report_page import build_page
 from wildmerge.analysis.scores import TUNED, collect_scores, protocol_rows
 from wildmerge.atomic import atomic_dir, write_text
 from wildmerge.errors import WildmergeError
-from wildmerge.run import RunFolder
+from wildmerge.locks import wait_claim
+from wildmerge.run import RunFolder, report_claim_file
 
 
 def _norms(run_dir: Path, df, notes) -> None:
@@ -146,6 +149,18 @@ def _update_cards(run: RunFolder, df, tasks: List[str], suite: str, notes: List[
     return done
 
 
+@contextlib.contextmanager
+def _report_dir(run_dir: Path, target: Path):
+    """``atomic_dir(target)`` under the run's report claim: two reports do not race, and the temporary folder of a
+    report that was killed is removed (nobody else can be writing it)."""
+    with wait_claim(report_claim_file(run_dir)):
+        for p in target.parent.glob(f".{target.name}.*"):
+            if ".tmp-" in p.name or ".old-" in p.name:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        with atomic_dir(target) as tmp:
+            yield tmp
+
+
 def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
     run = RunFolder(run_dir)
     df, tasks, notes = collect_scores(run_dir, suite)
@@ -153,7 +168,7 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
     protocol = protocol_rows(df)
     base, best_id, best = leaderboard.references(protocol)
     title = f"{run_dir.name} / {suite}"
-    with atomic_dir(target) as tmp:
+    with _report_dir(run_dir, target) as tmp:
         out = _Out(tmp, target)
         out.put("scores.csv", leaderboard.scores_table(df, tasks).to_csv(index=False, float_format="%.10g"))
         out.put("norms.csv", df[["model_id", "kind", "variant", "n", "subset_id", "task_vector_norm"]]

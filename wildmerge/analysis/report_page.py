@@ -2,7 +2,7 @@
 
 from typing import Dict, List
 
-from wildmerge.analysis.page import Column, Figure, Table, render_page, table_from_frame
+from wildmerge.analysis.page import Column, Figure, render_page, table_from_frame
 
 
 def _summary(protocol, tables) -> "object":

@@ -94,9 +94,17 @@ def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List
     run = RunFolder(run_dir)
     suite = pick_suite(run_dir, suite)
     store = ResultStore(run.eval_dir(suite))
-    index = store.index().models
-    suite_data = yaml.safe_load((store.root / "suite.yml").read_text())
-    tasks = [t.get("label") or t["task"] for t in suite_data["tasks"]]
+    stored = store.index()
+    index = stored.models
+    rebuild = (f"rerun `wildmerge eval {run.root} --suite {stored.suite_source or suite}` to rewrite it "
+               f"(finished jobs are not run again)")
+    if not index:
+        raise WildmergeError(f"{store.root / 'index.json'} is damaged or empty; {rebuild}")
+    try:
+        suite_data = yaml.safe_load((store.root / "suite.yml").read_text())
+        tasks = [t.get("label") or t["task"] for t in suite_data["tasks"]]
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as exc:
+        raise WildmergeError(f"{store.root / 'suite.yml'} is damaged ({type(exc).__name__}); {rebuild}") from None
     notes, rows = [], []
     for e in run.read_plan().entries:
         row = {"model_id": e.model_id, "kind": e.kind, "method": e.method or "",

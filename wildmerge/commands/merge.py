@@ -11,6 +11,7 @@ out-of-range parameters; recipes of wildmerge's methods are always checked stric
 """
 
 import argparse
+import os
 from pathlib import Path
 
 from wildmerge.errors import WildmergeError
@@ -23,15 +24,44 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="refuse unknown or out-of-range parameters for mergekit's own methods too (default: "
                              "a warning, as mergekit ignores them); wildmerge's methods are always strict")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="accept checkpoints that ship only pickle weights (they can run code when loaded)")
     parser.add_argument("mergekit_options", nargs=argparse.REMAINDER, help="any mergekit-yaml option")
 
 
-def run(args) -> int:
-    if not Path(args.recipe).is_file():
-        raise WildmergeError(f"recipe {args.recipe!r} not found")
-    out = Path(args.out_path)
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
+OUR_FLAGS = ("--overwrite", "--allow-pickle", "--strict")
+
+
+def _own_flags_anywhere(args) -> list:
+    """Our flags also after the paths (``merge R OUT --overwrite``), where argparse's REMAINDER swallows them."""
+    rest = []
+    for option in args.mergekit_options:
+        if option in OUR_FLAGS:
+            setattr(args, option[2:].replace("-", "_"), True)
+        else:
+            rest.append(option)
+    return rest
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise WildmergeError(f"output path {out} is a file; give a folder path")
+    if out.exists() and any(out.iterdir()) and not overwrite:
         raise WildmergeError(f"{out} exists and is not empty; pass --overwrite to replace it")
+    parent = next((p for p in [out, *out.parents] if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise WildmergeError(f"cannot write {out}: {parent} is not a writable folder; choose another output path")
+
+
+def run(args) -> int:
+    options = _own_flags_anywhere(args)
+    out = Path(args.out_path)
+    _check_out(out, args.overwrite)
+    from wildmerge.plugins.recipe_file import check_recipe_file
+
+    check_recipe_file(args.recipe)
+    if args.allow_pickle:
+        os.environ["WILDMERGE_ALLOW_PICKLE"] = "1"  # read by the checkpoint check of every merge
     from wildmerge import _autoload
 
     _autoload.install()  # no-op when the .pth hook already ran
@@ -42,6 +72,6 @@ def run(args) -> int:
     from wildmerge.plugins.entrypoint import wildmerge_checks
 
     with wildmerge_checks(strict_params=args.strict), atomic_dir(out) as tmp:
-        mergekit_yaml.main([args.recipe, str(tmp), *args.mergekit_options], standalone_mode=False)
+        mergekit_yaml.main([args.recipe, str(tmp), *options], standalone_mode=False)
     print(f"merged model written to {out}")
     return 0

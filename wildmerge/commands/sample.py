@@ -79,6 +79,9 @@ def _settings(args, pool) -> dict:
 def _method_names(args) -> list[str]:
     from wildmerge.sampling.plan import PAPER_METHODS
 
+    if args.methods == []:  # `--methods ''` or `--methods ,`: an empty list is a mistake, not "all"
+        raise ConfigError("--methods is empty; give comma-separated method recipes (e.g. ta,ties), or leave the "
+                          "option out for the paper's seven")
     names = args.methods or list(PAPER_METHODS)
     if names == ["all"]:
         from wildmerge.plugins.recipes import list_method_recipes

@@ -41,6 +41,17 @@ def apply_overrides(suite: Suite, overrides: Optional[Dict[str, Any]]) -> Suite:
     return suite.model_copy(update={"settings": settings})
 
 
+def _check_device(suite: Suite, executor: str) -> None:
+    """A GPU asked for on a machine without one fails here, not once per job after each model is loaded (only for
+    jobs that run on this machine: Ray and Slurm workers have their own GPUs)."""
+    if executor == "serial" and suite.settings.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"evaluation device {suite.settings.device!r} asked for, but this machine has no CUDA "
+                              f"GPU; use --device cpu (or auto), or run on a GPU machine")
+
+
 def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[str, Any]:
     return {"job_id": job_id, "status": FAILED, "error": error, "model_path": path, "fingerprint": None,
             "suite": suite.name, "settings": suite.settings.model_dump(mode="json"), "finished": time.time()}
@@ -49,6 +60,7 @@ def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[st
 def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str, retry_failed: bool,
               strict: bool, allow_pickle: bool, **options) -> Dict[str, Any]:
     executor_options(executor, options)  # a misspelled option fails here, before any model is fingerprinted
+    _check_device(suite, executor)
     include_path = suite.resolved_include_path()
     include_defaults = check_tasks(suite)  # unknown task names fail here, before any model is loaded
     store = ResultStore(store_root).prepare()
@@ -92,7 +104,7 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
             todo.append(job)
     print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
           f"({executor})")
-    run_jobs(todo, executor, **options)
+    _run_claimed(todo, store, executor, options)
     wanted = {e.model_id: index[e.model_id] for e in entries if e.model_id in index}
     records = {job_id: store.load(job_id) for job_id in set(wanted.values())}
     failures = {m: records[j].get("error") for m, j in wanted.items() if records[j]["status"] != OK}
@@ -105,6 +117,36 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     return {"store": store.root, "suite": suite.name, "models": len(entries), "jobs": len(jobs), "ran": len(todo),
             "skipped": skipped, "ok": sum(r["status"] == OK for r in records.values()),
             "failed": failures, "index": wanted}
+
+
+def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, executor: str, options: Dict[str, Any]) -> None:
+    """Run the jobs no other command on this store is running; wait for the ones it is, and run those whose
+    holder died without a result. Two ``wildmerge eval`` on one run thus split the jobs instead of doubling them."""
+    from wildmerge.locks import try_claim, wait_claim
+    from wildmerge.run import eval_claim_file
+
+    before = {job["job_id"]: store.load(job["job_id"])["status"] for job in todo}
+    changed = lambda job: store.load(job["job_id"])["status"] != before[job["job_id"]]  # noqa: E731
+    claims, mine, busy = [], [], []
+    for job in todo:
+        claim = try_claim(eval_claim_file(store.root, job["job_id"]))
+        if claim is None:
+            busy.append(job)
+            continue
+        claims.append(claim)
+        if not changed(job):  # another command may have finished it since we looked
+            mine.append(job)
+    try:
+        run_jobs(mine, executor, **options)
+    finally:
+        for claim in claims:
+            claim.release()
+    if busy:
+        print(f"{len(busy)} job(s) are being run by another command on {store.root}; waiting for them")
+    for job in busy:
+        with wait_claim(eval_claim_file(store.root, job["job_id"])):
+            if not changed(job):  # its holder died without a result: run it here
+                run_jobs([job], executor, **options)
 
 
 def _weights_pruned(path) -> bool:

@@ -60,6 +60,23 @@ class SuiteSettings(BaseModel):
     include_defaults: bool = True  # also index lm-eval's own ~15k tasks (18 s); false for suites of local tasks only
     bootstrap_iters: int = Field(default=0, ge=0)
 
+    @field_validator("limit")
+    @classmethod
+    def _positive_limit(cls, v):
+        if v is not None and (v <= 0 or (v >= 1 and v != int(v))):
+            raise ValueError(f"limit {v!r} must be a number of documents per task (1, 2, ...) or a fraction "
+                             f"between 0 and 1")
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, v: str) -> str:
+        import re
+
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v):
+            raise ValueError(f"device {v!r} is not one of auto, cpu, cuda, cuda:N, mps")
+        return v
+
     @field_validator("dtype")
     @classmethod
     def _known_dtype(cls, v: str) -> str:

@@ -102,6 +102,17 @@ def _card(method, base_ref, expert_refs, specs, params, dims) -> str:
     return "\n".join(lines)
 
 
+def _check_out_empty(out: Path, method: str) -> None:
+    """The output is written atomically, replacing the folder: refuse one that holds anything, so that nothing a
+    user had there is lost (mergekit-yaml itself writes into existing folders)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output path {out} is a file; give a folder path")
+    if out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"output folder {out} is not empty: {method} writes a complete new folder and would "
+                          f"delete what is there; give a new or empty folder (or `wildmerge merge --overwrite` to "
+                          f"replace it on purpose)")
+
+
 def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[str, Any]] = None,
                       config_source: Optional[str] = None, recipe_dir: Optional[Path] = None,
                       device: Optional[str] = None, trace: Optional[Callable] = None, progress: bool = True) -> Path:
@@ -140,6 +151,7 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
         raise ConfigError(f"{method} needs at least one model besides the base under 'models:'")
     if params.ridge == "delta" and base_ref is None:
         raise ConfigError("ridge 'delta' shrinks towards the base model: set base_model, or use ridge: per_task")
+    _check_out_empty(Path(out_path), method)
 
     # Models and architecture.
     expert_paths = [resolve_model_path(r, cache) for r in expert_refs]

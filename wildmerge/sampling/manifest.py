@@ -5,6 +5,7 @@ same expert sets) and these revisions (so a hub repository that moved on is not 
 """
 
 import csv
+import dataclasses
 import io
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,6 +15,9 @@ from wildmerge.checkpoints import check_compatible
 from wildmerge.errors import ConfigError
 from wildmerge.hub import resolve_all
 from wildmerge.run import Manifest, PoolModels, ResolvedModel, RunFolder
+from wildmerge.sampling.preflight import check_finite
+from wildmerge.sampling.adapters import is_adapter, materialise
+from wildmerge.sampling.generated_calibration import generate_spec
 from wildmerge.sampling.sampler import domain_subsets, draw_subsets
 
 
@@ -80,12 +84,23 @@ def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True
     refs += [(e.label, e.model, pinned.get(e.label) or e.revision) for e in pool.experts]
     resolved = resolve_all(refs, relative_to=rel, allow_pickle=allow_pickle, download=download)
     base, experts = resolved[0], resolved[1:]
+    calibration = {e.label: e.calibration or pool.calibration for e in pool.experts}
+    for cal in calibration.values():
+        generate_spec(cal)  # bad generation settings fail here, before any merge
+    adapters = {}  # expert -> the adapter folder it was materialised from
+    for i, (e, r) in enumerate(zip(pool.experts, experts)):
+        if is_adapter(r.path):
+            full, note = materialise(base.path, r.path)
+            print(f"  note: {e.label}: {note}")
+            adapters[e.label], experts[i] = r.path, dataclasses.replace(r, path=str(full))
     check_compatible(base.path, {e.label: r.path for e, r in zip(pool.experts, experts)}, allow_pickle)
     models = PoolModels(
         base=ResolvedModel(name="base", **base.as_dict()),
         experts=[ResolvedModel(name=e.label, domain=e.domain, **r.as_dict(),
-                               calibration=_calibration(e.calibration, rel) if e.calibration else None)
+                               **({"adapter": adapters[e.label]} if e.label in adapters else {}),
+                               calibration=_calibration(calibration[e.label], rel) if calibration[e.label] else None)
                  for e, r in zip(pool.experts, experts)])
+    check_finite(run.root, models, allow_pickle)  # before any merge: NaN in, NaN out
     if existing:
         return existing, models
     draw = draw_for(pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous)

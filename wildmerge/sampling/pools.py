@@ -52,6 +52,9 @@ class Pool(BaseModel):
     description: str = ""
     base: ModelRef
     experts: list[Expert]
+    # every expert's calibration unless it sets its own; ``generate`` = text sampled from each expert (hub pools
+    # ship no training data; see sampling/generated_calibration.py)
+    calibration: str | dict | None = None
     source: str | None = None  # the file it was loaded from (set by load_pool; resolves relative paths)
 
     @model_validator(mode="after")

@@ -1,0 +1,64 @@
+"""A mergekit recipe file checked for structure before mergekit sees it, so every broken recipe gets one line.
+
+mergekit answers a YAML syntax error, a recipe that is a list, ``models: []``, an expert listed twice or a local
+path that does not exist with a traceback from deep inside pydantic, PyYAML or huggingface_hub ("Repo id must be
+in the form ...").
+"""
+
+from pathlib import Path
+
+from wildmerge.errors import ConfigError
+
+
+def _first_error(exc) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "recipe"
+        return f"{where}: {first['msg'].removeprefix('Value error, ')}"
+    return str(exc).splitlines()[0]
+
+
+def check_recipe_file(path) -> dict:
+    """The recipe as a dict, or a ConfigError that names the file, what is wrong and how to fix it."""
+    import yaml
+    from mergekit.config import MergeConfiguration
+    from pydantic import ValidationError
+
+    from wildmerge.hub import Unresolvable, classify
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"recipe {str(path)!r} not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"recipe {path} is not valid YAML{where} ({getattr(exc, 'problem', exc)}); fix the "
+                          f"syntax (check brackets, quotes and indentation)") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"recipe {path} is not a UTF-8 text file; give a mergekit YAML recipe") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"recipe {path} must be a YAML mapping with merge_method, base_model and models, not a "
+                          f"{type(raw).__name__}")
+    for key in ("models", "slices"):
+        if key in raw and not raw[key]:
+            raise ConfigError(f"recipe {path}: '{key}:' is empty; list the models to merge under it")
+    try:
+        config = MergeConfiguration.model_validate(raw)
+    except (ValidationError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"recipe {path} is not a valid mergekit recipe ({_first_error(exc)})") from None
+    seen = {}
+    for i, m in enumerate(config.models or []):
+        key = str(m.model)
+        if key in seen:
+            raise ConfigError(f"recipe {path}: models[{i}] repeats models[{seen[key]}] ({key}); list each model once")
+        seen[key] = i
+    for ref in config.referenced_models():
+        try:
+            classify(str(ref.model.path))
+        except Unresolvable as exc:
+            raise ConfigError(f"recipe {path}: model {exc}; fix the path (relative paths are read from "
+                              f"{Path.cwd()}) or give a hub id org/name") from None
+    return raw

@@ -1,0 +1,59 @@
+"""Every weight of the pool checked for NaN / Inf before anything is merged.
+
+mergekit's methods carry a NaN straight into the merge (a NaN in one expert makes every merge that contains it NaN,
+and the evaluation then scores garbage or fails late). The check reads each tensor once; files already found
+finite are remembered in the run folder by size and modification time, so a rerun does not read them again.
+"""
+
+from pathlib import Path
+
+from wildmerge.checkpoints import weight_files
+from wildmerge.errors import WildmergeError
+from wildmerge.run import PoolModels, read_weight_checks, write_weight_checks
+
+
+def non_finite_tensors(file) -> list[str]:
+    """Names of the floating-point tensors of one safetensors file that hold a NaN or an Inf."""
+    import torch
+    from safetensors import safe_open
+
+    bad = []
+    with safe_open(str(file), framework="pt") as f:
+        for name in f.keys():
+            t = f.get_tensor(name)
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                bad.append(name)
+    return bad
+
+
+def _stamp(file: Path) -> str:
+    st = file.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def check_finite(run_dir, models: PoolModels, allow_pickle: bool = False, progress: bool = True) -> None:
+    """Raise one error naming every model, file and tensor with NaN / Inf weights (pickle files are not read
+    here: mergekit loads them)."""
+    from tqdm.auto import tqdm
+
+    checks = read_weight_checks(run_dir)
+    files = [(m.name, f.resolve()) for m in [models.base, *models.experts]
+             for f in weight_files(m.path, allow_pickle) if f.suffix == ".safetensors"]
+    todo = [(name, f) for name, f in files if checks.finite.get(str(f)) != _stamp(f)]
+    problems = []
+    for name, f in tqdm(todo, desc="checking weights for NaN/Inf", unit="file", disable=not progress or not todo):
+        bad = non_finite_tensors(f)
+        if bad:
+            more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+            problems.append(f"  {name}: {bad[0]}{more} in {f}")
+        else:
+            checks.finite[str(f)] = _stamp(f)
+    if problems:
+        raise WildmergeError(
+            f"{len(problems)} model(s) have NaN or Inf weights; every merge containing them would be NaN:\n"
+            + "\n".join(problems) + "\nReplace the damaged checkpoint (download it again), or leave it out with "
+            "--exclude NAME."
+        )
+    if todo:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        write_weight_checks(run_dir, checks)
