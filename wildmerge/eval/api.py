@@ -19,6 +19,7 @@ from wildmerge.eval.executors import executor_options, run_jobs
 from wildmerge.eval.jobs import make_job
 from wildmerge.eval.models import FingerprintCache, check_model_dir, fingerprint_model
 from wildmerge.eval.store import FAILED, OK, ResultStore, write_result
+from wildmerge.eval.worker import needs_run
 from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
 from wildmerge.hub import resolve_path
 from wildmerge.run import EvalIndex, PlanEntry, RunFolder, read_eval_index, read_merge_info, write_eval_index
@@ -84,11 +85,14 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     todo, skipped = [], 0
     for job_id, job in jobs.items():
         status = store.load(job_id)
-        if status["status"] == OK or (status["status"] == FAILED and not retry_failed):
+        if not needs_run(status, retry_failed):
             skipped += 1
         else:
             if status["status"] == "corrupt":
                 print(f"warning: {status['error']}")
+            if status.get("killed") is not None:
+                print(f"redoing {job_id}: {status['error'].splitlines()[0]}")
+            job["attempt"] = status.get("attempts", 1) + 1 if status["status"] == FAILED else 1
             todo.append(job)
     print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
           f"({executor})")
@@ -112,7 +116,7 @@ def _weights_pruned(path) -> bool:
     return bool(info and info.weights_pruned)
 
 
-def evaluate_run(run_dir, suite, executor: str = "serial", retry_failed: bool = False,
+def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = False,
                  overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
                  model_ids: Optional[List[str]] = None, **options) -> Dict[str, Any]:
     """Score every model of ``RUN/plan.json`` (or only ``model_ids``) on ``suite``; identical models once;
@@ -133,7 +137,7 @@ def evaluate_run(run_dir, suite, executor: str = "serial", retry_failed: bool = 
                      allow_pickle=allow_pickle, **options)
 
 
-def evaluate_models(models: List[str], suite, out_dir, executor: str = "serial", retry_failed: bool = False,
+def evaluate_models(models: List[str], suite, out_dir, executor: str = "local", retry_failed: bool = False,
                     overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
                     **options) -> Dict[str, Any]:
     """Ad hoc: score a few models (paths, hub ids in the local cache, ``demo:<name>``); bad input fails early."""
