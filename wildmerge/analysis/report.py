@@ -10,6 +10,7 @@ from typing import Dict, Optional
 from tqdm.auto import tqdm
 
 from wildmerge.analysis import leaderboard, plots
+from wildmerge.analysis.costs import cost_markdown
 from wildmerge.analysis.norms import NormCache
 from wildmerge.analysis.scores import collect_scores
 from wildmerge.atomic import atomic_dir, write_text
@@ -35,6 +36,20 @@ def _norms(run_dir: Path, df, notes) -> None:
     df["task_vector_norm"] = values
 
 
+def missing_references(df) -> list:
+    """A warning for the top of the page when the base or an expert has no score: the tables that need them are
+    missing or computed from fewer experts, and the reader must know before reading them."""
+    lines = []
+    for kind, consequence in (("base", "Tables 1 and 3 (merges vs the base) cannot be computed"),
+                              ("expert", "the best expert (Table 2) and the n = 1 rows use only the others")):
+        lacking = df[(df["kind"] == kind) & (df["status"] != "ok")]
+        if len(lacking):
+            names = ", ".join(f"`{m}` ({s})" for m, s in zip(lacking["model_id"], lacking["status"]))
+            lines.append(f"> **Incomplete: {kind} without a score: {names}**; {consequence}. Rerun the evaluation "
+                         f"(`--retry-failed` reruns failed jobs); the notes below say why.\n")
+    return lines
+
+
 def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
     df, tasks, notes = collect_scores(run_dir, suite)
     _norms(run_dir, df, notes)
@@ -51,6 +66,7 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
         md = [f"# Leaderboard: run `{run_dir.name}`, suite `{suite}`\n",
               f"Scores are accuracies in percent; a model's score is the mean over {len(tasks)} task(s): "
               f"{', '.join(tasks)}.\n"]
+        md += missing_references(df)
         if base is None:
             md.append("**The base model has no score, so Tables 1-3 cannot be computed** (see notes).\n")
         else:
@@ -70,6 +86,7 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
         md += ["## Mean ± std over subsets\n", leaderboard.summary_markdown(df, tasks),
                "## Task-vector norm ||θ_merged − θ_base||₂ (mean ± std over subsets)\n",
                leaderboard.summary_markdown(df, [], digits=3, columns=["task_vector_norm"])]
+        md.append(cost_markdown(run_dir, suite, df))
         if notes:
             md += ["## Notes\n", "".join(f"- {n}\n" for n in notes)]
         title = f"{run_dir.name} / {suite}"
