@@ -20,6 +20,8 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
                              "serial = a fresh process per job (default: %(default)s)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="rerun the jobs that failed before (a job whose worker was killed is redone once anyway)")
+    parser.add_argument("--record-items", action="store_true",
+                        help="keep every document's score in the results (for `wildmerge.eval.screening`)")
     w = parser.add_argument_group("local executor (long-lived workers)")
     w.add_argument("--workers", type=int, help="worker processes (default: one per visible GPU, else one per two "
                                                "CPU cores, at most four)")
@@ -47,7 +49,7 @@ def eval_options(args) -> dict:
     set, so an option for another executor is an error rather than ignored."""
     options = {k: getattr(args, k) for k in EXECUTOR_OPTIONS if getattr(args, k) is not None}
     return dict(executor=args.executor, retry_failed=args.retry_failed, overrides=_overrides(args),
-                allow_pickle=args.allow_pickle, **options)
+                allow_pickle=args.allow_pickle, record_items=args.record_items, **options)
 
 
 def configure(parser) -> None:

@@ -48,7 +48,7 @@ def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[st
 
 
 def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str, retry_failed: bool,
-              strict: bool, allow_pickle: bool, **options) -> Dict[str, Any]:
+              strict: bool, allow_pickle: bool, record_items: bool = False, **options) -> Dict[str, Any]:
     executor_options(executor, options)  # a misspelled option fails here, before any model is fingerprinted
     include_path = suite.resolved_include_path()
     include_defaults = check_tasks(suite)  # unknown task names fail here, before any model is loaded
@@ -93,7 +93,7 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
             if status.get("killed") is not None:
                 print(f"redoing {job_id}: {status['error'].splitlines()[0]}")
             job["attempt"] = status.get("attempts", 1) + 1 if status["status"] == FAILED else 1
-            todo.append(job)
+            todo.append({**job, "record_items": record_items})
     print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
           f"({executor})")
     run_jobs(todo, executor, **options)
@@ -118,12 +118,13 @@ def _weights_pruned(path) -> bool:
 
 def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = False,
                  overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
-                 model_ids: Optional[List[str]] = None, **options) -> Dict[str, Any]:
+                 model_ids: Optional[List[str]] = None, record_items: bool = False, **options) -> Dict[str, Any]:
     """Score every model of ``RUN/plan.json`` (or only ``model_ids``) on ``suite``; identical models once;
     finished jobs are skipped.
 
     A model that is missing or broken is recorded as failed and the others go on. ``options`` go to the executor
-    (``ray_address``, ``gpus_per_job``, ``slurm_partition``, ``slurm_time``...).
+    (``workers``, ``ray_address``, ``gpus_per_job``, ``slurm_partition``, ``slurm_time``...). ``record_items``
+    keeps every document's score in the results, for screening (``screening.py``).
     """
     run = RunFolder(run_dir)
     suite = apply_overrides(load_suite(suite), overrides)
@@ -134,7 +135,7 @@ def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = F
             raise ConfigError(f"model ids not in {run.plan_path}: {unknown}")
         entries = [e for e in entries if e.model_id in set(model_ids)]
     return _evaluate(entries, suite, run.eval_dir(suite.name), executor, retry_failed, strict=False,
-                     allow_pickle=allow_pickle, **options)
+                     allow_pickle=allow_pickle, record_items=record_items, **options)
 
 
 def evaluate_models(models: List[str], suite, out_dir, executor: str = "local", retry_failed: bool = False,

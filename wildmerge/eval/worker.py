@@ -124,17 +124,28 @@ def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
     s = job["settings"]
     lm = build_lm(job)
     tm = task_manager(job["include_path"], job["include_defaults"])
-    scores, outputs = {}, {}
+    scores, outputs, items = {}, {}, {}
     for batch in _batches(job["tasks"], set(tm.all_tags)):
         out = lm_eval.simple_evaluate(
             model=lm, tasks=[t["task"] for t in batch], num_fewshot=batch[0]["num_fewshot"], task_manager=tm,
             limit=s["limit"], bootstrap_iters=s["bootstrap_iters"], apply_chat_template=s["apply_chat_template"],
-            log_samples=False,
+            log_samples=bool(job.get("record_items")),
         )
         outputs[",".join(t["task"] for t in batch)] = {k: out.get(k) for k in LM_EVAL_KEYS if k in out}
         for t in batch:
             scores[t["label"] or t["task"]] = task_score(out, t["task"], t["metric"])
-    return {"scores": scores, "lm_eval": outputs}
+            if job.get("record_items"):
+                items[t["label"] or t["task"]] = item_scores(out.get("samples") or {}, t["task"], t["metric"])
+    return {"scores": scores, "lm_eval": outputs, **({"items": items} if job.get("record_items") else {})}
+
+
+def item_scores(samples: Dict[str, Any], task: str, metric: str) -> List[float]:
+    """The metric of every document of ``task`` in document order (a tag or group: its subtasks one after
+    another), for paired comparisons between models on the same items (``screening.py``)."""
+    name, filter_key = metric.split(",", 1)
+    rows = samples.get(task) or [row for key in sorted(samples) for row in samples[key]]
+    rows = sorted((r for r in rows if r.get("filter") == filter_key), key=lambda r: r["doc_id"])
+    return [float(r[name]) for r in rows]
 
 
 def base_record(job: Dict[str, Any]) -> Dict[str, Any]:
