@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from wildmerge.atomic import write_json
-from wildmerge.commands.eval import add_eval_options, eval_options
+from wildmerge.commands.eval import add_eval_options, check_eval_options, eval_options
 from wildmerge.errors import ConfigError
 
 DEMO_SIZES, DEMO_K = (1, 2, 4), 2
@@ -89,6 +89,7 @@ def _evaluate(run_dir: Path, args, suite: str, model_ids=None):
 
 
 def run(args) -> int:
+    from wildmerge.run import RunFolder
     from wildmerge.sampling.ablations import load_grids
     from wildmerge.sampling.plan import load_methods
     from wildmerge.sampling.pools import load_pool
@@ -112,9 +113,7 @@ def run(args) -> int:
     if evaluate and not suite:
         raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
     if evaluate:
-        from wildmerge.eval.executors import executor_options
-
-        executor_options(args.executor, eval_options(args))  # a misplaced option fails before any merge
+        check_eval_options(args)  # a misplaced option fails before any merge
     run_dir = Path(args.out or Path("runs") / f"{pool.name}-seed{args.seed}").resolve()
 
     if args.dry_run:
@@ -136,7 +135,7 @@ def run(args) -> int:
         log["report"] = {k: str(v) for k, v in outputs.items()}
         print(f"report: {run_dir / 'report'}")
     log["args"] = {k: v for k, v in vars(args).items() if k != "func"}
-    write_json(run_dir / "sample_log.json", log)
+    write_json(RunFolder(run_dir).sample_log, log)
     return 1 if evaluate and summary["failed"] else 0
 
 
