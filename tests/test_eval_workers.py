@@ -142,3 +142,13 @@ def test_killed_job_is_redone_once_then_reported(lm_family, tmp_path):  # noqa: 
 
 def test_default_worker_count_on_a_cpu():
     assert [default_workers(c) for c in (1, 2, 4, 8, 64)] == [1, 1, 2, 4, 4]
+
+
+def test_workers_are_reused_across_calls(lm_family, tmp_path):  # noqa: F811
+    """``--keep-models none`` evaluates one model per call: the second call must not start another worker."""
+    first = _job(lm_family, tmp_path, Path(lm_family["base"]), "one")
+    second = _job(lm_family, tmp_path, Path(lm_family["experts"][0]), "two")
+    run_local([first], workers=1)
+    before = set(_serve_pids())
+    assert run_local([second], workers=1)[0]["status"] == OK
+    assert before and set(_serve_pids()) == before

@@ -3,9 +3,11 @@
 Each worker (``serve.py``) imports lm-eval and builds the suite's tasks once, then scores one model after another.
 A thread per worker hands it the next job and waits for its answer, with a timeout: a worker that hangs is killed
 and its job fails; a worker that dies (a segfault, the out-of-memory killer) fails only the job it held, recorded
-as killed, and is replaced by a fresh one for the jobs that remain.
+as killed, and is replaced by a fresh one for the jobs that remain. Workers outlive one call (until this
+process exits), so evaluating one model at a time pays the start-up once.
 """
 
+import atexit
 import os
 import queue
 import subprocess
@@ -130,6 +132,34 @@ class Worker:
         return lost_record(job, started, f"the worker exited with code {rc} while scoring this model")
 
 
+_IDLE: List[Worker] = []  # started workers kept between calls (``--keep-models none`` evaluates one model a call)
+_IDLE_LOCK = threading.Lock()
+
+
+def _take_idle(env: Dict[str, str]) -> Optional[Worker]:
+    with _IDLE_LOCK:
+        for worker in list(_IDLE):
+            if worker.proc is None or worker.proc.poll() is not None:
+                _IDLE.remove(worker)  # died while parked
+            elif worker.env == env:
+                _IDLE.remove(worker)
+                return worker
+    return None
+
+
+def _park(worker: Worker) -> None:
+    if worker.proc is not None and worker.proc.poll() is None:
+        with _IDLE_LOCK:
+            _IDLE.append(worker)
+
+
+@atexit.register
+def close_idle_workers() -> None:
+    with _IDLE_LOCK:
+        while _IDLE:
+            _IDLE.pop().close()
+
+
 def run_local(jobs: List[Dict[str, Any]], on_done: Optional[Callable] = None, workers: Optional[int] = None,
               job_timeout: Optional[float] = 3600.0) -> List[Dict[str, Any]]:
     """Run ``jobs`` on long-lived local workers; returns their result records (in completion order)."""
@@ -144,7 +174,7 @@ def run_local(jobs: List[Dict[str, Any]], on_done: Optional[Callable] = None, wo
     bar = tqdm(total=len(jobs), desc=f"eval jobs ({len(envs)} worker{'s' * (len(envs) > 1)})", unit="job")
 
     def drive(i: int, env: Dict[str, str]) -> None:
-        worker = Worker(env, logs / f"worker-{i}.log")
+        worker = _take_idle(env) or Worker(env, logs / f"worker-{i}.log")
         try:
             while True:
                 try:
@@ -161,7 +191,7 @@ def run_local(jobs: List[Dict[str, Any]], on_done: Optional[Callable] = None, wo
                     on_done and on_done(record)
                     bar.update()
         finally:
-            worker.close()
+            _park(worker)  # closed when this process exits, or reused by the next call
 
     threads = [threading.Thread(target=drive, args=(i, env), daemon=True) for i, env in enumerate(envs)]
     for t in threads:
