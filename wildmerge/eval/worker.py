@@ -91,8 +91,21 @@ def _batches(tasks: List[Dict[str, Any]], tags) -> List[List[Dict[str, Any]]]:
     return list(batches.values())
 
 
-@functools.lru_cache(maxsize=8)
+def folder_signature(folder) -> tuple:
+    """(name, size, mtime) of every file under a task folder: a task whose YAML or data changed is loaded anew."""
+    if not folder:
+        return ()
+    return tuple(sorted((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in Path(folder).rglob("*")
+                        if f.is_file()))
+
+
 def task_manager(include_path, include_defaults: bool):
+    """lm-eval's task index for the suite, reused while its task folder is unchanged (see ``_task_manager``)."""
+    return _task_manager(include_path, include_defaults, folder_signature(include_path))
+
+
+@functools.lru_cache(maxsize=8)
+def _task_manager(include_path, include_defaults: bool, signature: tuple):
     """lm-eval's task index, built once per process and suite; the tasks it loads are kept for the next model.
 
     A task is loaded (its dataset read, its documents prepared) on the first ``simple_evaluate`` that names it and
