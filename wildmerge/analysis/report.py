@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from wildmerge.analysis import ablations, domains, leaderboard, plots
 from wildmerge.analysis.layerwise_plots import layerwise_figures
+from wildmerge.analysis.costs import cost_markdown
 from wildmerge.analysis.norms import NormCache
 from wildmerge.analysis.report_page import build_page
 from wildmerge.analysis.scores import TUNED, collect_scores, protocol_rows
@@ -161,6 +162,20 @@ def _report_dir(run_dir: Path, target: Path):
             yield tmp
 
 
+def missing_references(df) -> list:
+    """A warning for the top of the page when the base or an expert has no score: the tables that need them are
+    missing or computed from fewer experts, and the reader must know before reading them."""
+    lines = []
+    for kind, consequence in (("base", "Tables 1 and 3 (merges vs the base) cannot be computed"),
+                              ("expert", "the best expert (Table 2) and the n = 1 rows use only the others")):
+        lacking = df[(df["kind"] == kind) & (df["status"] != "ok")]
+        if len(lacking):
+            names = ", ".join(f"`{m}` ({s})" for m, s in zip(lacking["model_id"], lacking["status"]))
+            lines.append(f"> **Incomplete: {kind} without a score: {names}**; {consequence}. Rerun the evaluation "
+                         f"(`--retry-failed` reruns failed jobs); the notes below say why.\n")
+    return lines
+
+
 def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
     run = RunFolder(run_dir)
     df, tasks, notes = collect_scores(run_dir, suite)
@@ -176,6 +191,7 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
         md = [f"# Leaderboard: run `{run_dir.name}`, suite `{suite}`\n",
               f"Scores are accuracies in percent; a model's score is the mean over {len(tasks)} task(s): "
               f"{', '.join(tasks)}.\n"]
+        md += missing_references(df)
         tables = _main_tables(out, protocol, tasks, base, best_id, best, md)
         if (protocol["kind"] == "merge").any():
             out.plot("Mean accuracy vs n (Fig. 3/6)", plots.accuracy_vs_n(protocol, tmp, title))
@@ -186,6 +202,7 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
         model_dirs = {e.model_id: Path(e.path) for e in run.read_plan().entries if e.kind == "merge"}
         for variant, saved in layerwise_figures(df, model_dirs, tmp).items():
             out.plot(f"{variant}: covariate shift and importance weights per layer", saved)
+        md.append(cost_markdown(run_dir, suite, df))
         if notes:
             md += ["## Notes\n", "".join(f"- {n}\n" for n in notes)]
         md.append("\n![accuracy vs n](accuracy_vs_n.png)\n" if "accuracy_vs_n_png" in out.written else "")

@@ -9,15 +9,24 @@ import argparse
 from wildmerge.errors import ConfigError
 
 OVERRIDES = ("limit", "dtype", "batch_size", "device")
-EXECUTOR_OPTIONS = ("ray_address", "gpus_per_job", "cpus_per_job", "slurm_partition", "slurm_time", "slurm_mem_gb",
+EXECUTOR_OPTIONS = ("workers", "job_timeout", "ray_address", "gpus_per_job", "cpus_per_job", "slurm_partition", "slurm_time", "slurm_mem_gb",
                     "slurm_array_parallelism", "slurm_cluster")
 
 
 def add_eval_options(parser, device_flag: str = "--device") -> None:
     """The evaluation options, shared by ``wildmerge eval`` and the protocol driver ``wildmerge sample``."""
-    parser.add_argument("--executor", default="serial", choices=["serial", "ray", "slurm"],
-                        help="where evaluation jobs run (default: %(default)s)")
-    parser.add_argument("--retry-failed", action="store_true", help="rerun the jobs that failed before")
+    parser.add_argument("--executor", default="local", choices=["local", "serial", "ray", "slurm"],
+                        help="where evaluation jobs run: local = long-lived workers on this machine, one per GPU; "
+                             "serial = a fresh process per job (default: %(default)s)")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="rerun the jobs that failed before (a job whose worker was killed is redone once anyway)")
+    parser.add_argument("--record-items", action="store_true",
+                        help="keep every document's score in the results (for `wildmerge.eval.screening`)")
+    w = parser.add_argument_group("local executor (long-lived workers)")
+    w.add_argument("--workers", type=int, help="worker processes (default: one per visible GPU, else one per two "
+                                               "CPU cores, at most four)")
+    w.add_argument("--job-timeout", type=float, help="seconds one model may take before its worker is replaced "
+                                                     "(default 3600)")
     g = parser.add_argument_group("evaluation settings overrides (change the job ids)")
     g.add_argument("--limit", type=float, help="documents per task (int) or fraction (<1)")
     g.add_argument("--dtype", choices=["auto", "float16", "bfloat16", "float32"])
@@ -51,7 +60,7 @@ def check_eval_options(args) -> None:
 def eval_options(args) -> dict:
     """Keyword arguments of ``evaluate_run`` / ``evaluate_models`` from the parsed options."""
     return dict(executor=args.executor, retry_failed=args.retry_failed, overrides=_overrides(args),
-                allow_pickle=args.allow_pickle, **executor_kwargs(args))
+                allow_pickle=args.allow_pickle, record_items=args.record_items, **executor_kwargs(args))
 
 
 def configure(parser) -> None:

@@ -149,13 +149,13 @@ def run(args) -> int:
     if evaluate:
         from wildmerge.analysis.report import write_report
 
-        _evaluate(run_dir, args, suite)
+        summary = _evaluate(run_dir, args, suite)
         outputs = write_report(run_dir)
         log["report"] = {k: str(v) for k, v in outputs.items()}
         print(f"report: {run_dir / 'report'}")
     log["args"] = {k: v for k, v in vars(args).items() if k != "func"}
     write_json(RunFolder(run_dir).sample_log, log)
-    return 0
+    return 1 if evaluate and summary["failed"] else 0
 
 
 def run_protocol(run_dir: Path, pool, settings: dict, methods: dict, grids: dict, *, merge_device="cpu",

@@ -19,6 +19,7 @@ from wildmerge.eval.executors import executor_options, run_jobs
 from wildmerge.eval.jobs import make_job
 from wildmerge.eval.models import FingerprintCache, check_model_dir, fingerprint_model
 from wildmerge.eval.store import FAILED, OK, ResultStore, write_result
+from wildmerge.eval.worker import needs_run
 from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
 from wildmerge.hub import resolve_path
 from wildmerge.run import EvalIndex, PlanEntry, RunFolder, read_eval_index, read_merge_info, write_eval_index
@@ -58,7 +59,7 @@ def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[st
 
 
 def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str, retry_failed: bool,
-              strict: bool, allow_pickle: bool, **options) -> Dict[str, Any]:
+              strict: bool, allow_pickle: bool, record_items: bool = False, **options) -> Dict[str, Any]:
     executor_options(executor, options)  # a misspelled option fails here, before any model is fingerprinted
     _check_device(suite, executor)
     include_path = suite.resolved_include_path()
@@ -96,12 +97,15 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     todo, skipped = [], 0
     for job_id, job in jobs.items():
         status = store.load(job_id)
-        if status["status"] == OK or (status["status"] == FAILED and not retry_failed):
+        if not needs_run(status, retry_failed):
             skipped += 1
         else:
             if status["status"] == "corrupt":
                 print(f"warning: {status['error']}")
-            todo.append(job)
+            if status.get("killed") is not None:
+                print(f"redoing {job_id}: {status['error'].splitlines()[0]}")
+            job["attempt"] = status.get("attempts", 1) + 1 if status["status"] == FAILED else 1
+            todo.append({**job, "record_items": record_items})
     print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
           f"({executor})")
     _run_claimed(todo, store, executor, options)
@@ -154,14 +158,15 @@ def _weights_pruned(path) -> bool:
     return bool(info and info.weights_pruned)
 
 
-def evaluate_run(run_dir, suite, executor: str = "serial", retry_failed: bool = False,
+def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = False,
                  overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
-                 model_ids: Optional[List[str]] = None, **options) -> Dict[str, Any]:
+                 model_ids: Optional[List[str]] = None, record_items: bool = False, **options) -> Dict[str, Any]:
     """Score every model of ``RUN/plan.json`` (or only ``model_ids``) on ``suite``; identical models once;
     finished jobs are skipped.
 
     A model that is missing or broken is recorded as failed and the others go on. ``options`` go to the executor
-    (``ray_address``, ``gpus_per_job``, ``slurm_partition``, ``slurm_time``...).
+    (``workers``, ``ray_address``, ``gpus_per_job``, ``slurm_partition``, ``slurm_time``...). ``record_items``
+    keeps every document's score in the results, for screening (``screening.py``).
     """
     run = RunFolder(run_dir)
     suite = apply_overrides(load_suite(suite), overrides)
@@ -172,10 +177,10 @@ def evaluate_run(run_dir, suite, executor: str = "serial", retry_failed: bool = 
             raise ConfigError(f"model ids not in {run.plan_path}: {unknown}")
         entries = [e for e in entries if e.model_id in set(model_ids)]
     return _evaluate(entries, suite, run.eval_dir(suite.name), executor, retry_failed, strict=False,
-                     allow_pickle=allow_pickle, **options)
+                     allow_pickle=allow_pickle, record_items=record_items, **options)
 
 
-def evaluate_models(models: List[str], suite, out_dir, executor: str = "serial", retry_failed: bool = False,
+def evaluate_models(models: List[str], suite, out_dir, executor: str = "local", retry_failed: bool = False,
                     overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
                     **options) -> Dict[str, Any]:
     """Ad hoc: score a few models (paths, hub ids in the local cache, ``demo:<name>``); bad input fails early."""

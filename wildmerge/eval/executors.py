@@ -1,8 +1,10 @@
-"""Where jobs run, on existing engines: serially here (default), on Ray (local GPUs or a cluster), on Slurm (submitit).
+"""Where jobs run: long-lived local workers (default; one per GPU), serially one fresh process per job, on Ray (local
+GPUs or a cluster), on Slurm (submitit).
 
-Every executor calls ``worker.run_job`` per job, which starts a fresh process and writes the result file itself,
-so the store is complete whatever the engine; results travel back as well, for Ray workers without a shared disk.
-A job that fails, or an engine error for one job, is recorded and the others go on.
+The serial, Ray and Slurm executors call ``worker.run_job`` per job, which starts a fresh process and writes the
+result file itself, so the store is complete whatever the engine; results travel back as well, for Ray workers
+without a shared disk. The local executor (``local.py``) keeps its workers for many jobs. A job that fails, or an
+engine error for one job, is recorded and the others go on.
 """
 
 import socket
@@ -14,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tqdm.auto import tqdm
 
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
+from wildmerge.eval.local import run_local
 from wildmerge.eval.store import FAILED, read_result, write_result
 from wildmerge.eval.worker import base_record, run_job
 
@@ -38,6 +41,13 @@ def _keep(job: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
 
 class SerialOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class LocalOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workers: Optional[int] = Field(None, ge=1)  # default: one per visible GPU, else one per two CPU cores
+    job_timeout: Optional[float] = Field(3600.0, gt=0)  # seconds one model may take before its worker is replaced
 
 
 class RayOptions(BaseModel):
@@ -144,7 +154,7 @@ def run_slurm(jobs: List[Dict[str, Any]], on_done: Callback = None, folder: Opti
     return records
 
 
-EXECUTORS = {"serial": (run_serial, SerialOptions), "ray": (run_ray, RayOptions), "slurm": (run_slurm, SlurmOptions)}
+EXECUTORS = {"local": (run_local, LocalOptions), "serial": (run_serial, SerialOptions), "ray": (run_ray, RayOptions), "slurm": (run_slurm, SlurmOptions)}
 
 
 def executor_options(executor: str, options: Dict[str, Any]) -> Dict[str, Any]:

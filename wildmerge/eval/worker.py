@@ -1,12 +1,17 @@
-"""Run one evaluation job: lm-eval's ``simple_evaluate`` in a fresh Python process, result written atomically.
+"""Run one evaluation job: lm-eval's ``simple_evaluate``, result written atomically.
 
-A fresh process per job isolates GPU memory, vLLM state and crashes: a job that raises, runs out of memory or is
-killed is recorded as ``failed`` with its error and the other jobs go on. ``run_job`` (the parent side) never
-raises. The child is ``python -m wildmerge.eval.worker JOB.json``.
+``score_job`` scores a job inside the current process; a long-lived worker (``serve.py``) calls it for many models
+in turn. ``run_job`` is the per-process mode: a fresh Python process per job, which isolates GPU memory, vLLM state
+and crashes at the price of importing lm-eval and building the tasks every time. Either way a job that raises is
+recorded as ``failed`` with its error; a worker killed by a signal (the out-of-memory killer) is recorded as
+``killed``, which the next run of the same command redoes once (``needs_run``). The child is
+``python -m wildmerge.eval.worker JOB.json``.
 """
 
+import functools
 import math
 import os
+import signal
 import platform
 import socket
 import subprocess
@@ -14,7 +19,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from wildmerge.atomic import write_json
 from wildmerge.eval.store import FAILED, OK, read_result, write_result
@@ -86,37 +91,99 @@ def _batches(tasks: List[Dict[str, Any]], tags) -> List[List[Dict[str, Any]]]:
     return list(batches.values())
 
 
+def folder_signature(folder) -> tuple:
+    """(name, size, mtime) of every file under a task folder: a task whose YAML or data changed is loaded anew."""
+    if not folder:
+        return ()
+    return tuple(sorted((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in Path(folder).rglob("*")
+                        if f.is_file()))
+
+
+def task_manager(include_path, include_defaults: bool):
+    """lm-eval's task index for the suite, reused while its task folder is unchanged (see ``_task_manager``)."""
+    return _task_manager(include_path, include_defaults, folder_signature(include_path))
+
+
+@functools.lru_cache(maxsize=8)
+def _task_manager(include_path, include_defaults: bool, signature: tuple):
+    """lm-eval's task index, built once per process and suite; the tasks it loads are kept for the next model.
+
+    A task is loaded (its dataset read, its documents prepared) on the first ``simple_evaluate`` that names it and
+    reused afterwards: ``simple_evaluate`` re-applies n-shot and seeds and rebuilds every request on each call, so
+    the scores are those of a fresh process (tested against the per-process mode).
+    """
+    from lm_eval.tasks import TaskManager
+
+    class ReusingTaskManager(TaskManager):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.loaded: Dict[Any, Any] = {}
+
+        def load(self, tasks):
+            key = tuple(tasks) if all(isinstance(t, str) for t in tasks) else None
+            if key is None:
+                return super().load(tasks)
+            if key not in self.loaded:
+                self.loaded[key] = super().load(list(tasks))
+            return self.loaded[key]
+
+    return ReusingTaskManager(include_path=include_path, include_defaults=include_defaults)
+
+
 def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
     """Score the job's model on every task of the suite, with each task's own n-shot; the model loads once."""
     import lm_eval
-    from lm_eval.tasks import TaskManager
 
     s = job["settings"]
     lm = build_lm(job)
-    tm = TaskManager(include_path=job["include_path"], include_defaults=job["include_defaults"])
-    scores, outputs = {}, {}
+    tm = task_manager(job["include_path"], job["include_defaults"])
+    scores, outputs, items = {}, {}, {}
     for batch in _batches(job["tasks"], set(tm.all_tags)):
         out = lm_eval.simple_evaluate(
             model=lm, tasks=[t["task"] for t in batch], num_fewshot=batch[0]["num_fewshot"], task_manager=tm,
             limit=s["limit"], bootstrap_iters=s["bootstrap_iters"], apply_chat_template=s["apply_chat_template"],
-            log_samples=False,
+            log_samples=bool(job.get("record_items")),
         )
         outputs[",".join(t["task"] for t in batch)] = {k: out.get(k) for k in LM_EVAL_KEYS if k in out}
         for t in batch:
             scores[t["label"] or t["task"]] = task_score(out, t["task"], t["metric"])
-    return {"scores": scores, "lm_eval": outputs}
+            if job.get("record_items"):
+                items[t["label"] or t["task"]] = item_scores(out.get("samples") or {}, t["task"], t["metric"])
+    return {"scores": scores, "lm_eval": outputs, **({"items": items} if job.get("record_items") else {})}
+
+
+def item_scores(samples: Dict[str, Any], task: str, metric: str) -> List[float]:
+    """The metric of every document of ``task`` in document order (a tag or group: its subtasks one after
+    another), for paired comparisons between models on the same items (``screening.py``)."""
+    name, filter_key = metric.split(",", 1)
+    rows = samples.get(task) or [row for key in sorted(samples) for row in samples[key]]
+    rows = sorted((r for r in rows if r.get("filter") == filter_key), key=lambda r: r["doc_id"])
+    return [float(r[name]) for r in rows]
 
 
 def base_record(job: Dict[str, Any]) -> Dict[str, Any]:
     return {k: job[k] for k in ("job_id", "model_path", "fingerprint", "suite", "tasks", "settings")}
 
 
-def child_main(job_file: str) -> int:
-    import json
+def device_name(requested: str) -> str:
+    """Where the scores were computed, for cost accounting: ``cpu`` or ``cuda:<card name>``."""
+    device = _device(requested) if requested == "auto" else requested
+    if device.startswith("cuda"):
+        try:
+            import torch
 
-    job = json.loads(Path(job_file).read_text())
-    record = {**base_record(job), "host": socket.gethostname(), "versions": versions(), "started": time.time()}
+            return f"cuda:{torch.cuda.get_device_name(torch.device(device))}"
+        except Exception:  # no GPU after all: the job itself says why
+            return device
+    return device
+
+
+def score_job(job: Dict[str, Any], mode: str) -> Dict[str, Any]:
+    """Score ``job`` in this process and write its result record; never raises for a model's own failure."""
+    record = {**base_record(job), "host": socket.gethostname(), "versions": versions(), "started": time.time(),
+              "worker": mode, "attempts": job.get("attempt", 1)}
     try:
+        record["device"] = device_name(job["settings"]["device"])
         record.update(evaluate_job(job), status=OK, error=None)
     except Exception as exc:  # recorded, never fatal to the other jobs
         tb = traceback.format_exc(limit=6)
@@ -124,8 +191,46 @@ def child_main(job_file: str) -> int:
         print(tb, file=sys.stderr)
     record["finished"] = time.time()
     record["seconds"] = record["finished"] - record["started"]
-    write_result(job["result_path"], record)
-    return 0 if record["status"] == OK else 1
+    return write_result(job["result_path"], record)
+
+
+def child_main(job_file: str) -> int:
+    import json
+
+    job = json.loads(Path(job_file).read_text())
+    return 0 if score_job(job, "process")["status"] == OK else 1
+
+
+def killed_why(sig: int) -> str:
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    oom = " (the out-of-memory killer?)" if sig == signal.SIGKILL else ""
+    return f"the worker was killed by {name}{oom}"
+
+
+def lost_record(job: Dict[str, Any], started: float, why: str, killed: Optional[int] = None) -> Dict[str, Any]:
+    """The result of a job whose worker wrote none: it died, hung or could not start."""
+    attempts = job.get("attempt", 1)
+    if killed is not None:
+        why = killed_why(killed) + (f", {attempts} times: reported as failed" if attempts > 1 else
+                                    "; the next run of the same command redoes this job once")
+    return write_result(job["result_path"], {
+        **base_record(job), "status": FAILED, "error": f"{why}; last log lines:\n{_tail(job['log_path'])}",
+        "killed": killed, "attempts": attempts, "started": started, "finished": time.time(),
+        "seconds": time.time() - started, "host": socket.gethostname(),
+    })
+
+
+def needs_run(record: Dict[str, Any], retry_failed: bool) -> bool:
+    """Whether a job must (re)run: no valid result, a failure the user asks to retry, or a first kill by a signal
+    (a killed worker says nothing about the model; a second kill does)."""
+    if record["status"] == OK:
+        return False
+    if record["status"] == FAILED:
+        return retry_failed or (record.get("killed") is not None and record.get("attempts", 1) < 2)
+    return True
 
 
 def _tail(path, lines: int = 15) -> str:
@@ -149,14 +254,13 @@ def run_job(job: Dict[str, Any], job_file: str = "") -> Dict[str, Any]:
     except OSError as exc:
         rc, why = None, f"could not start the worker: {exc}"
     record = read_result(job["result_path"])
-    if record["status"] in (OK, FAILED):
+    if record["status"] in (OK, FAILED) and record.get("started", 0) >= started:
         return record
+    if rc is not None and rc < 0:
+        return lost_record(job, started, "", killed=-rc)
     if rc is not None:
-        why = f"worker exited with code {rc}" + (" (killed: out of memory?)" if rc in (-9, 137) else "")
-    return write_result(job["result_path"], {
-        **base_record(job), "status": FAILED, "error": f"{why}; last log lines:\n{_tail(job['log_path'])}",
-        "started": started, "finished": time.time(), "seconds": time.time() - started, "host": socket.gethostname(),
-    })
+        why = f"worker exited with code {rc}"
+    return lost_record(job, started, why)
 
 
 if __name__ == "__main__":

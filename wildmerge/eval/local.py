@@ -1,0 +1,202 @@
+"""The local executor: long-lived workers on this machine, one per visible GPU (a few on a CPU), no cluster needed.
+
+Each worker (``serve.py``) imports lm-eval and builds the suite's tasks once, then scores one model after another.
+A thread per worker hands it the next job and waits for its answer, with a timeout: a worker that hangs is killed
+and its job fails; a worker that dies (a segfault, the out-of-memory killer) fails only the job it held, recorded
+as killed, and is replaced by a fresh one for the jobs that remain. Workers outlive one call (until this
+process exits), so evaluating one model at a time pays the start-up once.
+"""
+
+import atexit
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from tqdm.auto import tqdm
+
+from wildmerge.atomic import write_json
+from wildmerge.eval.store import FAILED, OK, read_result
+from wildmerge.eval.worker import lost_record
+
+STARTUP_TIMEOUT = 600.0  # importing lm-eval on a busy node
+
+
+def visible_gpus() -> List[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries (none on a CPU-only machine)."""
+    try:
+        import torch
+
+        count = torch.cuda.device_count()
+    except Exception:
+        return []
+    listed = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+def default_workers(cpus: Optional[int] = None) -> int:
+    """On a CPU, one worker per two cores (at least one, at most four): small models gain from a second worker's
+    Python overhead overlapping the first one's matrix products, large ones from threads (benchmarks/)."""
+    cpus = cpus or len(os.sched_getaffinity(0))
+    return max(1, min(4, cpus // 2))
+
+
+def worker_envs(workers: Optional[int]) -> List[Dict[str, str]]:
+    """One environment per worker: its GPU, or its share of the CPU threads."""
+    base = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    gpus = visible_gpus()
+    if gpus:
+        count = workers or len(gpus)
+        return [{**base, "CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(count)]
+    count = workers or default_workers()
+    threads = str(max(1, len(os.sched_getaffinity(0)) // count))
+    return [{**base, "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", threads)} for _ in range(count)]
+
+
+class Worker:
+    """One long-lived worker process and the thread-side protocol to talk to it."""
+
+    def __init__(self, env: Dict[str, str], log_path: Path):
+        self.env, self.log_path, self.proc, self.lines = env, log_path, None, None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "a")
+        self.proc = subprocess.Popen([sys.executable, "-m", "wildmerge.eval.serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=log, env=self.env, text=True, bufsize=1)
+        log.close()
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+        if self._answer(STARTUP_TIMEOUT) != "ready":
+            self.stop()
+            raise RuntimeError(f"an evaluation worker did not start; see {self.log_path}")
+
+    @staticmethod
+    def _read(proc, lines) -> None:
+        for line in proc.stdout:
+            lines.put(line.strip())
+        lines.put(None)  # end of output: the process is gone
+
+    def _answer(self, timeout: Optional[float]):
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return TimeoutError
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc:
+            self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        self.stop()
+
+    def run(self, job: Dict[str, Any], timeout: Optional[float]) -> Dict[str, Any]:
+        """The job's result record; the worker is replaced if it hung or died."""
+        if self.proc is None:
+            self.start()
+        job_file = Path(job["result_path"]).parent.parent / "jobs" / f"{job['job_id']}.json"
+        write_json(job_file, job)
+        started = time.time()
+        try:
+            self.proc.stdin.write(f"{job_file}\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # it died between jobs: the answer below is end-of-output
+        answer = self._answer(timeout)
+        if answer == job["job_id"]:
+            return read_result(job["result_path"])
+        if answer is TimeoutError:
+            self.stop()
+            return lost_record(job, started, f"timed out after {timeout:.0f} s (--job-timeout); the worker was "
+                                             f"stopped and replaced")
+        rc = self.proc.wait()
+        self.proc = None
+        record = read_result(job["result_path"])
+        if record["status"] in (OK, FAILED) and record.get("started", 0) >= started:
+            return record  # it died after writing the result
+        if rc < 0:
+            return lost_record(job, started, "", killed=-rc)
+        return lost_record(job, started, f"the worker exited with code {rc} while scoring this model")
+
+
+_IDLE: List[Worker] = []  # started workers kept between calls (``--keep-models none`` evaluates one model a call)
+_IDLE_LOCK = threading.Lock()
+
+
+def _take_idle(env: Dict[str, str]) -> Optional[Worker]:
+    with _IDLE_LOCK:
+        for worker in list(_IDLE):
+            if worker.proc is None or worker.proc.poll() is not None:
+                _IDLE.remove(worker)  # died while parked
+            elif worker.env == env:
+                _IDLE.remove(worker)
+                return worker
+    return None
+
+
+def _park(worker: Worker) -> None:
+    if worker.proc is not None and worker.proc.poll() is None:
+        with _IDLE_LOCK:
+            _IDLE.append(worker)
+
+
+@atexit.register
+def close_idle_workers() -> None:
+    with _IDLE_LOCK:
+        while _IDLE:
+            _IDLE.pop().close()
+
+
+def run_local(jobs: List[Dict[str, Any]], on_done: Optional[Callable] = None, workers: Optional[int] = None,
+              job_timeout: Optional[float] = 3600.0) -> List[Dict[str, Any]]:
+    """Run ``jobs`` on long-lived local workers; returns their result records (in completion order)."""
+    if not jobs:
+        return []
+    envs = worker_envs(workers)[: len(jobs)]
+    logs = Path(jobs[0]["result_path"]).parent.parent / "logs"
+    todo: "queue.Queue" = queue.Queue()
+    for job in jobs:
+        todo.put(job)
+    records, lock = [], threading.Lock()
+    bar = tqdm(total=len(jobs), desc=f"eval jobs ({len(envs)} worker{'s' * (len(envs) > 1)})", unit="job")
+
+    def drive(i: int, env: Dict[str, str]) -> None:
+        worker = _take_idle(env) or Worker(env, logs / f"worker-{i}.log")
+        try:
+            while True:
+                try:
+                    job = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    record = worker.run(job, job_timeout)
+                except Exception as exc:  # the worker could not start: this job fails, the next tries again
+                    worker.stop()
+                    record = lost_record(job, time.time(), f"{type(exc).__name__}: {exc}")
+                with lock:
+                    records.append(record)
+                    on_done and on_done(record)
+                    bar.update()
+        finally:
+            _park(worker)  # closed when this process exits, or reused by the next call
+
+    threads = [threading.Thread(target=drive, args=(i, env), daemon=True) for i, env in enumerate(envs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bar.close()
+    return records
