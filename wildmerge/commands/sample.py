@@ -112,9 +112,11 @@ def run(args) -> int:
     if evaluate and not suite:
         raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
     if evaluate:
+        from wildmerge.commands.eval import EXECUTOR_OPTIONS
         from wildmerge.eval.executors import executor_options
 
-        executor_options(args.executor, eval_options(args))  # a misplaced option fails before any merge
+        # a misplaced option fails before any merge (only the executor's own options are checked here)
+        executor_options(args.executor, {k: v for k, v in eval_options(args).items() if k in EXECUTOR_OPTIONS})
     run_dir = Path(args.out or Path("runs") / f"{pool.name}-seed{args.seed}").resolve()
 
     if args.dry_run:
