@@ -9,6 +9,8 @@ import importlib
 
 ANALYSES = {
     "geometry": "wildmerge.commands.analyze_geometry",
+    "mergeability": "wildmerge.commands.analyze_mergeability",
+    "predictor": "wildmerge.commands.analyze_predictor",
 }
 
 

@@ -10,12 +10,11 @@ import itertools
 import time
 from typing import Dict, List, Literal, Optional
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from wildmerge.analysis.mergeability import pairwise as P
-from wildmerge.analysis.mergeability.cache import StatsCache, data_fingerprint, fingerprint
-from wildmerge.analysis.mergeability.data import DataSettings, encode, labelled, pick
+from wildmerge.analysis.mergeability.cache import StatsCache, fingerprint
+from wildmerge.analysis.mergeability.data import DataSettings, labelled
 from wildmerge.analysis.mergeability.registry import GROUPS, METRICS
 from wildmerge.analysis.mergeability.weights import WeightSettings, weight_pass
 from wildmerge.errors import ConfigError
@@ -30,6 +29,7 @@ class MetricSettings(BaseModel):
     weights: WeightSettings = Field(default_factory=WeightSettings)
     data: DataSettings = Field(default_factory=DataSettings)
     device: str = "cpu"  # forward / backward passes
+    threads: int = Field(1, ge=1)  # CPU threads of the forward / backward passes (see WeightSettings.svd_threads)
 
 
 def pair_key(a: str, b: str) -> str:

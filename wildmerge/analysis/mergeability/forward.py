@@ -72,7 +72,6 @@ def activation_sum(model, batches: List[dict]):
 
 def encoder_gradient(model, batches: List[dict], in_scope) -> Dict[str, "object"]:
     """{parameter name: float32 gradient} of (1/N) sum_n loss_n over the in-scope parameters."""
-    import torch
 
     n_items = sum(b["input_ids"].shape[0] for b in batches)
     names = {p: n for n, p in model.named_parameters()}

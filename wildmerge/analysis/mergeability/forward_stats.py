@@ -24,8 +24,6 @@ def forward_grams(base, experts: Dict[str, str], fps, calibration, settings, cac
     import torch
     from transformers import AutoTokenizer
 
-    from wildmerge.analysis.mergeability.forward import activation_sum, encoder_gradient, input_gradient, load_model
-
     ds, groups = settings.data, set(settings.groups)
     names = list(experts)
     tok = AutoTokenizer.from_pretrained(base)
@@ -48,19 +46,12 @@ def forward_grams(base, experts: Dict[str, str], fps, calibration, settings, cac
             jobs.append(("encoder", e))
         if jobs:
             todo.append((e, jobs))
-    for e, jobs in tqdm(todo, desc="forward/backward passes", unit="model", disable=not progress):
-        model = load_model(experts[e], settings.device)
-        for kind, s in jobs:
-            if kind == "activation":
-                total, n = activation_sum(model, _batches(pooled[s], tok, ds))
-                cache.put("activation", dkey, key_act(e, s), {"sum": total, "count": torch.tensor(n)})
-            elif kind == "input":
-                g = input_gradient(model, _batches(pooled[s], tok, ds, pad_to=ds.max_len))
-                cache.put("input_grad", dkey, key_act(e, s), {"g": g})
-            else:
-                grads = encoder_gradient(model, _batches(own[e], tok, ds), lambda n: n in in_scope)
-                cache.put("encoder_grad", dkey, key_enc(e), grads)
-        del model
+    previous = torch.get_num_threads()
+    torch.set_num_threads(settings.threads)
+    try:
+        _passes(todo, experts, settings, cache, tok, pooled, own, dkey, key_act, key_enc, in_scope, progress)
+    finally:
+        torch.set_num_threads(previous)
     grams = {}
     n_pooled = sum(len(pooled[s]) for s in names)
     if "activations" in groups:
@@ -82,6 +73,28 @@ def forward_grams(base, experts: Dict[str, str], fps, calibration, settings, cac
             "input_gradient_mode": "pooled (both models on the same items, each item's gold answer)",
             "encoder_gradient_data": "each expert's own labelled items (loss on answer tokens)"}
     return grams, info
+
+
+def _passes(todo, experts, settings, cache, tok, pooled, own, dkey, key_act, key_enc, in_scope, progress) -> None:
+    """Load each model that misses a statistic once and compute what it misses."""
+    import torch
+
+    from wildmerge.analysis.mergeability.forward import activation_sum, encoder_gradient, input_gradient, load_model
+
+    ds = settings.data
+    for e, jobs in tqdm(todo, desc="forward/backward passes", unit="model", disable=not progress):
+        model = load_model(experts[e], settings.device)
+        for kind, s in jobs:
+            if kind == "activation":
+                total, n = activation_sum(model, _batches(pooled[s], tok, ds))
+                cache.put("activation", dkey, key_act(e, s), {"sum": total, "count": torch.tensor(n)})
+            elif kind == "input":
+                g = input_gradient(model, _batches(pooled[s], tok, ds, pad_to=ds.max_len))
+                cache.put("input_grad", dkey, key_act(e, s), {"g": g})
+            else:
+                grads = encoder_gradient(model, _batches(own[e], tok, ds), lambda n: n in in_scope)
+                cache.put("encoder_grad", dkey, key_enc(e), grads)
+        del model
 
 
 def _encoder_gram(cache: StatsCache, dkey: dict, keys: List[str], scope: List[str]) -> np.ndarray:
