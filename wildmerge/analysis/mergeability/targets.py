@@ -23,7 +23,7 @@ def demo_own_tasks(tasks: List[str]) -> Dict[str, List[str]]:
 
 def own_tasks_for(pool_name: str, suite: str, tasks: List[str], domains: Dict[str, Optional[str]]) -> Dict[str, list]:
     """{expert: own task labels} where they are known, else {}."""
-    if pool_name == "demo" and suite == "demo":
+    if pool_name == "demo" and suite.startswith("demo"):
         return {e: t for e, t in demo_own_tasks(tasks).items() if e in domains}
     if domains and all(d == suite for d in domains.values()):
         return {e: list(tasks) for e in domains}
@@ -46,24 +46,32 @@ def pair_targets(run_dir, suite: Optional[str] = None, kind: str = "auto") -> "o
         raise WildmergeError("the normalized target needs each expert's own tasks: known for the demo family on the "
                              "demo suite and for homogeneous pools on their domain suite; use --target relative")
     kind = ("normalized" if own else "relative") if kind == "auto" else kind
-    ok = df[df["status"] == "ok"]
-    singles = {r["experts"] or r["model_id"]: r for _, r in ok[ok["kind"] == "expert"].iterrows()}
-    rows = []
-    for _, m in ok[(ok["kind"] == "merge") & (ok["n"] == 2)].iterrows():
-        a, b = m["experts"].split(";")
-        if a not in singles or b not in singles:
-            continue
-        if kind == "normalized":
-            parts = [_own_mean(m, own[x], tasks) / _own_mean(singles[x], own[x], tasks) for x in (a, b)]
-            target = float(np.mean(parts))
-        else:
-            target = m["mean"] / np.mean([singles[a]["mean"], singles[b]["mean"]])
-        rows.append({"method": m["method"], "expert_a": a, "expert_b": b, "model_id": m["model_id"],
-                     "target": target, "target_kind": kind, "suite_mean": m["mean"]})
+    rows = targets_from_scores(df, tasks, own, kind)
     if not rows:
         raise WildmergeError(f"{run_dir}: no evaluated 2-expert merges with evaluated experts; run `wildmerge sample "
                              f"--sizes 2` with an evaluation suite first")
     return pd.DataFrame(rows)
+
+
+def targets_from_scores(df, tasks: List[str], own: Dict[str, list], kind: str, sizes=(2,)) -> List[dict]:
+    """Rows of target per evaluated merge of ``sizes`` experts (``collect_scores`` columns: kind, n, experts,
+    method, status, one column per task, mean). For n > 2 the same definitions average over the n experts."""
+    ok = df[df["status"] == "ok"]
+    singles = {r["experts"] or r["model_id"]: r for _, r in ok[ok["kind"] == "expert"].iterrows()}
+    rows = []
+    for _, m in ok[(ok["kind"] == "merge") & (ok["n"].isin(list(sizes)))].iterrows():
+        members = m["experts"].split(";")
+        if any(x not in singles for x in members):
+            continue
+        if kind == "normalized":
+            target = float(np.mean([_own_mean(m, own[x], tasks) / _own_mean(singles[x], own[x], tasks)
+                                    for x in members]))
+        else:
+            target = m["mean"] / np.mean([singles[x]["mean"] for x in members])
+        rows.append({"method": m["method"], "n": int(m["n"]), "experts": ";".join(members),
+                     "expert_a": members[0], "expert_b": members[-1], "model_id": m["model_id"],
+                     "subset_id": m["subset_id"], "target": target, "target_kind": kind, "suite_mean": m["mean"]})
+    return rows
 
 
 def _own_mean(row, own: List[str], tasks: List[str]) -> float:
