@@ -94,7 +94,6 @@ def main() -> int:
 
 def selection_summary(out: Path, args) -> list:
     """Per method and arm: mean and spread of the target over the evaluated subsets."""
-    import numpy as np
     import pandas as pd
 
     from wildmerge.analysis.mergeability.targets import own_tasks_for, targets_from_scores

@@ -29,7 +29,8 @@ class MetricSettings(BaseModel):
     weights: WeightSettings = Field(default_factory=WeightSettings)
     data: DataSettings = Field(default_factory=DataSettings)
     device: str = "cpu"  # forward / backward passes
-    threads: int = Field(1, ge=1)  # CPU threads of the forward / backward passes (see WeightSettings.svd_threads)
+    threads: int = Field(1, ge=1)  # CPU threads of the forward / backward passes; one on a shared machine, as
+    # the LAPACK calls (plugins.spectral.lapack_threads); raise it on a quiet many-core node
 
 
 def pair_key(a: str, b: str) -> str:

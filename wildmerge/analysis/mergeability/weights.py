@@ -29,12 +29,10 @@ class WeightSettings(BaseModel):
     k_sv: int = Field(100, ge=1)  # singular values kept for the singular-value overlap (Table 22)
     subspace_scope: Literal["blocks", "all_2d"] = "blocks"
     device: str = "cpu"  # where the SVDs run (cuda when there is one)
-    svd_threads: int = Field(1, ge=1)  # CPU threads of LAPACK's SVD: on a shared machine two threads of small
-    # SVDs spin against each other (12 SVDs of 512 x 192: 91.6 s with 2 threads vs 1.4 s with 1, measured here)
     chunk_mib: float = Field(256, gt=0)  # bound on one stacked chunk of task-vector rows
 
     def cache_key(self) -> dict:
-        return self.model_dump(exclude={"device", "chunk_mib", "svd_threads"})
+        return self.model_dump(exclude={"device", "chunk_mib"})
 
 
 def tensor_scope(base: str, subspace_scope: str = "blocks") -> Tuple[List[str], List[str], Dict[str, str]]:
@@ -95,20 +93,22 @@ def _prod(xs) -> int:
     return out
 
 
-def svd_sketch(delta, k: int, k_sv: int, device: str = "cpu", threads: int = 1) -> dict:
+def svd_sketch(delta, k: int, k_sv: int, device: str = "cpu") -> dict:
     """Top-k left/right and bottom-k right singular vectors, the normalised spectrum (over the *full* sum, then
-    truncated to k_sv, as the authors' code) and the numerical rank of one task-vector matrix."""
+    truncated to k_sv, as the authors' code) and the numerical rank of one task-vector matrix.
+
+    CPU SVDs run on ``WILDMERGE_LAPACK_THREADS`` threads (default 1): on this shared 2-core machine 12 SVDs of
+    512 x 192 took 91.6 s on two threads and 1.4 s on one."""
     import torch
 
+    from wildmerge.plugins.spectral import lapack_threads
+
     d = delta.to(device, torch.float32)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        U, S, Vh = torch.linalg.svd(d, full_matrices=False)
-    except RuntimeError:  # no convergence in float32: LAPACK in float64
-        U, S, Vh = (x.float() for x in torch.linalg.svd(d.double().cpu(), full_matrices=False))
-    finally:
-        torch.set_num_threads(previous)
+    with lapack_threads(d.device):
+        try:
+            U, S, Vh = torch.linalg.svd(d, full_matrices=False)
+        except RuntimeError:  # no convergence in float32: LAPACK in float64
+            U, S, Vh = (x.float() for x in torch.linalg.svd(d.double().cpu(), full_matrices=False))
     kk = min(k, S.numel())
     tol = (S[0] * max(d.shape) * torch.finfo(torch.float32).eps) if S.numel() else 0.0
     return {"U": U[:, :kk].cpu().contiguous(), "Vt": Vh[:kk].cpu().contiguous(), "Vb": Vh[-kk:].cpu().contiguous(),
@@ -149,8 +149,7 @@ def weight_pass(base: str, models: Dict[str, str], need_self: Set[str], need_pai
                 if whole:
                     for m in involved:
                         if m in need_self:
-                            out["sketch"][m][name] = svd_sketch(taus[m], settings.k, settings.k_sv, settings.device,
-                                                                     settings.svd_threads)
+                            out["sketch"][m][name] = svd_sketch(taus[m], settings.k, settings.k_sv, settings.device)
                 _accumulate(sums, taus, need_self, need_pairs)
                 del taus, b
             out["base_sq"][name] = base_sq
