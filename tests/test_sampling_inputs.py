@@ -7,6 +7,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from conftest import make_tiny_model
+from helpers import lm_family  # noqa: F401  (fixture)
 from wildmerge.cli import main
 from wildmerge.errors import WildmergeError
 from wildmerge.checkpoints import check_compatible
@@ -119,3 +120,28 @@ def test_homogeneous_configurations(capsys, tiny_family, tmp_path):
     out = capsys.readouterr().out
     assert "ta__domain_math" in out and "ta__domain_all" in out and "ta__domain_medical" not in out  # n = 1
     assert "merges: 4 " in out
+
+
+def test_evaluation_options_are_checked_before_any_merge(capsys, pool, tmp_path):
+    run = tmp_path / "r"
+    assert main(["sample", "--base", pool, "--out", str(run), "--sizes", "1", "--methods", "ta", "--evaluate",
+                 "--suite", "demo", "--ray-address", "auto"]) == 2
+    assert "'ray_address' does not apply to the serial executor" in capsys.readouterr().err
+    assert not (run / "models").exists()
+    assert main(["sample", "--base", pool, "--out", str(run), "--evaluate", "--suite", "demo",
+                 "--batch-size", "many"]) == 2
+    assert "--batch-size must be an integer or auto" in capsys.readouterr().err
+
+
+def test_the_protocol_chains_merge_eval_report_with_the_eval_options(lm_family, tmp_path, capsys):  # noqa: F811
+    """`sample --evaluate` forwards wildmerge eval's options: --limit reaches every job's settings."""
+    import json
+
+    run = tmp_path / "run"
+    p = write_pool(tmp_path / "lm_pool.yml", lm_family["base"], lm_family["experts"])
+    assert main(["sample", "--base", p, "--out", str(run), "--sizes", "1", "--methods", "ta", "--evaluate",
+                 "--suite", lm_family["suite"], "--limit", "2"]) == 0
+    index = json.loads((run / "eval" / "mini" / "index.json").read_text())
+    assert set(index["models"]) == {"base", "expert__x0", "expert__x1", "ta__n02_full"}
+    assert {job["settings"]["limit"] for job in index["jobs"].values()} == {2}
+    assert (run / "report" / "scores.csv").read_text().count("\n") == 5

@@ -225,31 +225,12 @@ class RunFolder:
 
     def __init__(self, root):
         self.root = Path(root).resolve()
-
-    @property
-    def name(self) -> str:
-        return self.root.name
-
-    # paths
-    @property
-    def plan_path(self) -> Path:
-        return self.root / PLAN
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.root / MANIFEST
-
-    @property
-    def subsets_csv(self) -> Path:
-        return self.root / SUBSETS_CSV
-
-    @property
-    def sample_log(self) -> Path:
-        return self.root / SAMPLE_LOG
-
-    @property
-    def models_dir(self) -> Path:
-        return self.root / "models"
+        self.name = self.root.name
+        self.plan_path = self.root / PLAN
+        self.manifest_path = self.root / MANIFEST
+        self.subsets_csv = self.root / SUBSETS_CSV
+        self.sample_log = self.root / SAMPLE_LOG
+        self.models_dir = self.root / "models"
 
     def model_dir(self, model_id: str) -> Path:
         return self.models_dir / model_id

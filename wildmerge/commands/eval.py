@@ -35,12 +35,23 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
     s.add_argument("--slurm-cluster", help=argparse.SUPPRESS)  # 'local' / 'debug': submitit's stand-ins, for tests
 
 
+def executor_kwargs(args) -> dict:
+    """The executor options the user set (an option for another executor is then an error, not ignored)."""
+    return {k: getattr(args, k) for k in EXECUTOR_OPTIONS if getattr(args, k) is not None}
+
+
+def check_eval_options(args) -> None:
+    """Fail on a misplaced executor option or a bad override before any heavy work."""
+    from wildmerge.eval.executors import executor_options
+
+    executor_options(args.executor, executor_kwargs(args))
+    _overrides(args)
+
+
 def eval_options(args) -> dict:
-    """Keyword arguments of ``evaluate_run`` / ``evaluate_models`` from the parsed options; only those the user
-    set, so an option for another executor is an error rather than ignored."""
-    options = {k: getattr(args, k) for k in EXECUTOR_OPTIONS if getattr(args, k) is not None}
+    """Keyword arguments of ``evaluate_run`` / ``evaluate_models`` from the parsed options."""
     return dict(executor=args.executor, retry_failed=args.retry_failed, overrides=_overrides(args),
-                allow_pickle=args.allow_pickle, **options)
+                allow_pickle=args.allow_pickle, **executor_kwargs(args))
 
 
 def configure(parser) -> None:

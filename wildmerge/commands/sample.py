@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from wildmerge.atomic import write_json
-from wildmerge.commands.eval import add_eval_options, eval_options
+from wildmerge.commands.eval import add_eval_options, check_eval_options, eval_options
 from wildmerge.errors import ConfigError
 
 DEMO_SIZES, DEMO_K = (1, 2, 4), 2
@@ -116,6 +116,7 @@ def _evaluate(run_dir: Path, args, suite: str, model_ids=None):
 
 
 def run(args) -> int:
+    from wildmerge.run import RunFolder
     from wildmerge.sampling.ablations import load_grids
     from wildmerge.sampling.plan import load_methods
     from wildmerge.sampling.pools import load_pool
@@ -139,11 +140,7 @@ def run(args) -> int:
     if evaluate and not suite:
         raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
     if evaluate:
-        from wildmerge.commands.eval import EXECUTOR_OPTIONS
-        from wildmerge.eval.executors import executor_options
-
-        # a misplaced option fails before any merge (only the executor's own options are checked here)
-        executor_options(args.executor, {k: v for k, v in eval_options(args).items() if k in EXECUTOR_OPTIONS})
+        check_eval_options(args)  # a misplaced option fails before any merge
     run_dir = Path(args.out or Path("runs") / f"{pool.name}-seed{args.seed}").resolve()
 
     if args.dry_run:
@@ -165,7 +162,7 @@ def run(args) -> int:
         log["report"] = {k: str(v) for k, v in outputs.items()}
         print(f"report: {run_dir / 'report'}")
     log["args"] = {k: v for k, v in vars(args).items() if k != "func"}
-    write_json(run_dir / "sample_log.json", log)
+    write_json(RunFolder(run_dir).sample_log, log)
     return 0
 
 
