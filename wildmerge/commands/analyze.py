@@ -10,6 +10,8 @@ import importlib
 ANALYSES = {
     "geometry": "wildmerge.commands.analyze_geometry",
     "norms": "wildmerge.commands.analyze_norms",
+    "mergeability": "wildmerge.commands.analyze_mergeability",
+    "predictor": "wildmerge.commands.analyze_predictor",
 }
 
 

@@ -53,6 +53,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(every expert needs calibration data; see `wildmerge tune`)")
     p.add_argument("--tune-grid", help="YAML of tuning grids {name: {method, grid}} (default: built-in per method)")
     p.add_argument("--tune-samples", type=int, default=128, help="unlabelled samples per expert for --tune")
+    p.add_argument("--select", choices=("random", "predicted"), default="random",
+                   help="predicted: take the k best-scored subsets of each size from a fitted mergeability predictor "
+                        "(--predictor) instead of random ones; recorded in the manifest")
+    p.add_argument("--predictor", help="predictor.json (or its folder) written by `wildmerge analyze predictor`")
+    p.add_argument("--predictor-method", help="score subsets with this method's fit (default: all methods, z-scored)")
     p.add_argument("--exclude", action="append", default=[], type=_csv, help="leave these experts (names) out")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its cost; merge nothing")
     p.add_argument("--keep-models", choices=("all", "none"), default="all",
@@ -71,9 +76,31 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _settings(args, pool) -> dict:
     demo = pool.name == "demo"
     default = [n for n in (DEMO_SIZES if demo else PAPER_SIZES) if n < len(pool.experts)]  # n = N is added anyway
-    return dict(seed=args.seed, sizes=args.sizes or default,
-                k=args.k if args.k is not None else (DEMO_K if demo else PAPER_K), full=args.full,
-                homogeneous=args.homogeneous)
+    out = dict(seed=args.seed, sizes=args.sizes or default,
+               k=args.k if args.k is not None else (DEMO_K if demo else PAPER_K), full=args.full,
+               homogeneous=args.homogeneous)
+    if getattr(args, "select", "random") == "predicted":
+        out.update(_predicted(args))
+    return out
+
+
+def _predicted(args) -> dict:
+    """The scorer of ``--select predicted`` and its record for the manifest."""
+    import hashlib
+
+    from wildmerge.analysis.mergeability.selection import load_scorer
+
+    if not args.predictor:
+        raise ConfigError("--select predicted needs --predictor PATH (predictor.json from `wildmerge analyze predictor`)")
+    if args.homogeneous:
+        raise ConfigError("--select predicted and --homogeneous both choose the subsets: pick one")
+    scorer = load_scorer(args.predictor, args.predictor_method)
+    path = Path(args.predictor).resolve()
+    path = path / "predictor.json" if path.is_dir() else path
+    record = {"predictor": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+              "method": args.predictor_method or "all (z-scored mean over methods)",
+              "aggregation": "mean predicted pairwise score over the subset's pairs"}
+    return {"select": record, "scorer": scorer}
 
 
 def _method_names(args) -> list[str]:
@@ -183,5 +210,6 @@ def run_protocol(run_dir: Path, pool, settings: dict, methods: dict, grids: dict
     stats = run_plan(entries, models, methods, options, keep_models=keep_models, after_each=after_each)
     print(f"merges: {stats['merged']} new, {stats['redone']} redone, {stats['skipped']} already done "
           f"({stats['seconds']:.1f} s merging)")
-    return {"command": "wildmerge sample", "settings": settings, "stats": stats,
+    return {"command": "wildmerge sample", "settings": {k: v for k, v in settings.items() if k != "scorer"},
+            "stats": stats,
             "seconds": round(time.time() - started, 1)}

@@ -85,13 +85,16 @@ def _write_derived(root: Path, info: dict) -> None:
     """Task YAMLs and a pool file with absolute paths for where the family is now (cheap, idempotent)."""
     import yaml
 
+    from wildmerge.demo.calibration import write_calibration
     from wildmerge.demo.tasks import write_task_yamls
 
     write_task_yamls(root / "tasks")
+    calibration = write_calibration(root, info["seed"], info["quick"])
     pool = {
         "name": info["pool"]["name"], "description": info["pool"]["description"],
         "base": {"model": info["base"]},
-        "experts": [{"model": info["experts"][e["name"]], "name": e["name"], "domain": e["domain"]}
+        "experts": [{"model": info["experts"][e["name"]], "name": e["name"], "domain": e["domain"],
+                     "calibration": calibration[e["name"]]}
                     for e in info["pool"]["experts"]],
     }
     text = yaml.safe_dump(pool, sort_keys=False)
@@ -145,7 +148,7 @@ def _signature(root: Path) -> tuple:
     return (str(root),) + tuple(
         (str(p), st.st_size, st.st_mtime_ns)
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.suffix not in (".yaml", ".yml") and (st := p.stat())
+        if p.is_file() and p.suffix not in (".yaml", ".yml") and p.parent.name != "calibration" and (st := p.stat())
     )
 
 

@@ -18,14 +18,17 @@ from wildmerge.run import Manifest, PoolModels, ResolvedModel, RunFolder
 from wildmerge.sampling.preflight import check_finite
 from wildmerge.sampling.adapters import is_adapter, materialise
 from wildmerge.sampling.generated_calibration import generate_spec
-from wildmerge.sampling.sampler import domain_subsets, draw_subsets
+from wildmerge.sampling.sampler import domain_subsets, draw_subsets, top_subsets
 
 
-def _sampling(pool, seed, sizes, k, full, homogeneous) -> dict:
-    return {"pool": pool.name, "seed": seed, "sizes": sorted(set(sizes)), "k": k, "full": full,
-            "mode": "homogeneous" if homogeneous else "random",
-            "expert_refs": [[e.label, e.model, e.revision] for e in pool.experts],
-            "base_ref": [pool.base.model, pool.base.revision]}
+def _sampling(pool, seed, sizes, k, full, homogeneous, select=None) -> dict:
+    out = {"pool": pool.name, "seed": seed, "sizes": sorted(set(sizes)), "k": k, "full": full,
+           "mode": "homogeneous" if homogeneous else "random",
+           "expert_refs": [[e.label, e.model, e.revision] for e in pool.experts],
+           "base_ref": [pool.base.model, pool.base.revision]}
+    if select:  # only when subsets are chosen, so runs drawn before this option compare equal
+        out.update(mode="predicted", select=select)
+    return out
 
 
 def _check_same(existing: Manifest, wanted: dict, run_dir) -> None:
@@ -39,9 +42,12 @@ def _check_same(existing: Manifest, wanted: dict, run_dir) -> None:
         )
 
 
-def draw_for(pool, *, seed, sizes, k, full, homogeneous):
-    """The subsets of a pool: random draws per size, or Appendix E's domain configurations (plus n = 1)."""
+def draw_for(pool, *, seed, sizes, k, full, homogeneous, scorer=None):
+    """The subsets of a pool: random draws per size, Appendix E's domain configurations (plus n = 1), or the
+    best-scored subsets of a fitted predictor (``scorer``)."""
     names = pool.expert_names
+    if scorer is not None:
+        return top_subsets(names, sizes=sizes, k=k, score=scorer, full=full)
     if homogeneous:
         draw = domain_subsets(names, [e.domain for e in pool.experts])
         draw.subsets[:0] = draw_subsets(names, sizes=[1], k=k, seed=seed, full=False).subsets
@@ -49,11 +55,11 @@ def draw_for(pool, *, seed, sizes, k, full, homogeneous):
     return draw_subsets(names, sizes=sizes, k=k, seed=seed, full=full)
 
 
-def check_same(run_dir, pool, *, seed, sizes, k, full, homogeneous) -> Manifest | None:
+def check_same(run_dir, pool, *, seed, sizes, k, full, homogeneous, select=None, scorer=None) -> Manifest | None:
     """The existing manifest, if any, after checking it was drawn with these settings."""
     existing = RunFolder(run_dir).read_manifest()
     if existing:
-        _check_same(existing, _sampling(pool, seed, sizes, k, full, homogeneous), run_dir)
+        _check_same(existing, _sampling(pool, seed, sizes, k, full, homogeneous, select), run_dir)
     return existing
 
 
@@ -71,11 +77,15 @@ def _calibration(spec, relative_to: Path | None):
 
 
 def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True, homogeneous=False,
-            allow_pickle=False, download=None) -> tuple[Manifest, PoolModels]:
-    """(manifest, models resolved on this machine). Resolves and checks every model before anything is merged."""
+            allow_pickle=False, download=None, select=None, scorer=None) -> tuple[Manifest, PoolModels]:
+    """(manifest, models resolved on this machine). Resolves and checks every model before anything is merged.
+
+    ``select`` (a record of how subsets were chosen, e.g. the predictor file) with ``scorer`` (subset -> score)
+    takes the best-scored subsets instead of random ones."""
     run = RunFolder(run_dir)
-    wanted = _sampling(pool, seed, sizes, k, full, homogeneous)
-    existing = check_same(run_dir, pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous)
+    wanted = _sampling(pool, seed, sizes, k, full, homogeneous, select)
+    existing = check_same(run_dir, pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous,
+                          select=select)
     pinned = {m.name: m.revision for m in existing.models.experts} if existing else {}
     pinned["base"] = existing.models.base.revision if existing else None
     rel = Path(pool.source).parent if pool.source else None
@@ -103,7 +113,7 @@ def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True
     check_finite(run.root, models, allow_pickle)  # before any merge: NaN in, NaN out
     if existing:
         return existing, models
-    draw = draw_for(pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous)
+    draw = draw_for(pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous, scorer=scorer)
     from wildmerge import __version__
 
     manifest = Manifest(

@@ -88,3 +88,23 @@ def domain_subsets(experts: list[str], domains: list[str | None]) -> Draw:
     out.subsets.append(Subset("domain_all", len(experts), tuple(experts), True, domain="all"))
     out.notes.append("homogeneous configurations (Appendix E): one merge per domain and one of all experts")
     return out
+
+
+def top_subsets(experts: list[str], sizes, k: int, score, full: bool = True) -> Draw:
+    """The ``k`` best-scored subsets of each size (every combination scored by ``score(names)``, highest first,
+    ties broken by pool order); n = 1 keeps every expert alone and n = N the full pool, as the random draw."""
+    N = len(experts)
+    base = draw_subsets(experts, sizes=sizes, k=k, seed=0, full=full)  # validates the sizes; n = 1 and N as usual
+    out = Draw([], notes=["subsets chosen by a fitted mergeability predictor (the k best-scored per size)"])
+    for n in sorted({s.n for s in base.subsets}):
+        if n in (1, N):
+            out.subsets += [s for s in base.subsets if s.n == n]
+            out.combinations[n] = base.combinations[n]
+            continue
+        ranked = sorted(itertools.combinations(range(N), n), key=lambda c: -score([experts[i] for i in c]))
+        width = max(2, len(str(max(k, N) - 1)))
+        total = math.comb(N, n)
+        out.combinations[n] = {"total": total, "taken": min(k, total), "exhaustive": total <= k}
+        for j, c in enumerate(ranked[:k]):
+            out.subsets.append(Subset(f"n{n:02d}_p{j:0{width}d}", n, tuple(experts[i] for i in c), total <= k))
+    return out

@@ -1,0 +1,115 @@
+"""``wildmerge analyze mergeability --pool NAME`` (or ``--run RUN``): the 28 pairwise metrics of seed 001."""
+
+import argparse
+from pathlib import Path
+
+from wildmerge.errors import ConfigError
+
+HELP = "the 28 pairwise mergeability metrics of every pair of experts (Zhou et al. 2026)"
+DESCRIPTION = ("Weight-space (task vector, effective rank, subspace), activation and gradient metrics for every pair "
+               "of experts, computed without merging (Zhou et al., 'Demystifying Mergeability', arXiv 2601.22285). "
+               "Per-model statistics are cached: adding an expert costs that expert's work only. Writes metrics.csv "
+               "(pair x metric) and metrics.json (settings, scope, diagnostics).")
+
+
+def _csv(text: str) -> list:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--pool", help="pool name or YAML path (default: demo)")
+    src.add_argument("--run", help="a run folder: use its manifest's resolved pool")
+    p.add_argument("--exclude", action="append", default=[], type=_csv, help="leave these experts out")
+    p.add_argument("--groups", type=_csv, default=["weights", "activations", "gradients"],
+                   help="comma-separated: weights, activations, gradients (default: all three)")
+    p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/mergeability)")
+    p.add_argument("--cache", help="per-model statistics cache (default: <out>/cache)")
+    p.add_argument("--device", default="cpu", help="device for SVDs and model passes: cpu, cuda (default cpu)")
+    p.add_argument("--k", type=int, default=10, help="top/bottom-k singular directions (paper: 10)")
+    p.add_argument("--subspace-scope", choices=["blocks", "all_2d"], default="blocks",
+                   help="2-D tensors of the subspace metrics: inside transformer blocks (paper) or all in scope")
+    p.add_argument("--n-own", type=int, default=10, help="labelled items per expert for its gradient (paper: 10)")
+    p.add_argument("--n-pooled", type=int, default=10, help="items per expert in the shared pooled set (paper: 10)")
+    p.add_argument("--max-len", type=int, default=64, help="tokens per calibration item")
+    p.add_argument("--seed", type=int, default=42, help="calibration sampling seed (paper: 42)")
+    p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
+
+
+def pool_models(args):
+    """(pool name, base path, {expert: path}, {expert: calibration spec}) from --run or --pool, all resolved."""
+    from wildmerge.checkpoints import check_compatible
+    from wildmerge.hub import resolve_all
+
+    excluded = {n for group in args.exclude for n in group}
+    if args.run:
+        from wildmerge.run import RunFolder
+
+        manifest = RunFolder(args.run).read_manifest()
+        if manifest is None:
+            raise ConfigError(f"{args.run} has no manifest.json; is it a run folder written by `wildmerge sample`?")
+        models = [m for m in manifest.models.experts if m.name not in excluded]
+        name, base = manifest.pool, manifest.models.base.path
+        experts = {m.name: m.path for m in models}
+        specs = {m.name: m.calibration or _demo_calibration(m.model, m.name) for m in models}
+    else:
+        from wildmerge.sampling.pools import load_pool
+
+        pool = load_pool(args.pool or "demo")
+        if excluded:
+            pool = pool.without(sorted(excluded))
+        rel = Path(pool.source).parent if pool.source else None
+        refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
+        resolved = resolve_all(refs, relative_to=rel, allow_pickle=args.allow_pickle)
+        name, base = pool.name, resolved[0].path
+        experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
+        specs = {}
+        for e in pool.experts:
+            spec = e.calibration or _demo_calibration(e.model, e.label)
+            if isinstance(spec, str) and rel is not None and not Path(spec).is_absolute():
+                spec = str(rel / spec)
+            specs[e.label] = spec
+    check_compatible(base, experts, allow_pickle=args.allow_pickle)  # experts that do not share the base: refused
+    return name, base, experts, specs
+
+
+def _demo_calibration(ref: str, name: str):
+    """The demo family's own items for a ``demo:`` expert (written next to the family's checkpoints)."""
+    if not str(ref).startswith("demo:"):
+        return None
+    from wildmerge.hub import resolve_path
+
+    return str(Path(resolve_path("demo:tasks")).parent / "calibration" / f"{name}.jsonl")
+
+
+def run(args) -> int:
+    from wildmerge.analysis.mergeability.compute import MetricSettings, compute_metrics
+    from wildmerge.analysis.mergeability.data import DataSettings, read_items
+    from wildmerge.analysis.mergeability.io import write_metrics
+    from wildmerge.analysis.mergeability.weights import WeightSettings
+
+    bad = sorted(set(args.groups) - {"weights", "activations", "gradients"})
+    if bad or not args.groups:
+        raise ConfigError(f"--groups {bad or args.groups}: choose from weights, activations, gradients")
+    settings = MetricSettings(
+        groups=args.groups, device=args.device,
+        weights=WeightSettings(k=args.k, subspace_scope=args.subspace_scope, device=args.device),
+        data=DataSettings(n_own=args.n_own, n_pooled=args.n_pooled, max_len=args.max_len, seed=args.seed))
+    name, base, experts, specs = pool_models(args)
+    calibration = {}
+    if {"activations", "gradients"} & set(args.groups):
+        calibration = {e: read_items(e, specs.get(e)) for e in experts}
+    out = Path(args.out or Path("runs") / f"analysis-{name}" / "mergeability")
+    df, side = compute_metrics(base, experts, calibration, settings, cache_dir=args.cache or str(out / "cache"))
+    side.update(pool=name, base=base, calibration={e: str(specs.get(e)) for e in experts})
+    for path in write_metrics(df, side, out):
+        print(f"wrote {path}")
+    for note in _notes(side):
+        print(f"note: {note}")
+    return 0
+
+
+def _notes(side: dict) -> list:
+    notes = [f"metric {m} is NaN for some pair (recorded; the predictor leaves it out)" for m in side["nan_metrics"]]
+    notes += [f"metric {m} is constant over the pairs (recorded; no predictive signal)" for m in side["constant_metrics"]]
+    return notes

@@ -1,0 +1,42 @@
+"""Each demo expert's own labelled data: items drawn from its training mixture, never an evaluation prompt.
+
+Per-expert diagnostics (gradient and activation mergeability metrics, RegMean, CoM) need data from each expert's
+domain. The demo family knows every expert's mixture, so it writes ``calibration/<expert>.jsonl`` (records with
+``prompt``, ``answer`` and ``text``) next to its checkpoints; the family's ``pool.yml`` points each expert at it.
+The items are seeded by (family seed, expert name) and derived from the spec, so they are not part of the checksummed
+build: writing them is cheap and idempotent.
+"""
+
+import json
+from pathlib import Path
+
+from wildmerge.atomic import write_text
+from wildmerge.demo import spec as S
+from wildmerge.demo.skills import SKILLS, Mixture, conflict_world, eval_items, make_world
+
+N_ITEMS = 32
+
+
+def expert_items(name: str, seed: int, quick: bool, n: int = N_ITEMS) -> list:
+    """``n`` items of expert ``name``'s own mixture and conventions (calibration seed, disjoint from evaluation)."""
+    spec = {e.name: e for e in S.experts_for(quick)}[name]
+    bs = S.build_spec(quick)
+    world = make_world(seed, bs.n_entities)
+    held_out = {i.prompt for skill in SKILLS for i in eval_items(skill, bs.eval_items, seed, world)}
+    source = conflict_world(world, seed) if spec.world == "conflict" else world
+    stream = Mixture(spec.mixture, source, held_out, f"{seed}-calibration-{name}", spec.conventions)
+    return [next(stream) for _ in range(n)]
+
+
+def write_calibration(root, seed: int, quick: bool) -> dict:
+    """Write (only when changed) one JSONL file per expert; returns {expert name: path}."""
+    paths = {}
+    for e in S.experts_for(quick):
+        lines = [json.dumps({"skill": i.skill, "prompt": i.prompt, "answer": i.answer, "text": i.text()})
+                 for i in expert_items(e.name, seed, quick)]
+        path = Path(root) / "calibration" / f"{e.name}.jsonl"
+        text = "\n".join(lines) + "\n"
+        if not path.exists() or path.read_text() != text:
+            write_text(path, text)
+        paths[e.name] = str(path)
+    return paths
