@@ -9,6 +9,7 @@ import importlib
 
 ANALYSES = {
     "geometry": "wildmerge.commands.analyze_geometry",
+    "probe": "wildmerge.commands.analyze_probe",
 }
 
 
