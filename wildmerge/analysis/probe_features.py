@@ -67,7 +67,7 @@ def compute(model, tokenizer, task, batch_size: int = 32) -> dict:
     import torch
     from tqdm.auto import tqdm
 
-    from wildmerge.eval.features import continuation_loglikelihoods, last_token_features
+    from wildmerge.eval.features import last_token_features
 
     ids = label_tokens(tokenizer, task)
     out = {"matched": ids is not None}
@@ -78,16 +78,36 @@ def compute(model, tokenizer, task, batch_size: int = 32) -> dict:
             out[split] = {"features": z.contiguous(), "labels": torch.tensor(task.gold[split])}
             if split != "test":  # N is read on the test split only
                 continue
+            head = model.get_output_embeddings()
+            with torch.no_grad():
+                logits = head(z.to(head.weight.device)).float().cpu()
             if ids is not None:  # the model's own readout over the same feature: lm_head rows of the label tokens
-                head = model.get_output_embeddings()
-                with torch.no_grad():
-                    scores = head(z.to(head.weight.device)).float().cpu()[:, ids]
-            else:
-                pairs = [(c, task.delimiter + label) for c in contexts for label in task.labels]
-                scores = torch.tensor(continuation_loglikelihoods(model, tokenizer, pairs, 4 * batch_size))
-                scores = scores.view(len(contexts), len(task.labels))
+                scores = logits[:, ids]
+            else:  # lm-eval's acc: log-likelihood of each label's tokens (one token: read from the same position)
+                scores = _loglikelihoods(model, tokenizer, task, contexts, torch.log_softmax(logits, -1), batch_size)
             out[split]["scores"] = scores.contiguous()
     return out
+
+
+def _loglikelihoods(model, tokenizer, task, contexts, last_logprobs, batch_size):
+    """(items, labels) sums of continuation log-probabilities; only multi-token continuations need a forward."""
+    import torch
+
+    from wildmerge.eval.features import continuation_loglikelihoods, encode_pair
+
+    scores = torch.empty(len(contexts), len(task.labels))
+    longer = []
+    for i, context in enumerate(contexts):
+        for j, label in enumerate(task.labels):
+            _, cont = encode_pair(tokenizer, context, task.delimiter + label)
+            if len(cont) == 1:
+                scores[i, j] = last_logprobs[i, cont[0]]
+            else:
+                longer.append((i, j, context, task.delimiter + label))
+    values = continuation_loglikelihoods(model, tokenizer, [(c, x) for _, _, c, x in longer], 4 * batch_size)
+    for (i, j, _, _), v in zip(longer, values):
+        scores[i, j] = v
+    return scores
 
 
 def cache_dir(cache_root, fingerprint: str, task) -> Path:
