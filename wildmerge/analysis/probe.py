@@ -139,7 +139,7 @@ def to_markdown(rows: List[dict], seeds: Sequence[int]) -> str:
              f"R (ratio) = (mean FH - N) / (J - N), the paper's headline.", ""]
     for task in dict.fromkeys(r["task"] for r in rows):
         sub = [r for r in rows if r["task"] == task]
-        readouts = {r.get("readout") for r in sub if r.get("readout")}
+        readouts = {r.get("readout") for r in sub if r.get("readout") in ("matched", "unmatched")}
         lines += [f"### {task}" + (f" ({', '.join(sorted(readouts))})" if readouts else ""), "",
                   "| model | kind | N | FH | J | FH - N | R (per seed) | R (ratio) | U | status |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -165,7 +165,8 @@ def plot(rows: List[dict], out_base: Path) -> List[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = [r for r in rows if r.get("native") is not None]
+    nan = float("nan")
+    ok = [{"fresh_head_mean": nan, "fresh_head_sd": nan, "joint": nan, **r} for r in rows if r.get("native") is not None]
     tasks = list(dict.fromkeys(r["task"] for r in ok))
     if not tasks:
         return []

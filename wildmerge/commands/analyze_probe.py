@@ -151,7 +151,7 @@ def _join_leaderboard(run_dir, suite: str, rows) -> Path:
         if col not in probe:
             probe[col] = float("nan")
     wide = probe.pivot_table(index="model_id", columns="task", values=["native", "fresh_head_mean",
-                                                                       "recovered_ratio_of_means"], aggfunc="first")
+                                                                       "recovered_ratio_of_means"], aggfunc="first", dropna=False)
     wide.columns = [f"probe_{v}_{t}".replace("fresh_head_mean", "fh").replace("recovered_ratio_of_means", "R")
                     for v, t in wide.columns]
     joined = df.merge(wide, left_on="model_id", right_index=True, how="left")
