@@ -110,7 +110,8 @@ def run(args) -> int:
     probed = [m for m in models if m.kind != "composition"]
     rows = run_probe(probed, tasks, skipped, out / "features", reference=reference, seeds=args.seeds,
                      device=args.device, batch_size=args.batch_size, max_memory_gib=args.max_memory_gib)
-    if args.run:
+    if args.run and any(m.kind == "composition" for m in models):
+        write_outputs(rows, out, args.seeds)  # the probe's table first: the compositions' lm-eval jobs take longer
         rows += _composition_rows(args, suite, models, tasks)
     for path in write_outputs(rows, out, args.seeds):
         print(f"wrote {path}")
