@@ -8,6 +8,6 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 wildmerge sample --methods ta,ties,tsv_m,iso_c --sizes 2,4 --k 1 --no-evaluate --out "$RUN"
 MERGES=$(python -c "import json,sys; p=json.load(open(sys.argv[1])); print(','.join(e['model_id'] for e in p['entries'] if e['kind'] in ('base','merge')))" "$RUN/plan.json")
 COMPOSITIONS=$(for k in ensemble composer; do for s in n02_s00 n04_s00 n12_full; do printf '%s__%s,' $k $s; done; done)
-wildmerge analyze probe "$RUN" --suite demo_probe --reference demo:joint --seeds 0,1,2 --composition \
+wildmerge analyze probe "$RUN" --suite scripts/demo_probe_proof_suite.yml --reference demo:joint --seeds 0,1,2 --composition \
   --models "${MERGES},${COMPOSITIONS%,}" --join-leaderboard
-cat "$RUN/probe/demo_probe/probe.md"
+python -c "import json,sys; from wildmerge.analysis.probe import summary_markdown; print(summary_markdown(json.load(open(sys.argv[1]))['rows']))" "$RUN/probe/demo_probe_proof/probe.json"

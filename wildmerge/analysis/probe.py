@@ -207,3 +207,18 @@ def write_outputs(rows: List[dict], out_dir, seeds) -> List[Path]:
     paths = [write_text(out_dir / "probe.csv", to_csv(rows)), write_text(out_dir / "probe.md", to_markdown(rows, seeds)),
              write_json(out_dir / "probe.json", {"seeds": list(seeds), "estimands": ESTIMANDS, "rows": clean})]
     return paths + plot(rows, out_dir / "probe_fig1")
+
+
+def summary_markdown(rows: List[dict]) -> str:
+    """One line per model, ``N / FH / R (ratio)`` per task: the compact table of the README's proof."""
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    by = {(r["model_id"], r["task"]): r for r in rows}
+    models = list(dict.fromkeys(r["model_id"] for r in rows))
+    lines = ["| model | " + " | ".join(f"{t} N / FH / R" for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for m in models:
+        cells = []
+        for t in tasks:
+            r = by.get((m, t), {})
+            cells.append(f"{_cell(r, 'native')} / {_cell(r, 'fresh_head_mean')} / {_cell(r, 'recovered_ratio_of_means')}")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

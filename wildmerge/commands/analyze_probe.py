@@ -27,6 +27,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="fresh-head seeds (default 0,1,2)")
     p.add_argument("--device", default="cpu", help="device for the frozen models (cpu, cuda, cuda:1)")
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1: on a shared CPU more "
+                                                          "threads mostly spin)")
     p.add_argument("--max-memory-gib", type=float, help="memory the model and its features may use (default: the "
                                                         "device's free memory)")
     p.add_argument("--composition", action="store_true",
@@ -83,6 +85,9 @@ def run(args) -> int:
     from wildmerge.eval.suites import load_suite
     from wildmerge.hub import resolve_path
 
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
     if bool(args.run) == bool(args.model):
         raise ConfigError("give a run folder or --model PATH (one or the other)")
     if not args.seeds:
