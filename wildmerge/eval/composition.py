@@ -116,6 +116,8 @@ def _register():
 
             self.spec = read_spec(pretrained)
             self.device_name = device if device not in (None, "auto") else "cpu"
+            if self.device_name == "cpu":
+                torch.set_num_threads(1)  # tiny forward passes: extra threads mostly spin on a shared CPU
             loaded = [load_causal_lm(p, self.device_name) for p in self.spec.experts.values()]
             self.experts = [m for m, _ in loaded]
             self.tokenizer = loaded[0][1]
@@ -146,13 +148,47 @@ def _register():
             return total
 
         def loglikelihood(self, requests, disable_tqdm: bool = False):
+            """One-token continuations are read from one pass over their context (shared by every choice of an
+            item); longer ones get their own pass."""
+            from wildmerge.eval.features import encode_pair
+
+            args = [r.args for r in requests]
+            enc = [encode_pair(self.tokenizer, c, x) for c, x in args]
+            out = [None] * len(args)
+            single = [i for i, (c, x) in enumerate(enc) if len(x) == 1 and c]
+            contexts = list(dict.fromkeys(args[i][0] for i in single))
+            last = dict(zip(contexts, self._last_logprobs(contexts, disable_tqdm)))
+            for i in single:
+                lp, token = last[args[i][0]], enc[i][1][0]
+                out[i] = (float(lp[token]), bool(int(lp.argmax()) == token))
+            rest = [i for i in range(len(args)) if out[i] is None]
+            for i, value in zip(rest, self._full_loglikelihood([args[i] for i in rest], disable_tqdm)):
+                out[i] = value
+            return out
+
+        def _last_logprobs(self, contexts: List[str], disable_tqdm: bool):
             from tqdm.auto import tqdm
 
             from wildmerge.eval.features import _pad_id, _padded, encode_pair
 
             torch, out = self._torch, []
-            args = [r.args for r in requests]
-            for i in tqdm(range(0, len(args), self.batch_size_), disable=disable_tqdm, desc=MODEL_NAME):
+            for i in tqdm(range(0, len(contexts), self.batch_size_), disable=disable_tqdm, desc=MODEL_NAME):
+                chunk = contexts[i:i + self.batch_size_]
+                rows = [encode_pair(self.tokenizer, c, "")[0] for c in chunk]
+                ids, mask = _padded(rows, _pad_id(self.tokenizer), self.device_name)
+                with torch.no_grad():
+                    logits = self.logits(ids, mask, self.weights(chunk))
+                end = mask.sum(1) - 1
+                out += list(torch.log_softmax(logits[torch.arange(len(chunk)), end], -1))
+            return out
+
+        def _full_loglikelihood(self, args, disable_tqdm: bool):
+            from tqdm.auto import tqdm
+
+            from wildmerge.eval.features import _pad_id, _padded, encode_pair
+
+            torch, out = self._torch, []
+            for i in tqdm(range(0, len(args), self.batch_size_), disable=disable_tqdm or not args, desc=MODEL_NAME):
                 chunk = args[i:i + self.batch_size_]
                 enc = [encode_pair(self.tokenizer, c, x) for c, x in chunk]
                 ids, mask = _padded([(c + x)[:-1] for c, x in enc], _pad_id(self.tokenizer), self.device_name)
