@@ -135,3 +135,30 @@ def test_bad_input_is_named_or_marked_missing(family, tmp_path):
     ok = next(r for r in rows if r["task"] == "demo_probe_count")
     assert "--reference" in ok["status"] and math.isnan(ok["recovered_ratio_of_means"])
     assert next(r for r in rows if r["task"] == "mini_gen")["status"] == "missing: free text"
+
+
+def test_composition_model_scores_like_its_experts(family, tmp_path):
+    """An ensemble of one expert is that expert; the one-pass path for one-token choices equals full passes."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.api.registry import get_model
+
+    from wildmerge.eval.composition import MODEL_NAME, CompositionSpec, register, write_composition
+    from wildmerge.eval.features import continuation_loglikelihoods
+
+    info, probe, _ = family
+    expert = info["experts"]["expert_01"]
+    register()
+    pairs = [(c, " " + x) for c in ("Q: count a in a b a\nA:", "Q: 3+4=\nA:") for x in ("1", "2", "7", "30", "21")]
+    requests = [Instance("loglikelihood", {}, p, 0) for p in pairs]
+    write_composition(tmp_path / "one", CompositionSpec(kind="ensemble", experts={"expert_01": expert}))
+    lm = get_model(MODEL_NAME)(pretrained=str(tmp_path / "one"), batch_size=4)
+    model, tok = load_causal_lm(expert)
+    want = continuation_loglikelihoods(model, tok, pairs)
+    assert [v for v, _ in lm.loglikelihood(requests, True)] == pytest.approx(want, abs=1e-4)
+    spec = CompositionSpec(kind="composer", experts=dict(info["experts"]), router=info["base"],
+                           calibration=probe["calibration"])
+    write_composition(tmp_path / "composer", spec)
+    composer = get_model(MODEL_NAME)(pretrained=str(tmp_path / "composer"), batch_size=4)
+    fast, full = composer.loglikelihood(requests, True), composer._full_loglikelihood(pairs, True)
+    assert [a for a, _ in fast] == pytest.approx([b for b, _ in full], abs=1e-4)
+    assert [a for _, a in fast] == [b for _, b in full]
