@@ -62,7 +62,7 @@ class PlanEntry(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model_id: str
-    kind: Literal["base", "expert", "merge"]
+    kind: Literal["base", "expert", "merge", "composition"]  # composition: ensemble / composer of a subset
     path: str
     method: Optional[str] = None
     label: str = ""

@@ -23,7 +23,7 @@ def interference_table(df, reference: float, reference_name: str):
 
     ok = df[df["status"] == OK]
     experts = ok[ok["kind"] == "expert"]["mean"].tolist()
-    merges = ok[ok["kind"] == "merge"]
+    merges = ok[ok["kind"].isin(["merge", "composition"])]  # composition baselines sit next to the merges
     rows = []
     for variant in dict.fromkeys(merges["variant"]):  # keeps the method order of ``scores``
         sub = merges[merges["variant"] == variant]

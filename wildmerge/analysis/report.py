@@ -35,7 +35,7 @@ def _norms(run_dir: Path, df, notes) -> None:
     values = []
     for model_id, kind in tqdm(list(zip(df["model_id"], df["kind"])), desc="task-vector norms", unit="model"):
         value = float("nan")
-        if kind != "base":
+        if kind not in ("base", "composition"):  # a composition keeps its experts: it has no weights of its own
             try:
                 value = cache.norm(entries[model_id].path, base)
             except (WildmergeError, OSError) as exc:

@@ -17,7 +17,8 @@ from wildmerge.run import RunFolder
 METHOD_ORDER = ["ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c", "iso_cts", "regmean", "com"]
 MAIN, ABLATION, TUNED = "main", "ablation", "tuned"  # which part of the study a merge belongs to
 FALLBACK_LABELS = {"ta": "TA", "model_stock": "Model Stock", "ties": "TIES", "ta_sb": "TA+SB", "ties_sb": "TIES+SB",
-                   "tsv_m": "TSV-M", "iso_c": "Iso-C", "iso_cts": "Iso-CTS", "regmean": "RegMean", "com": "CoM"}
+                   "tsv_m": "TSV-M", "iso_c": "Iso-C", "iso_cts": "Iso-CTS", "regmean": "RegMean", "com": "CoM",
+                   "ensemble": "Ensemble", "composer": "Composer"}
 
 
 def pick_suite(run_dir, suite: Optional[str]) -> str:
@@ -57,7 +58,7 @@ def _variants(rows: List[Dict]) -> None:
             by_method.setdefault(r["method"], set()).add(r["hparams"])
     for r in rows:
         if r["kind"] != "merge":
-            r["variant"] = r["kind"]
+            r["variant"] = FALLBACK_LABELS.get(r["method"], r["method"]) if r["kind"] == "composition" else r["kind"]
             continue
         label = method_label(r["method"])
         if r["group"] != MAIN and len(by_method[r["method"]]) > 1:
@@ -133,7 +134,7 @@ def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List
             df[col] = float("nan")
     df["n"] = pd.to_numeric(df["n"], errors="coerce")
     order = {m: i for i, m in enumerate(METHOD_ORDER)}
-    df["_kind"] = df["kind"].map({"base": 0, "expert": 1, "merge": 2})
+    df["_kind"] = df["kind"].map({"base": 0, "expert": 1, "merge": 2, "composition": 3})
     df["_method"] = df["method"].map(lambda m: order.get(m, len(order)))
     df = df.sort_values(["_kind", "_method", "variant", "n", "model_id"], kind="stable").drop(columns=["_kind",
                                                                                                        "_method"])

@@ -12,6 +12,7 @@ ANALYSES = {
     "norms": "wildmerge.commands.analyze_norms",
     "mergeability": "wildmerge.commands.analyze_mergeability",
     "predictor": "wildmerge.commands.analyze_predictor",
+    "probe": "wildmerge.commands.analyze_probe",
 }
 
 

@@ -198,7 +198,8 @@ def run_protocol(run_dir: Path, pool, settings: dict, methods: dict, grids: dict
     manifest, models = prepare(run_dir, pool, allow_pickle=allow_pickle, download=download, **settings)
     entries = build_entries(run_dir, manifest.subsets, models, methods, grids)
     if run.has_plan():
-        entries = merged_with_previous(run.read_plan().merges, entries)
+        kept = [e for e in run.read_plan().entries if e.kind in ("merge", "composition")]  # and added baselines
+        entries = merged_with_previous(kept, entries)
     run.write_plan(Plan(run=run.name, run_dir=str(run.root), pool=pool.name, methods=list(methods),
                         ablations=list(grids), entries=entries))
     merges = [e for e in entries if e.kind == "merge"]

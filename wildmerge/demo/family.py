@@ -160,10 +160,11 @@ def _clean_leftovers(cache: Path, key: str) -> None:
 
 
 def resolve_demo_ref(ref: str) -> str:
-    """Absolute path for ``demo:base``, ``demo:expert_01`` ... ``demo:expert_12``, ``demo:tasks`` or ``demo:pool``.
+    """Absolute path for ``demo:base``, ``demo:expert_01`` ... ``demo:expert_12``, ``demo:tasks``, ``demo:pool``,
+    or the probe's additions ``demo:probe_tasks`` and ``demo:joint`` (the joint multi-skill reference model).
 
     Builds the family on first use (seed from ``$WILDMERGE_DEMO_SEED``, default 0; the quick family when
-    ``$WILDMERGE_DEMO_QUICK=1``).
+    ``$WILDMERGE_DEMO_QUICK=1``; the probe's splits and joint model from ``$WILDMERGE_DEMO_PROBE_SEED``, default 0).
     """
     if not isinstance(ref, str) or not ref.startswith("demo:"):
         raise ConfigError(f"{ref!r} is not a demo reference; write demo:base, demo:expert_01 or demo:tasks")
@@ -171,7 +172,7 @@ def resolve_demo_ref(ref: str) -> str:
     quick = quick_forced()
     if name.startswith("unlabelled/"):  # an expert's unlabelled in-domain text (demo/unlabelled.py)
         return _unlabelled_path(ref, name[len("unlabelled/"):], quick)
-    valid = ["base", "tasks", "pool"] + [e.name for e in S.experts_for(quick)]
+    valid = ["base", "tasks", "pool", "probe_tasks", "joint"] + [e.name for e in S.experts_for(quick)]
     if name not in valid:
         hint = ""
         if quick and name in {e.name for e in S.EXPERTS}:
@@ -182,6 +183,13 @@ def resolve_demo_ref(ref: str) -> str:
     if not seed_text.isdigit():
         raise ConfigError(f"WILDMERGE_DEMO_SEED must be a non-negative integer, got {seed_text!r}")
     info = ensure_family(seed=int(seed_text), quick=quick)
+    if name in ("probe_tasks", "joint"):
+        from wildmerge.demo.probe_data import ensure_probe_data
+
+        probe_seed = os.environ.get("WILDMERGE_DEMO_PROBE_SEED", "0")
+        if not probe_seed.isdigit():
+            raise ConfigError(f"WILDMERGE_DEMO_PROBE_SEED must be a non-negative integer, got {probe_seed!r}")
+        return ensure_probe_data(info, seed=int(probe_seed))["tasks" if name == "probe_tasks" else "joint"]
     if name in ("base", "tasks"):
         return info[name]
     if name == "pool":

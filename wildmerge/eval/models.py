@@ -27,6 +27,12 @@ def check_model_dir(path, allow_pickle: bool = False) -> None:
     path = Path(path)
     if not path.is_dir():
         raise WildmergeError(f"model folder {str(path)!r} does not exist (was its merge finished?)")
+    from wildmerge.eval.composition import is_composition, read_spec
+
+    if is_composition(path):  # ensemble / composer: its experts must be loadable models
+        for member in read_spec(path).experts.values():
+            check_model_dir(member, allow_pickle)
+        return
     if not (path / "config.json").is_file():
         raise WildmergeError(f"{path} is not a model folder: config.json is missing")
     weight_files(path, allow_pickle)  # safetensors, or pickles only when allowed
@@ -83,6 +89,17 @@ def fingerprint_model(path, cache: Optional[FingerprintCache] = None, allow_pick
     path = Path(path)
     check_model_dir(path, allow_pickle)
     cache = cache or FingerprintCache()
+    from wildmerge.eval.composition import is_composition, read_spec
+
+    if is_composition(path):  # the spec, the centroids and every member's own fingerprint
+        h = hashlib.sha256()
+        for file in sorted(path.glob("*")):
+            if file.is_file():
+                h.update(f"{file.name}:{_file_sha256(file)}\n".encode())
+        spec = read_spec(path)
+        for member in [*spec.experts.values(), *([spec.router] if spec.router else [])]:
+            h.update(fingerprint_model(member, cache, allow_pickle).encode())
+        return "sha256:" + h.hexdigest()
     names = [p for p in weight_files(path, allow_pickle)]
     names += [path / n for n in ("config.json", "generation_config.json", *TOKENIZER_FILES) if (path / n).is_file()]
     h = hashlib.sha256()

@@ -76,6 +76,12 @@ def build_lm(job: Dict[str, Any]):
     from lm_eval.api.registry import get_model
 
     s = job["settings"]
+    from wildmerge.eval.composition import MODEL_NAME, is_composition, register
+
+    if is_composition(job["model_path"]):  # ensemble / composer baselines: our registered lm-eval model
+        register()
+        return get_model(MODEL_NAME).create_from_arg_obj(
+            {"pretrained": job["model_path"]}, {"batch_size": s["batch_size"], "device": _device(s["device"])})
     args = {"pretrained": job["model_path"], "dtype": s["dtype"], **s["model_args"]}
     extra = {"batch_size": s["batch_size"], "max_batch_size": s["max_batch_size"]}
     if s["backend"] == "hf" and not args.get("parallelize"):

@@ -1,0 +1,164 @@
+"""``wildmerge analyze probe RUN --suite S``: the fresh-head probe of seed 000 on every model of a run."""
+
+import argparse
+from pathlib import Path
+
+HELP = "fresh-head probe: native vs a new linear head on frozen features (is the knowledge still there?)"
+DESCRIPTION = ("For every model of a run (or --model), on the suite's tasks with train / validation / test splits and "
+               "a fixed label set: native accuracy N, fresh-head accuracy FH (AdamW 1e-3, wd 1e-4, batch 64, 10 "
+               "epochs, best validation epoch), FH - N and, with --reference J, R = (FH - N) / (J - N) and U = J - FH "
+               "(seed 000, 'A Fresh-Head Probe for Parameter-Space Model Merging'). --composition adds the "
+               "ensemble and the centroid-routed composer of every subset as lm-eval-scored baselines.")
+
+
+def _ints(text: str) -> list:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", nargs="?", help="run folder (omit with --model)")
+    p.add_argument("--suite", required=True, help="suite name or YAML (demo family: demo_probe)")
+    p.add_argument("--model", action="append", default=[], help="probe this model instead of a run (repeatable)")
+    p.add_argument("--models", help="comma-separated model ids of the run to probe (default: all)")
+    p.add_argument("--reference", help="joint reference model J for R and U (demo family: demo:joint)")
+    p.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="fresh-head seeds (default 0,1,2)")
+    p.add_argument("--device", default="cpu", help="device for the frozen models (cpu, cuda, cuda:1)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1: on a shared CPU more "
+                                                          "threads mostly spin)")
+    p.add_argument("--max-memory-gib", type=float, help="memory the model and its features may use (default: the "
+                                                        "device's free memory)")
+    p.add_argument("--composition", action="store_true",
+                   help="add an ensemble and a composer of every subset (n >= 2) to the run, scored by lm-eval")
+    p.add_argument("--join-leaderboard", action="store_true",
+                   help="also write RUN/report/leaderboard_probe.csv: the suite's scores with N, FH and R per task")
+    p.add_argument("--out", help="output folder (default: RUN/probe/<suite>/ or ./wildmerge-probe/<suite>/)")
+
+
+def _run_models(args):
+    from wildmerge.analysis.probe import ProbeModel
+    from wildmerge.run import RunFolder
+
+    plan = RunFolder(args.run).read_plan()
+    wanted = set(args.models.split(",")) if args.models else None
+    if wanted:
+        unknown = sorted(wanted - {e.model_id for e in plan.entries})
+        if unknown:
+            from wildmerge.errors import ConfigError
+
+            raise ConfigError(f"--models: not in {args.run}/plan.json: {unknown}")
+    return [ProbeModel(e.model_id, e.path, e.kind, e.method or "", e.n) for e in plan.entries
+            if wanted is None or e.model_id in wanted]
+
+
+def _composition_rows(args, suite, models, tasks) -> list:
+    """N of every composition (lm-eval's acc on the test split); a composition has no single feature to probe."""
+    from wildmerge.analysis.probe import row_for
+    from wildmerge.eval.api import evaluate_run
+    from wildmerge.eval.store import OK, ResultStore
+    from wildmerge.run import RunFolder
+
+    ids = [m.model_id for m in models if m.kind == "composition"]
+    if not ids:
+        return []
+    evaluate_run(args.run, suite, model_ids=ids)
+    store = ResultStore(RunFolder(args.run).eval_dir(suite.name))
+    index, rows = store.index().models, []
+    for m in (m for m in models if m.kind == "composition"):
+        record = store.load(index.get(m.model_id, ""))
+        for name, task in tasks.items():
+            row = row_for(m, task, None, None, args.seeds, "a composition keeps T models: no single feature to probe")
+            if record["status"] == OK and task.label in record.get("scores", {}):
+                row["native"] = float(record["scores"][task.label])
+                row["readout"] = "composition"
+            rows.append(row)
+    return rows
+
+
+def run(args) -> int:
+    from wildmerge.analysis.probe import ProbeModel, run_probe, write_outputs
+    from wildmerge.analysis.probe_data import load_probe_tasks
+    from wildmerge.errors import ConfigError
+    from wildmerge.eval.suites import load_suite
+    from wildmerge.hub import resolve_path
+
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    if bool(args.run) == bool(args.model):
+        raise ConfigError("give a run folder or --model PATH (one or the other)")
+    if not args.seeds:
+        raise ConfigError("--seeds needs at least one seed")
+    suite = load_suite(args.suite)
+    tasks, skipped = load_probe_tasks(suite)
+    for name, why in skipped.items():
+        print(f"task {name}: not probed: {why}")
+    if not tasks:
+        raise ConfigError(f"suite {suite.name!r} has no task the probe can use (train / validation / test splits and "
+                          f"one fixed label set); see the reasons above")
+    reference = resolve_path(args.reference, download=False) if args.reference else None
+    if reference is None:
+        print("no --reference: R and U are left missing (demo family: --reference demo:joint)")
+    if args.run:
+        if args.composition:
+            from wildmerge.eval.composition import add_compositions
+
+            add_compositions(args.run, calibration=_demo_calibration(args.run), device=args.device)
+        models = _run_models(args)
+        out = Path(args.out or Path(args.run) / "probe" / suite.name)
+    else:
+        models = [ProbeModel(ref, resolve_path(ref, download=False)) for ref in args.model]
+        out = Path(args.out or Path("wildmerge-probe") / suite.name)
+    probed = [m for m in models if m.kind != "composition"]
+    rows = run_probe(probed, tasks, skipped, out / "features", reference=reference, seeds=args.seeds,
+                     device=args.device, batch_size=args.batch_size, max_memory_gib=args.max_memory_gib)
+    if args.run and any(m.kind == "composition" for m in models):
+        write_outputs(rows, out, args.seeds)  # the probe's table first: the compositions' lm-eval jobs take longer
+        rows += _composition_rows(args, suite, models, tasks)
+    for path in write_outputs(rows, out, args.seeds):
+        print(f"wrote {path}")
+    if args.run and args.join_leaderboard:
+        print(f"wrote {_join_leaderboard(args.run, suite.name, rows)}")
+    return 0
+
+
+def _demo_calibration(run_dir):
+    """For a run of the demo pool: each expert's own inputs, written by the demo's probe step."""
+    from wildmerge.run import RunFolder
+
+    manifest = RunFolder(run_dir).read_manifest()
+    if manifest is None or manifest.pool != "demo":
+        return None
+    import re
+
+    from wildmerge.demo.family import ensure_family
+    from wildmerge.demo.probe_data import ensure_probe_data
+
+    root = Path(manifest.models.base.path).parent  # <cache>/v<version>-seed<S>[-quick]/base
+    seed = re.search(r"-seed(\d+)", root.name)
+    info = ensure_family(root.parent, seed=int(seed.group(1)) if seed else 0, quick=root.name.endswith("-quick"))
+    return ensure_probe_data(info)["calibration"]
+
+
+def _join_leaderboard(run_dir, suite: str, rows) -> Path:
+    """The run's score table for ``suite`` with N / FH / R columns per task (opt-in)."""
+    import pandas as pd
+
+    from wildmerge.analysis.scores import collect_scores
+    from wildmerge.atomic import write_text
+    from wildmerge.run import RunFolder
+
+    df, _, _ = collect_scores(run_dir, suite)
+    probe = pd.DataFrame(rows)
+    for col in ("native", "fresh_head_mean", "recovered_ratio_of_means"):
+        if col not in probe:
+            probe[col] = float("nan")
+    wide = probe.pivot_table(index="model_id", columns="task", values=["native", "fresh_head_mean",
+                                                                       "recovered_ratio_of_means"], aggfunc="first", dropna=False)
+    wide.columns = [f"probe_{v}_{t}".replace("fresh_head_mean", "fh").replace("recovered_ratio_of_means", "R")
+                    for v, t in wide.columns]
+    joined = df.merge(wide, left_on="model_id", right_index=True, how="left")
+    return write_text(RunFolder(run_dir).report_dir() / "leaderboard_probe.csv", joined.to_csv(index=False))

@@ -1,0 +1,187 @@
+"""What the fresh-head probe needs from the demo family, built as an additive step next to the family.
+
+The probe (seed 000, "A Fresh-Head Probe for Parameter-Space Model Merging") trains a new linear head on a frozen
+model's features and needs, for each task, train / validation / test splits over one fixed label set, plus a joint
+reference model trained on the union of the tasks. The family's own build stays bit for bit the same: this step
+writes a sibling folder ``<family>-probe-seed<S>/`` with
+
+- ``tasks/``: lm-eval tasks with train / validation / test splits and a fixed label set per task (``count``: 1-4;
+  ``add``: every sum 0-38; ``facts``: the 8 colours and 8 pets; ``union``: all three together, one union label
+  space as in the paper's class-incremental setting). Test splits are the family's held-out items where a skill
+  has them (count, add), so no model was trained on them;
+- ``joint/``: the joint multi-skill reference model J (fine-tuned from the base on all five skills, one more run);
+- ``calibration/<expert>.jsonl``: prompts from each expert's own training mixture (centroids of the composer);
+- ``probe.json``: how it was made and the SHA-256 of every file, written last (the completion marker).
+"""
+
+import copy
+import fcntl
+import json
+import random
+from pathlib import Path
+
+from wildmerge.atomic import atomic_dir, write_json, write_text
+from wildmerge.demo import spec as S
+from wildmerge.demo.skills import ATTRIBUTES, SKILLS, Item, Mixture, conflict_world, eval_items, make_world
+from wildmerge.errors import ConfigError
+
+PROBE_VERSION = 1
+MANIFEST = "probe.json"
+JOINT_STEPS = 1000  # before the build's expert_step_scale: 700 steps on the full family (5 skills x ~140)
+CALIBRATION_PROMPTS = 64
+# generated train / validation items; addition has only 20 x 20 prompts, 100 of them held out for the test split
+SPLIT_SIZES = {"full": {"count": (400, 100), "add": (240, 60)}, "quick": {"count": (48, 16), "add": (48, 16)}}
+PROBE_TASKS = ("demo_probe_count", "demo_probe_add", "demo_probe_facts", "demo_probe_union")
+
+
+def probe_root(info: dict, seed: int) -> Path:
+    root = Path(info["root"])
+    return root.with_name(f"{root.name}-probe{PROBE_VERSION}-seed{seed}")
+
+
+def _relabel(item: Item, labels: tuple) -> dict:
+    return {"skill": item.skill, "prompt": item.prompt, "answer": item.answer, "choices": list(labels),
+            "gold": labels.index(item.answer)}
+
+
+def _fresh(skill, n, rng, world, exclude: set) -> list:
+    from wildmerge.demo.skills import sample_item
+
+    out = []
+    for _ in range(1000 * n):
+        if len(out) == n:
+            break
+        item = sample_item(rng, skill, world)
+        if item.prompt not in exclude:
+            exclude.add(item.prompt)
+            out.append(item)
+    if len(out) < n:
+        raise ValueError(f"only {len(out)} unique {skill} items are left, {n} asked")
+    return out
+
+
+def probe_splits(info: dict, seed: int) -> dict:
+    """``{task: {split: [doc]}}``; every doc of a task has the same ``choices`` (its fixed label set)."""
+    manifest = json.loads(Path(info["manifest"]).read_text())
+    bs = S.build_spec(manifest["quick"])
+    world = make_world(manifest["seed"], bs.n_entities)
+    rng = random.Random(f"probe-{manifest['seed']}-{seed}")
+    labels = {"count": ("1", "2", "3", "4"), "add": tuple(str(s) for s in range(39)),
+              "facts": tuple(v for values in ATTRIBUTES.values() for v in values)}
+    tasks = {}
+    for skill in ("count", "add"):
+        test = eval_items(skill, bs.eval_items, manifest["seed"], world)  # held out from every model's training
+        seen = {item.prompt for item in test}
+        n_train, n_val = SPLIT_SIZES["quick" if manifest["quick"] else "full"][skill]
+        train, val = _fresh(skill, n_train, rng, world, seen), _fresh(skill, n_val, rng, world, seen)
+        tasks[skill] = {"train": train, "validation": val, "test": test}
+    facts = [Item("facts", f"Q: {a} of {e}\nA:", world[e][a], (), 0) for e in sorted(world) for a in sorted(ATTRIBUTES)]
+    rng.shuffle(facts)
+    cut1, cut2 = round(0.6 * len(facts)), round(0.8 * len(facts))
+    tasks["facts"] = {"train": facts[:cut1], "validation": facts[cut1:cut2], "test": facts[cut2:]}
+    out = {f"demo_probe_{k}": {s: [_relabel(i, labels[k]) for i in items] for s, items in v.items()}
+           for k, v in tasks.items()}
+    union = tuple(dict.fromkeys(labels["count"] + labels["add"] + labels["facts"]))
+    out["demo_probe_union"] = {s: [_relabel(i, union) for k in ("count", "add", "facts") for i in tasks[k][s]]
+                               for s in ("train", "validation", "test")}
+    return out
+
+
+def _task_yaml(name: str, files: dict) -> dict:
+    return {
+        "task": name, "dataset_path": "json", "dataset_kwargs": {"data_files": files},
+        "training_split": "train", "validation_split": "validation", "test_split": "test",
+        "output_type": "multiple_choice", "doc_to_text": "{{prompt}}", "doc_to_choice": "{{choices}}",
+        "doc_to_target": "gold", "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+        "metadata": {"version": 1.0, "description": "wildmerge demo probe task: fixed label set, three splits"},
+    }
+
+
+def write_probe_task_yamls(tasks_dir) -> None:
+    """(Re)write the YAMLs with absolute data paths (lm-eval resolves relative ones against the CWD)."""
+    import yaml
+
+    tasks_dir = Path(tasks_dir).resolve()
+    for name in PROBE_TASKS:
+        files = {s: str(tasks_dir / f"{name}.{s}.jsonl") for s in ("train", "validation", "test")}
+        text = yaml.safe_dump(_task_yaml(name, files), sort_keys=False)
+        path = tasks_dir / f"{name}.yaml"
+        if not path.exists() or path.read_text() != text:
+            write_text(path, text)
+
+
+def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from wildmerge.demo.build import checksums
+    from wildmerge.demo.train import deterministic, train
+
+    manifest = json.loads(Path(info["manifest"]).read_text())
+    bs = S.build_spec(manifest["quick"])
+    splits = probe_splits(info, seed)
+    for name, by_split in splits.items():
+        for split, docs in by_split.items():
+            write_text(out / "tasks" / f"{name}.{split}.jsonl", "".join(json.dumps(d) + "\n" for d in docs))
+    world = make_world(manifest["seed"], bs.n_entities)
+    held_out = {d["prompt"] for t in splits.values() for s in ("validation", "test") for d in t[s]
+                if d["skill"] != "facts"}
+    for e in S.experts_for(manifest["quick"]):  # the composer's centroids: each expert's own kind of input
+        w = conflict_world(world, manifest["seed"]) if e.world == "conflict" else world
+        stream = Mixture(e.mixture, w, held_out, f"{manifest['seed']}-{e.name}-calibration-{seed}", e.conventions)
+        rows = [json.dumps({"text": next(stream).prompt}) + "\n" for _ in range(CALIBRATION_PROMPTS)]
+        write_text(out / "calibration" / f"{e.name}.jsonl", "".join(rows))
+    steps = max(5, round(JOINT_STEPS * bs.expert_step_scale))
+    tokenizer = AutoTokenizer.from_pretrained(info["base"])
+    with deterministic(threads):
+        base = AutoModelForCausalLM.from_pretrained(info["base"], dtype=torch.float32)
+        joint = copy.deepcopy(base)
+        from tqdm.auto import tqdm
+
+        with tqdm(total=steps, desc="demo joint reference", unit="step", disable=not progress) as bar:
+            losses = train(joint, Mixture(dict.fromkeys(SKILLS, 1), world, held_out, f"{manifest['seed']}-joint-{seed}"),
+                           tokenizer, steps=steps, lr=1e-3, batch=bs.batch, answers_only=True, seed=seed + 7919,
+                           desc="joint", progress=bar)
+        joint.save_pretrained(str(out / "joint"), safe_serialization=True)
+        tokenizer.save_pretrained(str(out / "joint"))
+    record = {"probe_version": PROBE_VERSION, "seed": seed, "family": info["root"],
+              "family_builder_version": manifest["builder_version"], "tasks": list(PROBE_TASKS),
+              "sizes": {n: {s: len(d) for s, d in t.items()} for n, t in splits.items()},
+              "joint": {"path": "joint", "mixture": dict.fromkeys(SKILLS, 1), "steps": steps, "lr": 1e-3,
+                        "final_loss": sum(losses[-10:]) / len(losses[-10:])},
+              "calibration": {e.name: f"calibration/{e.name}.jsonl" for e in S.experts_for(manifest["quick"])}}
+    record["files"] = checksums(out)
+    write_json(out / MANIFEST, record)
+    return record
+
+
+def _intact(root: Path) -> bool:
+    from wildmerge.demo.build import sha256
+
+    try:
+        record = json.loads((root / MANIFEST).read_text())
+        return record.get("probe_version") == PROBE_VERSION and all(
+            (root / rel).is_file() and sha256(root / rel) == digest for rel, digest in record["files"].items())
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def ensure_probe_data(info: dict, seed: int = 0, threads: int = 1, progress: bool = True) -> dict:
+    """The probe's splits, joint reference and calibration prompts for the family ``info``; built once, cached.
+
+    Returns paths: ``root``, ``tasks`` (lm-eval include path), ``task_names``, ``joint``, ``calibration``
+    ({expert: jsonl}) and ``manifest``.
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"probe seed must be a non-negative integer, got {seed!r}")
+    root = probe_root(info, seed)
+    with open(root.with_name(f".{root.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _intact(root):
+            with atomic_dir(root) as tmp:
+                _build(Path(tmp), info, seed, threads, progress)
+        write_probe_task_yamls(root / "tasks")
+    record = json.loads((root / MANIFEST).read_text())
+    return {"root": str(root), "tasks": str(root / "tasks"), "task_names": list(PROBE_TASKS),
+            "joint": str(root / "joint"), "manifest": str(root / MANIFEST),
+            "calibration": {name: str(root / rel) for name, rel in record["calibration"].items()}}

@@ -1,0 +1,282 @@
+"""Composition baselines of seed 000 as models lm-eval can score: output averaging and the centroid-routed composer.
+
+Neither is a merge: both keep every expert and run them at inference, so they show what merging gives up.
+
+- **Ensemble** (Sec. 3.2): the plain mean of the experts' next-token logits, z = (1/T) sum_t z_t, no masking.
+- **Composer** (App. C.2): a routing model r (the pool's base, frozen) embeds the context's last token;
+  c_t = mean of r over expert t's own inputs, fixed before evaluation; per input, the top-k experts by cosine
+  similarity (k = 3) get weights softmax(s / tau) (tau = 1) and z = sum_{t in top-k} w_t z_t. The paper masks each
+  expert to its own classes; an LLM expert covers the whole vocabulary, so every mask is all ones here.
+
+A composition is a folder with ``composition.json`` (and ``centroids.safetensors`` for the composer);
+``lm_eval``'s model registry knows it as ``wildmerge-composition``. Routing is decided once per request, from the
+context alone, so every choice of a multiple-choice item is scored by the same mixture of experts.
+"""
+
+import json
+from pathlib import Path
+from typing import Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from wildmerge.atomic import atomic_dir
+from wildmerge.errors import ConfigError, WildmergeError
+
+COMPOSITION_FILE, CENTROIDS_FILE = "composition.json", "centroids.safetensors"
+MODEL_NAME = "wildmerge-composition"
+
+
+class CompositionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["ensemble", "composer"]
+    experts: Dict[str, str] = Field(min_length=1)  # name -> model folder
+    router: Optional[str] = None  # composer: the routing model (the pool's base)
+    top_k: int = Field(default=3, ge=1)
+    temperature: float = Field(default=1.0, gt=0)
+    calibration: Dict[str, str] = Field(default_factory=dict)  # composer: name -> JSONL of that expert's inputs
+
+
+def is_composition(path) -> bool:
+    return (Path(path) / COMPOSITION_FILE).is_file()
+
+
+def read_spec(path) -> CompositionSpec:
+    try:
+        return CompositionSpec.model_validate(json.loads((Path(path) / COMPOSITION_FILE).read_text()))
+    except (OSError, ValueError) as exc:
+        raise WildmergeError(f"{path}/{COMPOSITION_FILE} is unreadable or invalid ({exc}); write it again with "
+                             f"write_composition") from None
+
+
+def route(query, centroids, top_k: int, temperature: float):
+    """(indices (B, k), weights (B, k)): top-k experts by cosine similarity and their softmax(s / tau) weights."""
+    import torch
+
+    q = torch.nn.functional.normalize(query.float(), dim=-1)
+    c = torch.nn.functional.normalize(centroids.float(), dim=-1)
+    top_s, top_i = (q @ c.T).topk(min(top_k, len(centroids)), dim=-1)
+    return top_i, torch.softmax(top_s / temperature, dim=-1)
+
+
+def mixing_weights(kind: str, n_experts: int, query=None, centroids=None, top_k=3, temperature=1.0):
+    """(B, T) weight of each expert's logits for each input (zeros for experts the composer did not select)."""
+    import torch
+
+    if kind == "ensemble":
+        return torch.full((len(query), n_experts), 1.0 / n_experts)
+    idx, w = route(query, centroids, top_k, temperature)
+    return torch.zeros(len(query), n_experts).scatter_(1, idx, w)
+
+
+def _read_prompts(path) -> List[str]:
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [r["text"] if isinstance(r, dict) else str(r) for r in rows]
+
+
+def write_composition(folder, spec: CompositionSpec, device: str = "cpu") -> Path:
+    """Write a composition folder; the composer's centroids are computed here, once, before any evaluation."""
+    from safetensors.torch import save_file
+
+    if spec.kind == "composer":
+        missing = sorted(set(spec.experts) - set(spec.calibration))
+        if spec.router is None or missing:
+            raise ConfigError(f"the composer needs a router model and inputs of every expert for its centroids; "
+                              f"missing: {'router' if spec.router is None else ''} {missing}".strip())
+    folder = Path(folder)
+    with atomic_dir(folder) as tmp:
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / COMPOSITION_FILE).write_text(json.dumps(spec.model_dump(), indent=1))
+        if spec.kind == "composer":
+            import torch
+
+            from wildmerge.eval.features import last_token_features, load_causal_lm
+
+            router, tok = load_causal_lm(spec.router, device)
+            centroids = torch.stack([last_token_features(router, tok, _read_prompts(spec.calibration[n])).mean(0)
+                                     for n in spec.experts])
+            save_file({"centroids": centroids.contiguous()}, str(tmp / CENTROIDS_FILE))
+    return folder
+
+
+def _register():
+    from lm_eval.api.model import LM
+    from lm_eval.api.registry import register_model
+
+    @register_model(MODEL_NAME)
+    class CompositionLM(LM):
+        """lm-eval model over a composition folder (``pretrained=FOLDER``)."""
+
+        def __init__(self, pretrained: str, device: str = "cpu", batch_size=16, dtype=None, **_ignored):
+            super().__init__()
+            import torch
+            from safetensors.torch import load_file
+
+            from wildmerge.eval.features import load_causal_lm
+
+            self.spec = read_spec(pretrained)
+            self.device_name = device if device not in (None, "auto") else "cpu"
+            if self.device_name == "cpu":
+                torch.set_num_threads(1)  # tiny forward passes: extra threads mostly spin on a shared CPU
+            loaded = [load_causal_lm(p, self.device_name) for p in self.spec.experts.values()]
+            self.experts = [m for m, _ in loaded]
+            self.tokenizer = loaded[0][1]
+            self.batch_size_ = int(batch_size) if str(batch_size).isdigit() else 16
+            self.router = self.centroids = None
+            if self.spec.kind == "composer":
+                self.router, _ = load_causal_lm(self.spec.router, self.device_name)
+                self.centroids = load_file(str(Path(pretrained) / CENTROIDS_FILE))["centroids"]
+            self._torch = torch
+
+        def weights(self, contexts: List[str]):
+            from wildmerge.eval.features import last_token_features
+
+            query = (last_token_features(self.router, self.tokenizer, contexts) if self.router is not None
+                     else self._torch.zeros(len(contexts), 1))
+            return mixing_weights(self.spec.kind, len(self.experts), query, self.centroids, self.spec.top_k,
+                                  self.spec.temperature)
+
+        def logits(self, ids, mask, weights):
+            """sum_t w_t z_t, running only the experts some input of the batch uses."""
+            total = None
+            for t, model in enumerate(self.experts):
+                w = weights[:, t]
+                if not bool((w > 0).any()):
+                    continue
+                z = model(input_ids=ids, attention_mask=mask).logits.float() * w.to(ids.device)[:, None, None]
+                total = z if total is None else total + z
+            return total
+
+        def loglikelihood(self, requests, disable_tqdm: bool = False):
+            """One-token continuations are read from one pass over their context (shared by every choice of an
+            item); longer ones get their own pass."""
+            from wildmerge.eval.features import encode_pair
+
+            args = [r.args for r in requests]
+            enc = [encode_pair(self.tokenizer, c, x) for c, x in args]
+            out = [None] * len(args)
+            single = [i for i, (c, x) in enumerate(enc) if len(x) == 1 and c]
+            contexts = list(dict.fromkeys(args[i][0] for i in single))
+            last = dict(zip(contexts, self._last_logprobs(contexts, disable_tqdm)))
+            for i in single:
+                lp, token = last[args[i][0]], enc[i][1][0]
+                out[i] = (float(lp[token]), bool(int(lp.argmax()) == token))
+            rest = [i for i in range(len(args)) if out[i] is None]
+            for i, value in zip(rest, self._full_loglikelihood([args[i] for i in rest], disable_tqdm)):
+                out[i] = value
+            return out
+
+        def _last_logprobs(self, contexts: List[str], disable_tqdm: bool):
+            from tqdm.auto import tqdm
+
+            from wildmerge.eval.features import _pad_id, _padded, encode_pair
+
+            torch, out = self._torch, []
+            for i in tqdm(range(0, len(contexts), self.batch_size_), disable=disable_tqdm, desc=MODEL_NAME):
+                chunk = contexts[i:i + self.batch_size_]
+                rows = [encode_pair(self.tokenizer, c, "")[0] for c in chunk]
+                ids, mask = _padded(rows, _pad_id(self.tokenizer), self.device_name)
+                with torch.no_grad():
+                    logits = self.logits(ids, mask, self.weights(chunk))
+                end = mask.sum(1) - 1
+                out += list(torch.log_softmax(logits[torch.arange(len(chunk)), end], -1))
+            return out
+
+        def _full_loglikelihood(self, args, disable_tqdm: bool):
+            from tqdm.auto import tqdm
+
+            from wildmerge.eval.features import _pad_id, _padded, encode_pair
+
+            torch, out = self._torch, []
+            for i in tqdm(range(0, len(args), self.batch_size_), disable=disable_tqdm or not args, desc=MODEL_NAME):
+                chunk = args[i:i + self.batch_size_]
+                enc = [encode_pair(self.tokenizer, c, x) for c, x in chunk]
+                ids, mask = _padded([(c + x)[:-1] for c, x in enc], _pad_id(self.tokenizer), self.device_name)
+                with torch.no_grad():
+                    logprobs = torch.log_softmax(self.logits(ids, mask, self.weights([c for c, _ in chunk])), -1)
+                for row, (c, x) in enumerate(enc):
+                    pos = torch.arange(len(c) - 1, len(c) - 1 + len(x))
+                    lp = logprobs[row, pos]
+                    target = torch.tensor(x)
+                    out.append((float(lp[torch.arange(len(x)), target].sum()), bool((lp.argmax(-1) == target).all())))
+            return out
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            raise WildmergeError(f"{MODEL_NAME} scores multiple-choice and generation tasks; perplexity tasks "
+                                 f"(loglikelihood_rolling) are not supported")
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            """Greedy decoding on the combined logits, routed once from the prompt."""
+            torch, out = self._torch, []
+            for r in requests:
+                context, kwargs = r.args
+                until = kwargs.get("until") or []
+                until = [until] if isinstance(until, str) else list(until)
+                ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
+                weights, new = self.weights([context]), []
+                for _ in range(int(kwargs.get("max_gen_toks", 32))):
+                    x = torch.tensor([ids + new])
+                    with torch.no_grad():
+                        nxt = int(self.logits(x, torch.ones_like(x), weights)[0, -1].argmax())
+                    if nxt == self.tokenizer.eos_token_id:
+                        break
+                    new.append(nxt)
+                    text = self.tokenizer.decode(new)
+                    if any(u in text for u in until):
+                        break
+                text = self.tokenizer.decode(new)
+                for u in until:
+                    text = text.split(u)[0]
+                out.append(text)
+            return out
+
+    return CompositionLM
+
+
+_REGISTERED = []
+
+
+def register() -> None:
+    """Make ``wildmerge-composition`` known to lm-eval's model registry (idempotent)."""
+    if not _REGISTERED:
+        _REGISTERED.append(_register())
+
+
+def add_compositions(run_dir, kinds=("ensemble", "composer"), calibration: Optional[Dict[str, str]] = None,
+                     min_n: int = 2, device: str = "cpu") -> List[str]:
+    """Add an ensemble and / or a composer of every drawn subset (n >= ``min_n``) to a run's plan, next to its
+    merges; returns their model ids. The composer routes with the pool's base; its centroids come from each
+    expert's ``calibration`` JSONL (the pool's ``calibration:`` field, or ``calibration`` {expert: path})."""
+    from tqdm.auto import tqdm
+
+    from wildmerge.run import Plan, PlanEntry, RunFolder
+
+    run = RunFolder(run_dir)
+    plan, manifest = run.read_plan(), run.read_manifest()
+    if manifest is None:
+        raise WildmergeError(f"{run.root} has no manifest.json: compositions are built from the run's drawn subsets")
+    experts = manifest.models.by_name()
+    data = {name: (calibration or {}).get(name) or (e.calibration if isinstance(e.calibration, str) else None)
+            for name, e in experts.items()}
+    entries, added = {e.model_id: e for e in plan.entries}, []
+    subsets = [s for s in manifest.subsets if s.n >= min_n]
+    if "composer" in kinds:
+        lacking = sorted({n for s in subsets for n in s.experts if not data.get(n)})
+        if lacking:
+            raise ConfigError(f"the composer's centroids need inputs from each expert; no calibration data for "
+                              f"{lacking}: give the pool's experts `calibration:` (a JSONL with a text field)")
+    for subset in tqdm(subsets, desc="compositions", unit="subset"):
+        for kind in kinds:
+            model_id = f"{kind}__{subset.subset_id}"
+            folder = run.model_dir(model_id)
+            spec = CompositionSpec(kind=kind, experts={n: experts[n].path for n in subset.experts},
+                                   router=manifest.models.base.path if kind == "composer" else None,
+                                   calibration={n: data[n] for n in subset.experts} if kind == "composer" else {})
+            if not (is_composition(folder) and read_spec(folder) == spec):
+                write_composition(folder, spec, device)
+            entries[model_id] = PlanEntry(model_id=model_id, kind="composition", method=kind, path=str(folder),
+                                          n=subset.n, subset_id=subset.subset_id, experts=list(subset.experts),
+                                          label=kind, domain=subset.domain)
+            added.append(model_id)
+    run.write_plan(plan.model_copy(update={"entries": list(entries.values())}))
+    return added
