@@ -260,7 +260,7 @@ OURS = ("from mergekit.merge_methods import registered_methods; "
 def test_hook_registers_our_methods_whatever_is_imported_first(first):
     done = python(f"import {first}; {OURS}")
     assert done.stderr == ""  # no "could not hook into ...: partially initialized module"
-    assert done.stdout.strip() == "['iso_c', 'iso_cts', 'task_arithmetic_sb', 'ties_sb', 'tsv_m']"
+    assert done.stdout.strip() == "['iso_c', 'iso_cts', 'metagpt', 'norm_avg', 'task_arithmetic_sb', 'ties_sb', 'tsv_m']"
 
 
 def test_hook_can_be_turned_off():

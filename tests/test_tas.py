@@ -88,14 +88,13 @@ def test_tas_is_zero_at_lambda_one_and_grows_with_distance_from_it(tiny_qwen3_fa
     ("norm_avg", {"lambda": 0.9}, None),
 ])
 def test_in_memory_merge_equals_stock_mergekit_yaml(tiny_qwen3_family, tmp_path, method, overrides, model_overrides):
-    from wildmerge.commands import merge
+    from wildmerge.cli import main
 
     base, paths = tiny_qwen3_family["base"], tiny_qwen3_family["experts"]
     names = ["e0", "e1", "e2"]
     recipe = render_recipe(method, base, paths, overrides=overrides, model_overrides=model_overrides)
     (tmp_path / "recipe.yml").write_text(yaml.safe_dump(recipe))
-    merge.run(argparse.Namespace(recipe=str(tmp_path / "recipe.yml"), out_path=str(tmp_path / "out"),
-                                 overwrite=False, mergekit_options=[]))
+    assert main(["merge", str(tmp_path / "recipe.yml"), str(tmp_path / "out")]) == 0
     stock = load_file(str(tmp_path / "out" / "model.safetensors"))
     named = {**recipe, "models": [{**m, "model": n} for m, n in zip(recipe["models"], names)]}
     ours = CandidateMerger(base, dict(zip(names, paths))).merge(named)

@@ -45,7 +45,7 @@ def apply_overrides(suite: Suite, overrides: Optional[Dict[str, Any]]) -> Suite:
 def _check_device(suite: Suite, executor: str) -> None:
     """A GPU asked for on a machine without one fails here, not once per job after each model is loaded (only for
     jobs that run on this machine: Ray and Slurm workers have their own GPUs)."""
-    if executor == "serial" and suite.settings.device.startswith("cuda"):
+    if executor in ("serial", "local") and suite.settings.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():

@@ -237,8 +237,13 @@ _REGISTERED = []
 
 
 def register() -> None:
-    """Make ``wildmerge-composition`` known to lm-eval's model registry (idempotent)."""
+    """Make ``wildmerge-composition`` known to lm-eval's model registry (idempotent).
+
+    lm-eval fills its registry with the built-in models only when it is empty at the first lookup, so they are
+    imported first: otherwise a long-lived worker that scored a composition first could no longer find ``hf``."""
     if not _REGISTERED:
+        import lm_eval.models  # noqa: F401
+
         _REGISTERED.append(_register())
 
 
