@@ -7,8 +7,9 @@ implementation of the papers (full float32 SVDs, polar factors by SVD): the "bef
 
     python benchmarks/bench_merge_methods.py [--experts 2 6 12] [--repeat 3] [--kernels] [--cuda]
 
-A method written ``name:float32`` runs with ``svd_precision: float32`` (the opt-in approximate route). With
-``--repeat N`` every merge runs N times and the median is printed (the CPU is shared: compare within one run).
+A method written ``name:float32`` runs with ``svd_precision: float32``, ``name:randomized`` with ``topk_solver:
+randomized`` (the opt-in approximate routes; ``name:float32+randomized`` both). With ``--repeat N`` every merge runs
+N times and the median is printed (the CPU is shared: compare within one run).
 """
 
 import argparse
@@ -65,13 +66,23 @@ def _merge_worker(method, base, experts, out, cuda, queue):
         config = {"merge_method": "task_arithmetic", "base_model": base, "dtype": "float32",
                   "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts]}
     else:
-        name, _, precision = method.partition(":")
-        config = render_recipe(name, base, experts, overrides={"svd_precision": precision} if precision else None)
+        name, _, variant = method.partition(":")
+        config = render_recipe(name, base, experts, overrides=variant_overrides(variant))
     options = MergeOptions(copy_tokenizer=False, quiet=True, cuda=cuda, write_model_card=False)
     start = time.perf_counter()
     run_merge(MergeConfiguration.model_validate(config), out, options=options, config_source=yaml.safe_dump(config))
     seconds = time.perf_counter() - start
     queue.put((seconds, peak_rss_mib()))
+
+
+def variant_overrides(variant):
+    """``float32`` / ``randomized`` / ``float32+randomized`` as recipe parameters."""
+    known = {"float32": ("svd_precision", "float32"), "randomized": ("topk_solver", "randomized")}
+    parts = [v for v in variant.split("+") if v]
+    unknown = [v for v in parts if v not in known]
+    if unknown:
+        raise SystemExit(f"unknown variant {unknown[0]!r}: use float32, randomized or float32+randomized")
+    return dict(known[v] for v in parts) or None
 
 
 def time_merge(method, base, experts, cuda):

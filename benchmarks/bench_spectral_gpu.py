@@ -200,6 +200,7 @@ def methods_table(report, args, device, root: Path):
     merge_once("task_arithmetic", base, experts[:2], device)  # warm-up: CUDA context, page cache, imports
     merge_once("iso_c", base, experts[:2], device)
     variants = [(m, None) for m in METHODS] + [(m, {"svd_precision": "float32"}) for m in args.float32_methods]
+    variants += [(m, {"topk_solver": "randomized"}) for m in ("tsv_m", "iso_cts")]
     for k in args.experts:
         report(f"\n### K = {k}\n\n| method | wall s | x task_arithmetic | peak GPU MiB | x TA | peak RSS MiB | x TA |")
         report("|---|---:|---:|---:|---:|---:|---:|")
@@ -207,7 +208,7 @@ def methods_table(report, args, device, root: Path):
         for method, overrides in variants:
             if overrides and k != max(args.experts):
                 continue
-            label = method + (" (float32)" if overrides else "")
+            label = method + (f" ({', '.join(overrides.values())})" if overrides else "")
             rows.append((label, *merge_once(method, base, experts[:k], device, overrides)))
         rows.append(("task_arithmetic (again)", *merge_once("task_arithmetic", base, experts[:k], device)))
         ta = [r for r in rows if r[0].startswith("task_arithmetic")]
@@ -291,6 +292,9 @@ def kernels_table(report, device, shapes, n_tasks, before):
             rows.append((f"before: {name}{' *' if heavy else ''}", lambda ds, fn=fn: fn(before, ds), 1 if heavy else 3))
         rows.append((f"after: {name} (float64, default)", lambda ds, fn=fn: fn(spectral, ds, precision="float64"), 3))
         rows.append((f"after: {name} (float32, opt-in)", lambda ds, fn=fn: fn(spectral, ds, precision="float32"), 3))
+        if name in ("tsv_merge", "iso_cts"):
+            rows.append((f"after: {name} (randomized top-k, opt-in)",
+                         lambda ds, fn=fn: fn(spectral, ds, topk_solver="randomized"), 3))
     for label, fn, reps in rows:
         try:
             fn(data[0][:2])  # warm-up: handles, workspaces

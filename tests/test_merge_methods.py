@@ -191,6 +191,7 @@ def test_merged_matrix_equals_reference_from_checkpoints(tiny_family, tmp_path):
     (lambda c: c["parameters"].update(lamda=0.5), "unknown parameter 'lamda'.*did you mean 'lambda'"),
     (lambda c: c["models"][0]["parameters"].update(wieght=1.0), r"models\[0\].*unknown parameter 'wieght'"),
     (lambda c: c["parameters"].update(beta=2.0), "beta.*out of range"),
+    (lambda c: c.update(merge_method="tsv_m", parameters={"topk_solver": "fast"}), "topk_solver.*'fast'.*randomized"),
     (lambda c: c.update(merge_method="ties_sbb"), "unknown merge_method 'ties_sbb'.*did you mean 'ties_sb'"),
     (lambda c: c.update(base_modle="x"), "unknown key 'base_modle'"),
 ])
@@ -262,3 +263,17 @@ def test_pickle_only_expert_is_refused_unless_opted_in(tiny_family, tmp_path):
     run_merge(MergeConfiguration.model_validate(config), str(tmp_path / "out2"),
               options=MergeOptions(copy_tokenizer=False, quiet=True, lazy_unpickle=True))
     assert (tmp_path / "out2" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("method", ["tsv_m", "iso_cts"])
+def test_topk_solver_is_a_validated_recipe_parameter(method):
+    base, experts = inputs(shape=(40, 32), n=3)
+    exact = merge_tensors([base, *experts], method, base_index=0, name="w.weight", parameters={})
+    fast = merge_tensors([base, *experts], method, base_index=0, name="w.weight",
+                         parameters={"topk_solver": "randomized"})
+    deltas = [e - base for e in experts]
+    kernel = spectral.tsv_merge if method == "tsv_m" else spectral.iso_cts
+    assert torch.allclose(fast.double(), base.double() + kernel(deltas, topk_solver="randomized").double(), atol=1e-5)
+    assert not torch.allclose(fast, exact)  # noise-like task vectors: the approximate top-k is not the exact one
+    with pytest.raises(ValueError, match="'exact' or 'randomized'"):  # mergekit's own check of the declared type
+        merge_tensors([base, *experts], method, base_index=0, name="w.weight", parameters={"topk_solver": "fast"})

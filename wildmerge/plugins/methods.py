@@ -34,6 +34,7 @@ TSV_URL = "https://arxiv.org/abs/2412.00081"
 SB_URL = "https://arxiv.org/abs/2506.16506"
 
 Precision = Literal["float32", "float64"]
+TopkSolver = Literal["exact", "randomized"]
 
 
 def _valid_regex(pattern: str) -> str:
@@ -70,15 +71,23 @@ class IsoCParams(SpectralOptions, ScaledTaskVectors):
     """Iso-C (Marczak et al. 2025, arXiv 2502.04959)."""
 
 
+def _topk_solver_field():
+    return Field("exact", description="how each task's top singular directions are found: exact (Gram + eigh) or "
+                                      "randomized (subspace iteration, faster on CPU, approximate)")
+
+
 class IsoCTSParams(IsoCParams):
     """Iso-CTS (Marczak et al. 2025, arXiv 2502.04959): a common subspace plus task-specific subspaces."""
 
     common_space_fraction: float = Field(
         0.8, gt=0.0, le=1.0, description="share of the rank given to the common subspace")
+    topk_solver: TopkSolver = _topk_solver_field()
 
 
 class TSVMParams(SpectralOptions, ScaledTaskVectors):
     """TSV-Merge (Gargiulo et al. 2025, arXiv 2412.00081)."""
+
+    topk_solver: TopkSolver = _topk_solver_field()
 
 
 class TaskArithmeticParams(MethodParams):
@@ -190,12 +199,13 @@ def _iso_c(deltas, tol, precision):
     return spectral.isotropic(sum(deltas), tol=tol, precision=precision)  # no stacked copy of all K
 
 
-def _iso_cts(deltas, tol, precision, common_space_fraction):
-    return spectral.iso_cts(deltas, common_fraction=common_space_fraction, tol=tol, precision=precision)
+def _iso_cts(deltas, tol, precision, common_space_fraction, topk_solver):
+    return spectral.iso_cts(deltas, common_fraction=common_space_fraction, tol=tol, precision=precision,
+                            topk_solver=topk_solver)
 
 
-def _tsv_m(deltas, tol, precision):
-    return spectral.tsv_merge(deltas, tol=tol, precision=precision)
+def _tsv_m(deltas, tol, precision, topk_solver):
+    return spectral.tsv_merge(deltas, tol=tol, precision=precision, topk_solver=topk_solver)
 
 
 @dataclasses.dataclass(frozen=True)
