@@ -163,6 +163,61 @@ def bench_kernels(hidden, n_tasks):
               + f" {times['naive, 1 LAPACK thread'] / times['ours']:10.2f}x")
 
 
+def bench_floor(hidden, layers, n_tasks, ta_seconds):
+    """The exact kernels' unavoidable LAPACK/BLAS calls over the benchmark model's matrices, timed alone.
+
+    Per matrix (r = min(m, n), k = r / T): TSV-M needs T Gram matrices (syrk) and T partial eigensolves (top k)
+    for the per-task triplets, then two r x r eigensolves for the polar factors; Iso-C and Subspace Boosting one
+    Gram and one full eigensolve. Whatever else a kernel does comes on top: this is the floor of the exact route.
+    """
+    import torch
+
+    from wildmerge.plugins import spectral
+
+    inter = int(hidden * 2.7)
+    shapes = [(hidden, hidden), (hidden // 2, hidden), (hidden // 2, hidden), (hidden, hidden),
+              (inter, hidden), (inter, hidden), (hidden, inter)]  # q, k, v, o, gate, up, down
+    cpu = torch.device("cpu")
+
+    def tall(shape):
+        return torch.randn(max(shape), min(shape), dtype=torch.float64)
+
+    def per_task(shape):
+        k = max(1, min(shape) // n_tasks)
+        gram = spectral.upper_gram(tall(shape))
+        return lambda: spectral._top_eigh(gram, k) if 4 * k <= min(shape) else torch.linalg.eigh(gram, UPLO="U")
+
+    def full_eigh(shape):
+        gram = spectral.upper_gram(tall(shape))
+        return lambda: torch.linalg.eigh(gram, UPLO="U")
+
+    def syrk(shape):
+        x = tall(shape)
+        return lambda: spectral.upper_gram(x)
+
+    def best(fn, reps=3):
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    with spectral.lapack_threads(cpu):
+        one = {"Gram (syrk)": sum(best(syrk(s)) for s in shapes),
+               "partial eigensolve (top r/T)": sum(best(per_task(s)) for s in shapes),
+               "full eigensolve (r x r)": sum(best(full_eigh(s)) for s in shapes)}
+    floors = {"iso_c / SB": one["Gram (syrk)"] + one["full eigensolve (r x r)"],
+              "tsv_m": n_tasks * (one["Gram (syrk)"] + one["partial eigensolve (top r/T)"])
+              + 2 * (one["Gram (syrk)"] + one["full eigensolve (r x r)"])}
+    print(f"\nfloor of the exact route, {layers} layers x {len(shapes)} matrices, K = {n_tasks}, 1 BLAS thread "
+          f"(task_arithmetic took {ta_seconds:.2f} s)")
+    for name, seconds in one.items():
+        print(f"  one {name} per matrix: {layers * seconds:.2f} s for the model")
+    for name, seconds in floors.items():
+        print(f"  {name}: at least {layers * seconds:.2f} s = {layers * seconds / ta_seconds:.1f}x task_arithmetic")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experts", type=int, nargs="+", default=[2, 6, 12])
@@ -172,6 +227,7 @@ def main():
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "wildmerge-bench-models"))
     parser.add_argument("--kernels", action="store_true", help="also time kernels against the naive version")
     parser.add_argument("--cuda", action="store_true")
+    parser.add_argument("--floor", action="store_true", help="also time the exact route's unavoidable calls")
     parser.add_argument("--repeat", type=int, default=1, help="runs per merge; the median is printed")
     args = parser.parse_args()
 
@@ -190,6 +246,8 @@ def main():
             seconds, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
             baseline = baseline or seconds
             print(f"{method:16} {seconds:8.2f} {seconds / baseline:7.2f} {rss:13.0f}", flush=True)
+        if args.floor and not args.cuda:
+            bench_floor(args.hidden, args.layers, k, baseline)
     if args.kernels:
         bench_kernels(args.hidden, 6)
     return 0

@@ -67,3 +67,23 @@ def test_damaged_and_future_records_are_named(old_run):
     with pytest.raises(WildmergeError, match="not a run folder: plan.json is missing"):
         RunFolder(old_run.root / "models").read_plan()
     assert Plan.model_validate({"entries": [{"model_id": "b", "kind": "base", "path": "/b"}]}).entries[0].n == 0
+
+
+def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path):
+    # tempfile makes private 0600 files / 0700 folders: a report or a model written atomically must not be
+    import os
+
+    from wildmerge import atomic
+
+    old = os.umask(0o022)
+    try:
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")
+        atomic.write_text(tmp_path / "atomic.txt", "x")
+        with atomic.atomic_dir(tmp_path / "folder") as d:
+            (d / "f").write_text("x")
+        (tmp_path / "made").mkdir()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "atomic.txt").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "folder").stat().st_mode & 0o777 == (tmp_path / "made").stat().st_mode & 0o777 == 0o755

@@ -12,13 +12,22 @@ from pathlib import Path
 
 
 def _tmp_sibling(path: Path, kind: str) -> Path:
+    """A private temporary sibling, given the permissions a plain ``open`` / ``mkdir`` would have given ``path``
+    (tempfile makes them 0600 / 0700, which would leave reports and models unreadable to the user's group)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     make = tempfile.mkdtemp if kind == "dir" else tempfile.mkstemp
     made = make(prefix=f".{path.name}.tmp-", dir=path.parent)
     if kind == "file":
         os.close(made[0])
         made = made[1]
+    os.chmod(made, (0o777 if kind == "dir" else 0o666) & ~_umask())
     return Path(made)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path, text: str) -> Path:
