@@ -19,15 +19,15 @@ from functools import cached_property
 from typing import Any, Callable, Optional, Type
 
 import torch
-from mergekit.merge_methods.base import BasePolicy, GroupMergeMethod, InputContract, MergeMethodSpec, TensorGroup
+from mergekit.merge_methods.base import GroupMergeMethod, MergeMethodSpec, TensorGroup
 from mergekit.merge_methods.generalized_task_arithmetic import ConsensusMethod, GeneralizedTaskArithmeticMerge
 from mergekit.sparsify import SparsificationMethod
 from pydantic import AfterValidator, Field
 from typing_extensions import Annotated, Literal
 
-from wildmerge.errors import ConfigError
 from wildmerge.plugins import spectral
 from wildmerge.plugins.method_params import MethodParams, per_model
+from wildmerge.plugins.task_vector_method import TaskVectorMethod, check_group
 
 ISO_URL = "https://arxiv.org/abs/2502.04959"
 TSV_URL = "https://arxiv.org/abs/2412.00081"
@@ -120,19 +120,6 @@ class TiesSBParams(TaskArithmeticSBParams):
     normalize: bool = True
 
 
-def check_group(method: str, group: TensorGroup) -> None:
-    """NaN/Inf and shape mismatches, named by tensor and model, before any maths."""
-    name = group.metadata.name or "<unnamed tensor>"
-    base_shape = group.base.tensor.shape if group.base is not None else group.entries[0].tensor.shape
-    for entry in group.entries:
-        if entry.tensor.shape != base_shape:
-            raise ConfigError(f"{method}: tensor {name!r} of model {entry.id} has shape {tuple(entry.tensor.shape)}, "
-                              f"expected {tuple(base_shape)} like the base: the models are not fine-tunes of one base")
-        if entry.tensor.is_floating_point() and not bool(torch.isfinite(entry.tensor).all()):
-            raise ConfigError(f"{method}: tensor {name!r} of model {entry.id} contains NaN or Inf; "
-                              "this checkpoint is corrupt or diverged, remove it from the recipe")
-
-
 def spectral_eligible(group: TensorGroup, spectral_vocab: bool, exclude: str) -> bool:
     tensor = group.entries[0].tensor
     name = group.metadata.name or ""
@@ -146,7 +133,7 @@ Kernel = Callable[..., torch.Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
-class SpectralMerge(GroupMergeMethod):
+class SpectralMerge(TaskVectorMethod, GroupMergeMethod):
     """``theta = theta_0 + lambda * kernel(w_1 delta_1, ..., w_T delta_T)`` on eligible matrices.
 
     The kernel gets the options of ``parameters`` beyond Iso-C's (e.g. Iso-CTS's ``common_space_fraction``).
@@ -157,29 +144,13 @@ class SpectralMerge(GroupMergeMethod):
     method_reference_url: str
     kernel: Kernel
     params: Type[MethodParams] = IsoCParams
-    __wildmerge__ = True
-
-    @cached_property
-    def spec(self) -> MergeMethodSpec:
-        return MergeMethodSpec(
-            name=self.method_name,
-            pretty_name=self.method_pretty_name,
-            reference_url=self.method_reference_url,
-            parameters=self.params.parameter_specs(),
-            contract=InputContract(base=BasePolicy.REQUIRED, min_non_base=1),
-        )
-
-    def renamed(self, name: str) -> "SpectralMerge":
-        return dataclasses.replace(self, method_name=name)
 
     def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
-        check_group(self.method_name, group)
-        self.params.check_resolved(self.method_name, parameters)
         base = group.base.tensor
-        if not base.is_floating_point() or not group.non_base:
-            return base
         weights = [float(parameters["weight"][e.id]) for e in group.non_base]
-        deltas = [w * (e.tensor.to(torch.float32) - base.to(torch.float32)) for w, e in zip(weights, group.non_base)]
+        deltas = self.task_vectors(group, parameters, weights)
+        if deltas is None:
+            return base
         if all(not bool(d.any()) for d in deltas):
             return base.clone()  # a zero task vector gives the base exactly
         options = {k: parameters[k] for k in ("svd_precision", "rank_tol")}

@@ -10,14 +10,14 @@ Norms are taken per tensor: mergekit hands a method one tensor at a time, so a "
 """
 
 import dataclasses
-from functools import cached_property
 from typing import Any, Callable, List, Optional, Type
 
 import torch
-from mergekit.merge_methods.base import BasePolicy, GroupMergeMethod, InputContract, MergeMethodSpec, TensorGroup
+from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
 from pydantic import Field
 
 from wildmerge.plugins.method_params import MethodParams
+from wildmerge.plugins.task_vector_method import TaskVectorMethod
 
 METAGPT_URL = "https://arxiv.org/abs/2406.11385"
 
@@ -47,7 +47,7 @@ def metagpt_update(deltas: List[torch.Tensor], norms: List[float], power: float)
 
 
 @dataclasses.dataclass(frozen=True)
-class NormMerge(GroupMergeMethod):
+class NormMerge(TaskVectorMethod, GroupMergeMethod):
     """``theta_0 + lambda * update(tau_1..tau_T, ||tau_1||..||tau_T||)``, norms computed in float64 per tensor."""
 
     method_name: str
@@ -55,26 +55,12 @@ class NormMerge(GroupMergeMethod):
     method_reference_url: Optional[str]
     update: Callable[..., torch.Tensor]
     params: Type[MethodParams]
-    __wildmerge__ = True
-
-    @cached_property
-    def spec(self) -> MergeMethodSpec:
-        return MergeMethodSpec(name=self.method_name, pretty_name=self.method_pretty_name,
-                               reference_url=self.method_reference_url, parameters=self.params.parameter_specs(),
-                               contract=InputContract(base=BasePolicy.REQUIRED, min_non_base=1))
-
-    def renamed(self, name: str) -> "NormMerge":
-        return dataclasses.replace(self, method_name=name)
 
     def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
-        from wildmerge.plugins.methods import check_group
-
-        check_group(self.method_name, group)
-        self.params.check_resolved(self.method_name, parameters)
         base = group.base.tensor
-        if not base.is_floating_point() or not group.non_base:
+        deltas = self.task_vectors(group, parameters)
+        if deltas is None:
             return base
-        deltas = [e.tensor.to(torch.float32) - base.to(torch.float32) for e in group.non_base]
         norms = [float(d.double().norm()) for d in deltas]
         if max(norms) == 0.0:
             return base.clone()  # a zero task vector gives the base exactly
