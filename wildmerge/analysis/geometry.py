@@ -12,7 +12,7 @@ memory stays at one tensor per model whatever the model size.
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
 
@@ -31,34 +31,39 @@ def _open_checkpoint(folder: str, stack) -> Dict[str, object]:
     return {name: handles[shard] for name, shard in index.items()}
 
 
-def task_vector_geometry(base: str, experts: Dict[str, str], progress: bool = True,
-                         tolerance: float = ZERO_COSINE_TOLERANCE) -> dict:
-    """Pairwise whole-model cosines and per-layer sign counts of the experts' task vectors."""
+def stream_task_vectors(base: str, experts: List[str], desc: str, progress: bool = True) -> Iterator[Tuple[str, object]]:
+    """``(tensor name, float64 [n_experts, numel] task vectors)`` for every floating tensor of the base, one
+    tensor of every checkpoint in memory at a time; a tensor an expert lacks counts as unchanged (zeros)."""
     import contextlib
 
     import torch
     from tqdm.auto import tqdm
 
-    names = list(experts)
-    n = len(names)
-    gram = np.zeros((n, n))
-    layer_gram: Dict[int, np.ndarray] = defaultdict(lambda: np.zeros((n, n)))
     with contextlib.ExitStack() as stack:
         base_index = _open_checkpoint(base, stack)
-        indexes = [_open_checkpoint(experts[e], stack) for e in names]
-        for tensor in tqdm(sorted(base_index), desc="task-vector geometry", unit="tensor", disable=not progress):
+        indexes = [_open_checkpoint(e, stack) for e in experts]
+        for tensor in tqdm(sorted(base_index), desc=desc, unit="tensor", disable=not progress):
             theta0 = base_index[tensor].get_tensor(tensor)
             if not theta0.is_floating_point():
                 continue
             theta0 = theta0.to(torch.float64).flatten()
-            taus = [index[tensor].get_tensor(tensor).to(torch.float64).flatten() - theta0 if tensor in index
-                    else torch.zeros_like(theta0) for index in indexes]
-            stacked = torch.stack(taus)
-            g = (stacked @ stacked.T).numpy()
-            gram += g
-            match = _LAYER.search(tensor)
-            if match:
-                layer_gram[int(match.group(1))] += g
+            yield tensor, torch.stack([index[tensor].get_tensor(tensor).to(torch.float64).flatten() - theta0
+                                       if tensor in index else torch.zeros_like(theta0) for index in indexes])
+
+
+def task_vector_geometry(base: str, experts: Dict[str, str], progress: bool = True,
+                         tolerance: float = ZERO_COSINE_TOLERANCE) -> dict:
+    """Pairwise whole-model cosines and per-layer sign counts of the experts' task vectors."""
+    names = list(experts)
+    n = len(names)
+    gram = np.zeros((n, n))
+    layer_gram: Dict[int, np.ndarray] = defaultdict(lambda: np.zeros((n, n)))
+    for tensor, taus in stream_task_vectors(base, [experts[e] for e in names], "task-vector geometry", progress):
+        g = (taus @ taus.T).numpy()
+        gram += g
+        match = _LAYER.search(tensor)
+        if match:
+            layer_gram[int(match.group(1))] += g
     return {"experts": names, "cosine": _cosine(gram).tolist(), "norms": np.sqrt(np.diag(gram)).tolist(),
             **_layer_signs({k: _cosine(v) for k, v in sorted(layer_gram.items())}, tolerance)}
 

@@ -12,7 +12,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from wildmerge.analysis.geometry import _open_checkpoint
+from wildmerge.analysis.geometry import stream_task_vectors
 
 _BLOCK = re.compile(r"\blayers\.(\d+)\.")
 IMBALANCE_FLAG = 3.0  # our threshold: above it, sign election and norm weighting follow the largest expert
@@ -25,26 +25,11 @@ def layer_of(tensor: str) -> str:
 
 def layer_grams(base: str, experts: Dict[str, str], progress: bool = True) -> Dict[str, np.ndarray]:
     """{layer: Gram matrix of the experts' task vectors on that layer}, plus ``model`` for the whole model."""
-    import contextlib
-
-    import torch
-    from tqdm.auto import tqdm
-
-    names = list(experts)
     grams: Dict[str, np.ndarray] = {}
-    with contextlib.ExitStack() as stack:
-        base_index = _open_checkpoint(base, stack)
-        indexes = [_open_checkpoint(experts[e], stack) for e in names]
-        for tensor in tqdm(sorted(base_index), desc="task-vector norms", unit="tensor", disable=not progress):
-            theta0 = base_index[tensor].get_tensor(tensor)
-            if not theta0.is_floating_point():
-                continue
-            theta0 = theta0.to(torch.float64).flatten()
-            taus = torch.stack([index[tensor].get_tensor(tensor).to(torch.float64).flatten() - theta0
-                                for index in indexes])
-            g = (taus @ taus.T).numpy()
-            for key in (layer_of(tensor), "model"):
-                grams[key] = grams.get(key, 0) + g
+    for tensor, taus in stream_task_vectors(base, list(experts.values()), "task-vector norms", progress):
+        g = (taus @ taus.T).numpy()
+        for key in (layer_of(tensor), "model"):
+            grams[key] = grams.get(key, 0) + g
     return dict(sorted(grams.items(), key=lambda kv: (kv[0] == "model", not kv[0].startswith("layer_"), kv[0])))
 
 
