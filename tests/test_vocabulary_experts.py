@@ -133,3 +133,38 @@ def test_chat_template_only_is_fine_for_layerwise(lm_family, odd_experts):  # no
     keys, note = plan_tokenizer(lm_family["base"], {"chat": odd_experts["chat"]}, layerwise=True, method="com")
     assert keys == {} and note == "expert chat has another chat template: the merged model keeps the base's " \
                                   "tokenizer and chat template"
+
+
+PER_TENSOR = ["ta", "ties", "model_stock", "tsv_m", "iso_c", "iso_cts", "ta_sb", "ties_sb", "metagpt", "norm_avg",
+              "s001_dare", "s001_wa"]
+
+
+def test_every_per_tensor_method_merges_aligned_rows_as_if_pre_aligned(lm_family, odd_experts, tmp_path):  # noqa: F811
+    """Each method through mergekit's alignment gives what it gives on experts cut to the base's vocabulary by
+    hand (resize_token_embeddings down, the base's tokenizer): the alignment is the only difference."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_tok = AutoTokenizer.from_pretrained(lm_family["base"])
+    cut = tmp_path / "cut"
+    model = AutoModelForCausalLM.from_pretrained(odd_experts["resized"], dtype=torch.float32)
+    model.resize_token_embeddings(len(base_tok))
+    model.save_pretrained(str(cut))
+    base_tok.save_pretrained(str(cut))
+
+    runs = {}
+    for label, experts in {"aligned": odd_experts,
+                           "by_hand": {"resized": str(cut), "chat": lm_family["experts"][1]}}.items():
+        (tmp_path / label).mkdir()
+        runs[label] = run = tmp_path / label / "run"
+        argv = ["sample", "--base", _pool(tmp_path / label, lm_family["base"], experts), "--out", str(run),
+                "--methods", ",".join(PER_TENSOR), "--sizes", "2", "--no-evaluate"]
+        assert main(argv) == 0
+    plan = json.loads((runs["aligned"] / "plan.json").read_text())
+    merges = [e for e in plan["entries"] if e["kind"] == "merge"]
+    assert sorted(e["method"] for e in merges) == sorted(PER_TENSOR)
+    for e in merges:
+        a = load_file(str(Path(e["path"]) / "model.safetensors"))
+        b = load_file(str(runs["by_hand"] / Path(e["path"]).relative_to(runs["aligned"]) / "model.safetensors"))
+        assert a["model.embed_tokens.weight"].shape[0] == len(base_tok), e["method"]
+        for name in b:
+            assert torch.allclose(a[name], b[name], atol=1e-6), (e["method"], name)
