@@ -45,3 +45,12 @@ def test_unknown_kernel_level_is_refused(monkeypatch):
     monkeypatch.setenv("WILDMERGE_DEMO_KERNELS", "avx3")
     with pytest.raises(ConfigError, match="WILDMERGE_DEMO_KERNELS='avx3'.*avx2, default"):
         family_key(0, True)
+
+
+def test_a_native_build_on_other_kernels_says_the_readme_numbers_will_differ(tmp_path, capsys):
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    env.pop("WILDMERGE_DEMO_KERNELS", None)
+    res = subprocess.run([sys.executable, "-c", BUILD, str(tmp_path)], env=env, capture_output=True, text=True,
+                         check=True)
+    assert "torch runs DEFAULT kernels on this CPU; the README's demo numbers come from a build with AVX512" in \
+        res.stdout

@@ -30,6 +30,7 @@ def quick_forced() -> bool:
 
 
 KERNEL_LEVELS = ("avx2", "default")
+README_KERNELS = "AVX512"  # the ATen kernel level of the build the README's demo numbers come from
 
 
 def pinned_kernels() -> str | None:
@@ -60,6 +61,13 @@ def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
 
     pinned = pinned_kernels()
     if pinned is None:
+        import torch
+
+        level = torch.backends.cpu.get_cpu_capability()
+        if level != README_KERNELS:
+            print(f"wildmerge demo: torch runs {level} kernels on this CPU; the README's demo numbers come from a "
+                  f"build with {README_KERNELS} kernels, whose rounding differs, so this family's weights and scores "
+                  "will differ from them (README: 'The demo family across machines')", flush=True)
         build_family(out, seed=seed, quick=quick, threads=threads, progress=progress)
         return
     import subprocess
