@@ -56,7 +56,8 @@ def _pool(tmp_path, base, experts, calibration=None) -> str:
     return str(path)
 
 
-def test_resized_and_templated_experts_merge_onto_the_base_vocabulary(lm_family, odd_experts, tmp_path, capsys):  # noqa: F811
+def test_resized_and_templated_experts_merge_onto_the_base_vocabulary(lm_family, odd_experts, tmp_path,  # noqa: F811
+                                                                      capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base_vocab = len(AutoTokenizer.from_pretrained(lm_family["base"]))
@@ -65,6 +66,7 @@ def test_resized_and_templated_experts_merge_onto_the_base_vocabulary(lm_family,
             "--methods", "ta", "--sizes", "2", "--no-evaluate"]
     assert main(argv) == 0
     out = capsys.readouterr().out
+    assert f"note: resized: vocabulary of {base_vocab + len(ADDED)} tokens vs base {base_vocab}" in out
     line = (f"expert resized has vocabulary {base_vocab + len(ADDED)} vs base {base_vocab}; expert chat has another "
             "chat template: tokenizer source=base, embeddings aligned by mergekit, chat template: the most common "
             "among the inputs (the base has none)")
@@ -107,11 +109,14 @@ def test_resized_and_templated_experts_merge_onto_the_base_vocabulary(lm_family,
     assert len(AutoTokenizer.from_pretrained(str(stock))) == base_vocab
 
 
-def test_same_tokenizer_adds_nothing_to_the_recipe(lm_family, tmp_path):  # noqa: F811
-    from wildmerge.sampling.vocabulary import plan_tokenizer
+def test_same_tokenizer_adds_nothing_to_the_recipe_and_loads_nothing(lm_family, tmp_path):  # noqa: F811
+    from wildmerge.sampling import vocabulary
 
+    calls = vocabulary._load.cache_info()
     experts = {f"x{i}": p for i, p in enumerate(lm_family["experts"])}
-    assert plan_tokenizer(lm_family["base"], experts, layerwise=False, method="ta") == ({}, None)
+    assert vocabulary.plan_tokenizer(lm_family["base"], experts, layerwise=False, method="ta") == ({}, None)
+    after = vocabulary._load.cache_info()
+    assert after.hits + after.misses == calls.hits + calls.misses  # decided from file stamps and config.json
 
 
 def test_regmean_refuses_a_resized_expert_before_merging(lm_family, odd_experts, tmp_path, capsys):  # noqa: F811

@@ -39,11 +39,17 @@ class Tokenizer:
 
 
 def _files_digest(path: Path) -> str:
+    """A digest of the folder's tokenizer files (re-read only when one's size or modification time changes)."""
+    stamps = tuple((name, st.st_size, st.st_mtime_ns) for name in TOKENIZER_FILES
+                   if (f := path / name).is_file() and (st := f.stat()))
+    return _digest(str(path), stamps)
+
+
+@lru_cache(maxsize=1024)
+def _digest(path: str, stamps: tuple) -> str:
     h = hashlib.sha256()
-    for name in TOKENIZER_FILES:
-        f = path / name
-        if f.is_file():
-            h.update(name.encode() + b"\0" + f.read_bytes())
+    for name, _, _ in stamps:
+        h.update(name.encode() + b"\0" + (Path(path) / name).read_bytes())
     return h.hexdigest()
 
 
@@ -51,8 +57,7 @@ def _files_digest(path: Path) -> str:
 def _load(path: str, files: str) -> Tokenizer:  # ``files``: the cache key changes when the files do
     from transformers import AutoTokenizer
 
-    config = read_config(path)
-    vocab_size = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
+    vocab_size = _rows(read_config(path))
     if not any((Path(path) / f).is_file() for f in TOKENIZER_FILES):
         return Tokenizer(vocab_size, None, None)
     try:
@@ -71,6 +76,16 @@ def tokenizer_of(path) -> Tokenizer:
     """The checkpoint's tokenizer facts (loaded once per process while its files stay the same)."""
     path = Path(path)
     return _load(str(path.resolve()), _files_digest(path))
+
+
+def _same_files(path, base_path) -> bool:
+    """Same tokenizer files and embedding rows as the base (config.json and file stamps only)."""
+    return _files_digest(Path(path)) == _files_digest(Path(base_path)) and \
+        _rows(read_config(path)) == _rows(read_config(base_path))
+
+
+def _rows(config: dict):
+    return config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
 
 
 def _n(v) -> str:
@@ -96,12 +111,12 @@ def plan_tokenizer(base_path, experts: Dict[str, str], layerwise: bool, method: 
 
     Raises for a layer-wise method with an expert whose vocabulary differs, and when the base has no tokenizer to
     align to."""
+    odd = {name: path for name, path in experts.items() if not _same_files(path, base_path)}
+    if not odd:  # the common case: every expert ships the base's own tokenizer files (nothing is loaded)
+        return {}, None
     base = tokenizer_of(base_path)
     said, align, template = [], [], False
-    for name, path in experts.items():
-        if _files_digest(Path(path)) == _files_digest(Path(base_path)) and \
-                tokenizer_of(path).vocab_size == base.vocab_size:
-            continue  # the common case: the base's own tokenizer files
+    for name, path in odd.items():
         words, needs = differences(base, tokenizer_of(path), name)
         said += words
         if needs:
