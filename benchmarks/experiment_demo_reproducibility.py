@@ -2,13 +2,14 @@
 
 Builds the quick family once per variant of the environment (CPU kernel level for ATen, MKL and oneDNN, thread
 counts), each in a fresh process into a temporary cache, and compares every file's SHA-256 with the first variant
-(this machine as it is) and with the cached quick family (``~/.cache/wildmerge/demo``, only read). Prints, per
+run (this machine as it is, unless --only leaves it out) and with the cached family (``~/.cache/wildmerge/demo``, only read). Prints, per
 variant, which files differ, the largest weight difference of the base, and the build time.
 
     python benchmarks/experiment_demo_reproducibility.py [--full] [--only NAME,...]
 """
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -29,6 +30,7 @@ VARIANTS = {
     "avx2_machine_cbwr": {**AVX2, "MKL_CBWR": "AVX2"},
     "mkl_sse42": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "MKL_CBWR": "SSE4_2"},
     "onednn_sse41": {"ONEDNN_MAX_CPU_ISA": "SSE41"},
+    "pinned_avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},  # what WILDMERGE_DEMO_KERNELS=avx2 sets
 }
 
 BUILD = """
@@ -59,8 +61,6 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated variant names")
     args = ap.parse_args()
     names = [n for n in VARIANTS if not args.only or n in args.only.split(",")]
-    if "as_is" not in names:
-        names.insert(0, "as_is")
     key = "v2-seed0" + ("" if args.full else "-quick")
     cached = json.loads((Path.home() / ".cache/wildmerge/demo" / key / "family.json").read_text())["files"]
     tmp = Path(tempfile.mkdtemp(prefix="wm-repro-"))
@@ -73,10 +73,11 @@ def main():
         ref = ref or (r["files"], out)
         weights = [f for f in r["files"] if f.endswith(".safetensors")]
         differ = sorted(f for f in weights if r["files"][f] != ref[0][f])
+        family = hashlib.sha256(json.dumps({f: r["files"][f] for f in weights}, sort_keys=True).encode())
         vs_cache = sorted(f for f in weights if r["files"][f] != cached.get(f))
         base_diff = max_diff(out / "base/model.safetensors", ref[1] / "base/model.safetensors")
         print(json.dumps({"variant": name, "env": VARIANTS[name], "weights": len(weights),
-                          "differ_from_as_is": len(differ), "differ_from_cache": len(vs_cache),
+                          "family": family.hexdigest()[:12], "differ_from_first": len(differ), "differ_from_cache": len(vs_cache),
                           "base_max_abs_diff": base_diff, "build_seconds": r["seconds"],
                           "wall_seconds": round(time.time() - t, 1)}), flush=True)
     print(f"builds kept in {tmp}")
