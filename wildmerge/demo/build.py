@@ -70,7 +70,8 @@ def _check_kernels() -> dict:
     from wildmerge.errors import WildmergeError
 
     level = torch.backends.cpu.get_cpu_capability()
-    pinned = os.environ.get("ATEN_CPU_CAPABILITY") if os.environ.get("WILDMERGE_DEMO_KERNELS") else None
+    pinned = os.environ.get("WILDMERGE_DEMO_KERNELS", "").strip().lower()  # set by demo.family for a pinned build
+    pinned = pinned if pinned in ("avx2", "default") else None
     if pinned and level.lower() != pinned.lower():
         raise WildmergeError(f"WILDMERGE_DEMO_KERNELS={pinned} asks for {pinned} kernels, but torch runs {level} on "
                              f"this CPU; pick a level this CPU has (default always exists), or unset it")
