@@ -61,6 +61,23 @@ def _save(model, tokenizer, path: Path) -> None:
             logging.enable_progress_bar()
 
 
+def _check_kernels() -> dict:
+    """The ATen kernel level training runs with (it decides the float rounding), checked against a pinned one."""
+    import os
+
+    import torch
+
+    from wildmerge.errors import WildmergeError
+
+    level = torch.backends.cpu.get_cpu_capability()
+    pinned = os.environ.get("WILDMERGE_DEMO_KERNELS", "").strip().lower()  # set by demo.family for a pinned build
+    pinned = pinned if pinned in ("avx2", "default") else None
+    if pinned and level.lower() != pinned.lower():
+        raise WildmergeError(f"WILDMERGE_DEMO_KERNELS={pinned} asks for {pinned} kernels, but torch runs {level} on "
+                             f"this CPU; pick a level this CPU has (default always exists), or unset it")
+    return {"aten": level, "pinned": pinned, "mkl_cbwr": os.environ.get("MKL_CBWR")}
+
+
 def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, progress: bool = True) -> dict:
     """Train and save everything into ``out_dir`` (the caller makes it atomic); returns the manifest."""
     import torch
@@ -72,6 +89,7 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
     from wildmerge.demo.train import deterministic, new_model, train
 
     start = time.time()
+    kernels = _check_kernels()
     out, bs = Path(out_dir), S.build_spec(quick)
     experts = S.experts_for(quick)
     world = make_world(seed, bs.n_entities)
@@ -87,7 +105,8 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
     manifest = {
         "builder_version": S.BUILDER_VERSION, "seed": seed, "quick": quick, "threads": threads,
         "versions": {"wildmerge": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
+                     "python": platform.python_version(), "machine": platform.machine()},
+        "kernels": kernels,
         "spec": asdict(bs), "tasks": {"path": "tasks", "names": task_names()},
         "world": {"entities": len(world), "facts_changed_in_conflict_world":
                   sum(world[e][a] != conflict[e][a] for e in world for a in world[e])},
@@ -121,3 +140,10 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
     manifest["files"] = checksums(out)
     write_json(out / MANIFEST, manifest)  # last: the completion marker
     return manifest
+
+
+if __name__ == "__main__":  # the child process of a pinned-kernel build (demo.family._build)
+    import sys
+
+    _out, _seed, _size, _threads, _progress = sys.argv[1:6]
+    build_family(_out, seed=int(_seed), quick=_size == "quick", threads=int(_threads), progress=_progress == "progress")

@@ -29,8 +29,56 @@ def quick_forced() -> bool:
     return os.environ.get("WILDMERGE_DEMO_QUICK", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+KERNEL_LEVELS = ("avx2", "default")
+README_KERNELS = "AVX512"  # the ATen kernel level of the build the README's demo numbers come from
+
+
+def pinned_kernels() -> str | None:
+    """``$WILDMERGE_DEMO_KERNELS``: the ATen kernel level to train with (``avx2`` or ``default``), or None (unset or
+    ``native``: this machine's best kernels, as the README's family was built).
+
+    Training is bit-reproducible on one machine, but ATen picks vectorised kernels for the CPU (AVX-512, AVX2,
+    scalar), and their float rounding differs (measured: every weight of the quick family); a pinned level gives the
+    same family on every x86-64 CPU that has it, at the price of a family other than the native build's."""
+    level = os.environ.get("WILDMERGE_DEMO_KERNELS", "").strip().lower()
+    if level in ("", "native"):
+        return None
+    if level not in KERNEL_LEVELS:
+        raise ConfigError(f"WILDMERGE_DEMO_KERNELS={level!r}{did_you_mean(level, KERNEL_LEVELS)}; use one of "
+                          f"{', '.join(KERNEL_LEVELS)}, or native (unset) for this machine's kernels")
+    return level
+
+
 def family_key(seed: int, quick: bool) -> str:
-    return f"v{S.BUILDER_VERSION}-seed{seed}" + ("-quick" if quick else "")
+    pinned = pinned_kernels()
+    return f"v{S.BUILDER_VERSION}-seed{seed}" + (f"-{pinned}" if pinned else "") + ("-quick" if quick else "")
+
+
+def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
+    """Train the family into ``out``: here, or with pinned kernels in a child process (ATen reads its kernel level
+    once per process, at start-up)."""
+    from wildmerge.demo.build import build_family
+
+    pinned = pinned_kernels()
+    if pinned is None:
+        import torch
+
+        level = torch.backends.cpu.get_cpu_capability()
+        if level != README_KERNELS:
+            print(f"wildmerge demo: torch runs {level} kernels on this CPU; the README's demo numbers come from a "
+                  f"build with {README_KERNELS} kernels, whose rounding differs, so this family's weights and scores "
+                  "will differ from them (README: 'The demo family across machines')", flush=True)
+        build_family(out, seed=seed, quick=quick, threads=threads, progress=progress)
+        return
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": pinned,
+           "MKL_CBWR": "AVX2" if pinned == "avx2" else "COMPATIBLE"}  # MKL's reproducible mode, to be safe
+    cmd = [sys.executable, "-m", "wildmerge.demo.build", str(out), str(seed), "quick" if quick else "full",
+           str(threads), "progress" if progress else "quiet"]
+    if subprocess.run(cmd, env=env).returncode != 0:
+        raise WildmergeError(f"building the demo family with WILDMERGE_DEMO_KERNELS={pinned} failed (see above)")
 
 
 def problem(root) -> str | None:
@@ -131,10 +179,8 @@ def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: i
             if root.exists():
                 print(f"wildmerge demo: rebuilding {root}: {reason}", flush=True)
             _clean_leftovers(cache, key)
-            from wildmerge.demo.build import build_family
-
             with atomic_dir(root) as tmp:
-                build_family(tmp, seed=seed, quick=quick, threads=threads, progress=progress)
+                _build(tmp, seed=seed, quick=quick, threads=threads, progress=progress)
         _VALIDATED.add(_signature(root))
         info = _describe(root, json.loads((root / "family.json").read_text()))
         _write_derived(root, info)

@@ -103,7 +103,11 @@ def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True
             full, note = materialise(base.path, r.path)
             print(f"  note: {e.label}: {note}")
             adapters[e.label], experts[i] = r.path, dataclasses.replace(r, path=str(full))
-    check_compatible(base.path, {e.label: r.path for e, r in zip(pool.experts, experts)}, allow_pickle)
+    paths = {e.label: r.path for e, r in zip(pool.experts, experts)}
+    vocab_differs = check_compatible(base.path, paths, allow_pickle)
+    for name, (vocab, base_vocab) in vocab_differs.items():
+        print(f"  note: {name}: vocabulary of {vocab} tokens vs base {base_vocab}; its merges keep the base's "
+              "tokenizer (mergekit aligns the embeddings); RegMean / CoM cannot merge it")
     models = PoolModels(
         base=ResolvedModel(name="base", **base.as_dict()),
         experts=[ResolvedModel(name=e.label, domain=e.domain, **r.as_dict(),

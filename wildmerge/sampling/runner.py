@@ -25,6 +25,7 @@ from wildmerge.run import (RECIPE, MergeInfo, PlanEntry, PoolModels, generated_c
 from wildmerge.sampling.generated_calibration import ensure_generated, generate_spec
 from wildmerge.sampling.model_card import write_card
 from wildmerge.sampling.plan import split_hparams
+from wildmerge.sampling.vocabulary import plan_tokenizer
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -39,6 +40,13 @@ def _calibration_data(entry: PlanEntry, expert):
     return {"data": str(path), "n_samples": None}  # use what was generated (up to the method's default count)
 
 
+def tokenizer_plan(entry: PlanEntry, models: PoolModels, method) -> tuple[dict, str | None]:
+    """(tokenizer keys for this merge's recipe, the run-log line saying what was done or None)."""
+    experts = models.by_name()
+    layerwise = method.recipe.get("merge_method") in LAYERWISE_METHODS
+    return plan_tokenizer(models.base.path, {n: experts[n].path for n in entry.experts}, layerwise, entry.method)
+
+
 def render(entry: PlanEntry, models: PoolModels, method) -> tuple[dict, str]:
     """(mergekit recipe dict with this machine's paths, its hash over names instead of paths)."""
     from wildmerge.plugins.recipes import render_recipe
@@ -47,6 +55,7 @@ def render(entry: PlanEntry, models: PoolModels, method) -> tuple[dict, str]:
     top, per = split_hparams(method, entry.overrides)
     recipe = render_recipe(method, models.base.path, [experts[n].path for n in entry.experts],
                            overrides=top or None, model_overrides=per or None)
+    recipe.update(tokenizer_plan(entry, models, method)[0])  # experts with another tokenizer: aligned to the base
     layerwise = recipe["merge_method"] in LAYERWISE_METHODS
     if layerwise:  # RegMean / CoM: each expert's own calibration data
         for m, name in zip(recipe["models"], entry.experts):
@@ -83,13 +92,15 @@ def _pruned(path) -> bool:
     return bool(info and info.weights_pruned)
 
 
-def recipe_text(entry: PlanEntry, recipe: dict, models: PoolModels) -> str:
+def recipe_text(entry: PlanEntry, recipe: dict, models: PoolModels, note: str | None = None) -> str:
     names = {models.base.path: f"base ({models.base.model})"}
     names.update({e.path: f"{e.name} ({e.model}" + (f"@{e.revision}" if e.revision else "") + ")"
                   for e in models.experts})
     head = [f"# wildmerge {entry.model_id}: {entry.label} of subset {entry.subset_id} (n = {entry.n})"]
     head += [f"#   {p} = {n}" for p, n in names.items() if p == recipe["base_model"]
              or any(m["model"] == p for m in recipe["models"])]
+    if note:
+        head.append(f"# tokenizer: {note}")
     return "\n".join(head) + "\n" + yaml.safe_dump(recipe, sort_keys=False)
 
 
@@ -176,7 +187,10 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
     for parent in {str(Path(e.path).parent) for e in merges}:
         clean_leftovers(parent)
     methods = {**load_methods({e.method for e in merges} - set(methods)), **methods}
-    stats = {"merged": 0, "skipped": 0, "redone": 0, "pruned": 0, "seconds": 0.0}
+    # every merge's tokenizer handling decided (or refused: RegMean / CoM with a resized vocabulary) before any merge
+    notes = {e.model_id: tokenizer_plan(e, models, methods[e.method])[1] for e in merges}
+    stats = {"merged": 0, "skipped": 0, "redone": 0, "pruned": 0, "seconds": 0.0,
+             "tokenizer": {k: v for k, v in notes.items() if v}}
     bar = tqdm(total=len(merges), desc="merging", unit="merge", disable=not progress)
 
     def handle(entry: PlanEntry) -> None:  # runs while this process holds the entry's claim
@@ -190,8 +204,10 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
         else:
             _remove_leftovers(entry.path)  # a holder that died before us left them
             stats["redone" if Path(entry.path).exists() else "merged"] += 1
-            stats["seconds"] += merge_one(entry, recipe, digest, recipe_text(entry, recipe, models), options,
-                                           models)
+            if notes[entry.model_id]:
+                bar.write(f"{entry.model_id}: {notes[entry.model_id]}")
+            stats["seconds"] += merge_one(entry, recipe, digest,
+                                          recipe_text(entry, recipe, models, notes[entry.model_id]), options, models)
         if after_each is not None:
             after_each(entry)
         if keep_models == "none" and not _pruned(entry.path):
