@@ -104,7 +104,8 @@ def _table(run_dir):
     df, _, _ = collect_scores(run_dir)
     protocol = protocol_rows(df)
     base, _, best = references(protocol)
-    return df, interference_table(protocol, base, "base"), interference_table(protocol, best, "best")
+    return (df, interference_table(protocol, base, "base", paired="vs_base_diff"),
+            interference_table(protocol, best, "best", paired="vs_best_diff"))
 
 
 def test_screened_run_keeps_every_table_1_sign_and_saves_items(study):
@@ -117,7 +118,7 @@ def test_screened_run_keeps_every_table_1_sign_and_saves_items(study):
         assert (full["pct_beat"] == scr["pct_beat"]).all()
     by = {r["model_id"]: r for _, r in df_scr.iterrows()}
     assert by["ta__n2"]["screened"]  # clearly worse: stopped on the subset
-    assert not by["ties__n2"]["screened"]  # the base itself: an interval of exactly zero, never decided
+    assert not by["ties__n2"]["screened"]  # the base's copy: an interval of exactly zero, never decided
     assert by["ta__n2"]["vs_base_high"] < 0 and by["ta__n2"]["vs_best_high"] < 0
     full = {r["model_id"]: r for _, r in df_full.iterrows()}
     for model_id in ("base", "ties__n2", *[m for m in by if m.startswith("expert")]):  # finished: the full scores
