@@ -107,7 +107,8 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
                                lambda todo: _run_claimed(todo, store, executor, options), retry_failed, SCREEN_SEED)
         write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index,
                                                jobs={**all_jobs, **summary["jobs"]}))
-        return _summary(entries, index, store, suite, len(summary["jobs"]), None, None, screening=summary)
+        return _summary(entries, index, store, suite, len(summary["jobs"]), summary["ran"],
+                        len(summary["jobs"]) - summary["ran"], screening=summary)
     todo, skipped = [], 0
     for job_id, job in jobs.items():
         status = store.load(job_id)

@@ -160,26 +160,27 @@ def run_screened(models: Dict[str, Tuple[Any, str]], suite: Suite, include_path,
                  store: ResultStore, fraction: float, run: Callable[[List[Dict[str, Any]]], None],
                  retry_failed: bool = False, seed: int = 0) -> Dict[str, Any]:
     """The three stages for ``models`` (id -> (plan entry, fingerprint)); ``run(jobs)`` runs jobs on the executor.
-    Returns the summary: model id -> final job id, stopped models, item evaluations spent and total."""
+    Returns the summary: model id -> final job id, stopped models, jobs run, item evaluations spent and total."""
     s = Screening(models, suite, include_path, include_defaults, store, fraction, seed)
     started = time.time()
-    _run_needed(s.first_stage(), store, run, retry_failed, "screening subset (and the references' rest)")
+    ran = _run_needed(s.first_stage(), store, run, retry_failed, "screening subset (and the references' rest)")
     refs = s.references()
     verdicts = {fp: s.verdict(fp, refs) for fp, kind in s.kinds.items() if kind == "candidate"}
     stopped = sum(bool(v and v["stopped"]) for v in verdicts.values())
     print(f"screening on {100 * fraction:g} % of the items: {stopped} of {len(verdicts)} model(s) decided "
           f"(best expert {refs[1]})")
-    _run_needed(s.second_stage(verdicts), store, run, retry_failed, "remaining items of undecided models")
+    ran += _run_needed(s.second_stage(verdicts), store, run, retry_failed, "remaining items of undecided models")
     cost = s.write_finals(verdicts)
     if cost["total"]:
         print(f"screening saved {100 * (1 - cost['spent'] / cost['total']):.1f} % of the item evaluations of the "
               f"{len(verdicts)} non-reference model(s) ({time.time() - started:.0f} s)")
-    return {"index": {m: s.final_id(fp) for m, (_, fp) in models.items()}, "stopped": stopped, **cost,
+    return {"index": {m: s.final_id(fp) for m, (_, fp) in models.items()}, "stopped": stopped, "ran": ran, **cost,
             "jobs": {j["job_id"]: {k: v for k, v in j.items() if k != "tasks"}
                      for fp in s.kinds for j in (s.job(fp, SCREEN), s.job(fp, REST))}}
 
 
-def _run_needed(jobs: List[Dict[str, Any]], store: ResultStore, run, retry_failed: bool, what: str) -> None:
+def _run_needed(jobs: List[Dict[str, Any]], store: ResultStore, run, retry_failed: bool, what: str) -> int:
+    """Run the jobs that have no valid result (or a first kill, or a failure to retry); returns how many."""
     todo, seen = [], set()
     for job in jobs:
         if job["job_id"] in seen:
@@ -194,3 +195,4 @@ def _run_needed(jobs: List[Dict[str, Any]], store: ResultStore, run, retry_faile
     print(f"{what}: {len(seen)} job(s), {len(seen) - len(todo)} already done, {len(todo)} to run")
     if todo:
         run(todo)
+    return len(todo)
