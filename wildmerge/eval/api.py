@@ -17,8 +17,8 @@ from wildmerge.atomic import write_text
 from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.eval.executors import executor_options, run_jobs
 from wildmerge.eval.jobs import make_job
-from wildmerge.eval.staged import REFERENCES, SCREEN_SEED, final_job_id, run_screened
 from wildmerge.eval.models import FingerprintCache, check_model_dir, fingerprint_model
+from wildmerge.eval.staged import REFERENCES, SCREEN_SEED, final_job_id, run_screened
 from wildmerge.eval.store import FAILED, OK, ResultStore, write_result
 from wildmerge.eval.worker import needs_run
 from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
