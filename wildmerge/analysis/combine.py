@@ -39,10 +39,11 @@ def combined_tables(run_dirs: List[Path], suite: Optional[str] = None) -> Dict[s
         if base is None:
             raise WildmergeError(f"{run_dir}: the base model has no score, so its Table 1 row cannot be averaged; "
                                  f"evaluate it (`wildmerge eval {run_dir}`) or leave the run out")
-        frames["vs_base"].append(leaderboard.interference_table(protocol, base, "base").assign(base_model=label))
+        frames["vs_base"].append(leaderboard.interference_table(protocol, base, "base", paired="vs_base_diff")
+                                 .assign(base_model=label))
         if best is not None:
-            frames["vs_best"].append(leaderboard.interference_table(protocol, best, f"best expert {best_id}")
-                                     .assign(base_model=label))
+            frames["vs_best"].append(leaderboard.interference_table(protocol, best, f"best expert {best_id}",
+                                                                    paired="vs_best_diff").assign(base_model=label))
     out = {}
     for key, parts in frames.items():
         if not parts:

@@ -4,6 +4,9 @@ A cell for (method, n) is ``P / D`` over the k evaluated subsets at that n (Hiti
   P = percentage of subsets whose mean accuracy is strictly above the reference (rounded to an integer);
   D = mean over the k subsets of (mean accuracy - reference accuracy), in percentage points.
 The n = 1 column holds the experts alone (the same for every method). Only models with ``status == ok`` count.
+
+With screening (``wildmerge eval --screen``), a model that stopped on the screening subset enters a cell with its
+paired difference to the reference on that subset (the estimate its stop was decided on), and the cell is marked.
 """
 
 from typing import List, Optional
@@ -11,14 +14,25 @@ from typing import List, Optional
 OK = "ok"
 
 
-def _cells(means, reference: float):
-    k = len(means)
-    beat = sum(1 for m in means if m > reference)
-    return {"k": k, "pct_beat": 100.0 * beat / k, "mean_diff_pp": sum(m - reference for m in means) / k}
+def _cells(diffs, screened: int = 0):
+    k = len(diffs)
+    beat = sum(1 for d in diffs if d > 0)
+    return {"k": k, "pct_beat": 100.0 * beat / k, "mean_diff_pp": sum(diffs) / k, "screened": screened}
 
 
-def interference_table(df, reference: float, reference_name: str):
-    """Long table: one row per (method variant, n) with k, pct_beat and mean_diff_pp against ``reference``."""
+def _diffs(rows, reference: float, paired: Optional[str]):
+    """Each model's difference to the reference: the paired screening estimate for a model that stopped early."""
+    diffs = rows["mean"] - reference
+    if paired and paired in rows and "screened" in rows:
+        stopped = rows["screened"].map(lambda v: v is True) & rows[paired].notna()
+        diffs = diffs.where(~stopped, rows[paired])
+        return diffs.tolist(), int(stopped.sum())
+    return diffs.tolist(), 0
+
+
+def interference_table(df, reference: float, reference_name: str, paired: Optional[str] = None):
+    """Long table: one row per (method variant, n) with k, pct_beat and mean_diff_pp against ``reference``.
+    ``paired``: the column with screened models' paired differences to this reference (``vs_base_diff``)."""
     import pandas as pd
 
     ok = df[df["status"] == OK]
@@ -28,10 +42,10 @@ def interference_table(df, reference: float, reference_name: str):
     for variant in dict.fromkeys(merges["variant"]):  # keeps the method order of ``scores``
         sub = merges[merges["variant"] == variant]
         if experts:
-            rows.append({"method": variant, "n": 1, **_cells(experts, reference)})
+            rows.append({"method": variant, "n": 1, **_cells([m - reference for m in experts])})
         for n in sorted(sub["n"].dropna().unique()):
-            rows.append({"method": variant, "n": int(n), **_cells(sub[sub["n"] == n]["mean"].tolist(), reference)})
-    out = pd.DataFrame(rows, columns=["method", "n", "k", "pct_beat", "mean_diff_pp"])
+            rows.append({"method": variant, "n": int(n), **_cells(*_diffs(sub[sub["n"] == n], reference, paired))})
+    out = pd.DataFrame(rows, columns=["method", "n", "k", "pct_beat", "mean_diff_pp", "screened"])
     out.insert(2, "reference", reference_name)
     out.insert(3, "reference_acc", reference)
     return out
@@ -53,9 +67,33 @@ def to_markdown(table, reference_label: str, reference: float) -> str:
                 cells.append("")
                 continue
             r = hit.iloc[0]
-            cell = f"{r['pct_beat']:.0f} / {r['mean_diff_pp']:+.2f}"
+            cell = f"{r['pct_beat']:.0f} / {r['mean_diff_pp']:+.2f}" + ("†" if r.get("screened", 0) else "")
             cells.append(cell + (f" (k={int(r['k'])})" if int(r["k"]) != k_of[n] else ""))
         lines.append("| " + " | ".join(cells) + " |")
+    if "screened" in table and table["screened"].sum():
+        lines.append("\n† some of the cell's models stopped on the screening subset (`--screen`): their difference "
+                     "is the paired estimate on that subset; see the screening section")
+    return "\n".join(lines) + "\n"
+
+
+def screening_markdown(df) -> str:
+    """The screening intervals of every merge of a screened evaluation (empty when there was none)."""
+    ok = df[(df["status"] == OK) & df["kind"].isin(["merge", "composition"])]
+    if "vs_base_low" not in ok or ok["vs_base_low"].isna().all():
+        return ""
+    stopped = int(ok["screened"].map(lambda v: v is True).sum())
+    lines = ["## Screening (paired bootstrap, 95 % intervals on the screening subset)\n",
+             f"{stopped} of {len(ok)} merged model(s) stopped on the screening subset: both intervals excluded "
+             f"zero, so whether they beat the base and the best expert was decided; the others were scored on "
+             f"every item. Differences in percentage points.\n",
+             "| Model | n | stage | vs base: D [low, high] | vs best expert: D [low, high] |", "|---|---|---|---|---|"]
+    for _, r in ok.iterrows():
+        if r["vs_base_low"] != r["vs_base_low"]:  # NaN: no interval (a reference had no score)
+            continue
+        stage = "screened" if r["screened"] is True else "full"
+        lines.append(f"| {r['model_id']} | {'' if r['n'] != r['n'] else int(r['n'])} | {stage} | "
+                     f"{r['vs_base_diff']:+.2f} [{r['vs_base_low']:+.2f}, {r['vs_base_high']:+.2f}] | "
+                     f"{r['vs_best_diff']:+.2f} [{r['vs_best_low']:+.2f}, {r['vs_best_high']:+.2f}] |")
     return "\n".join(lines) + "\n"
 
 
@@ -73,6 +111,10 @@ def references(df):
 def scores_table(df, tasks: List[str]):
     cols = ["model_id", "kind", "method", "method_label", "variant", "n", "subset_id", "hparams", "experts",
             "status", "error", "job_id"] + tasks + ["mean"]
+    screening = ["screened", "vs_base_diff", "vs_base_low", "vs_base_high", "vs_best_diff", "vs_best_low",
+                 "vs_best_high"]
+    if "vs_base_low" in df and df["vs_base_low"].notna().any():  # a screened evaluation: its intervals too
+        cols += [c for c in screening if c in df]
     return df[cols]
 
 

@@ -69,7 +69,7 @@ def _main_tables(out: _Out, protocol, tasks, base, best_id, best, md: List[str])
     if base is None:
         md.append("**The base model has no score, so Tables 1-3 cannot be computed** (see notes).\n")
     else:
-        vs_base = tables["vs_base"] = leaderboard.interference_table(protocol, base, "base")
+        vs_base = tables["vs_base"] = leaderboard.interference_table(protocol, base, "base", paired="vs_base_diff")
         out.put("table_vs_base.csv", vs_base.to_csv(index=False, float_format="%.10g"))
         out.put("table_vs_base.md", leaderboard.to_markdown(vs_base, "Base", base))
         md += ["## Merges vs the base (Tables 1 and 3)\n",
@@ -82,7 +82,8 @@ def _main_tables(out: _Out, protocol, tasks, base, best_id, best, md: List[str])
         md += ["## Per-task change vs the base (percentage points, mean over subsets)\n",
                leaderboard.change_markdown(change, tasks)]
     if best is not None:
-        vs_best = tables["vs_best"] = leaderboard.interference_table(protocol, best, f"best expert {best_id}")
+        vs_best = tables["vs_best"] = leaderboard.interference_table(protocol, best, f"best expert {best_id}",
+                                                                     paired="vs_best_diff")
         out.put("table_vs_best_expert.csv", vs_best.to_csv(index=False, float_format="%.10g"))
         out.put("table_vs_best_expert.md", leaderboard.to_markdown(vs_best, "Best FT", best))
         md += [f"## Merges vs the best single expert (Table 2): `{best_id}`, {best:.2f}\n",
@@ -202,6 +203,7 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
         model_dirs = {e.model_id: Path(e.path) for e in run.read_plan().entries if e.kind == "merge"}
         for variant, saved in layerwise_figures(df, model_dirs, tmp).items():
             out.plot(f"{variant}: covariate shift and importance weights per layer", saved)
+        md.append(leaderboard.screening_markdown(df))
         md.append(cost_markdown(run_dir, suite, df))
         if notes:
             md += ["## Notes\n", "".join(f"- {n}\n" for n in notes)]

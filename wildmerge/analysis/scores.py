@@ -88,6 +88,22 @@ def protocol_rows(df):
     return df[keep]
 
 
+SCREENING_COLUMNS = ["screened", "vs_base_diff", "vs_base_low", "vs_base_high", "vs_best_diff", "vs_best_low",
+                     "vs_best_high"]
+
+
+def screening_columns(info: Optional[Dict]) -> Dict:
+    """A screened evaluation's record (``wildmerge.eval.staged``): whether the score rests on the screening subset
+    only, and the paired bootstrap intervals (points) of the difference to the base and to the best expert."""
+    if not info:
+        return {}
+    out = {"screened": info.get("stage") == "screened"}
+    for ref in ("vs_base", "vs_best"):
+        if info.get(ref):
+            out[f"{ref}_diff"], out[f"{ref}_low"], out[f"{ref}_high"] = info[ref]
+    return out
+
+
 def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List[str], List[str]]:
     """(DataFrame, task column names, notes) for ``suite`` of the run; scores in percent."""
     import pandas as pd
@@ -124,14 +140,16 @@ def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List
                 for t in tasks:
                     row[t] = 100.0 * float(record["scores"][t])
                 row["mean"] = sum(row[t] for t in tasks) / len(tasks)
+                row.update(screening_columns(record.get("screening")))
         if row["status"] != OK:
             notes.append(f"{e.model_id} ({e.kind}) has no score: {row['status']}: {row['error']}")
         rows.append(row)
     _variants(rows)
     df = pd.DataFrame(rows)
-    for col in tasks + ["mean"]:
+    for col in tasks + ["mean"] + SCREENING_COLUMNS[1:]:
         if col not in df:
             df[col] = float("nan")
+    df["screened"] = df["screened"].map(lambda v: v is True) if "screened" in df else False
     df["n"] = pd.to_numeric(df["n"], errors="coerce")
     order = {m: i for i, m in enumerate(METHOD_ORDER)}
     df["_kind"] = df["kind"].map({"base": 0, "expert": 1, "merge": 2, "composition": 3})

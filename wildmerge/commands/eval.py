@@ -22,6 +22,10 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
                         help="rerun the jobs that failed before (a job whose worker was killed is redone once anyway)")
     parser.add_argument("--record-items", action="store_true",
                         help="keep every document's score in the results (for `wildmerge.eval.screening`)")
+    parser.add_argument("--screen", type=float, metavar="FRACTION",
+                        help="score every model on this fraction of each task's items first (the same items for "
+                             "all); finish only models whose result vs the base / best expert is still open "
+                             "(paired bootstrap intervals); base and experts are always scored in full")
     w = parser.add_argument_group("local executor (long-lived workers)")
     w.add_argument("--workers", type=int, help="worker processes (default: one per visible GPU, else one per two "
                                                "CPU cores, at most four)")
@@ -55,12 +59,15 @@ def check_eval_options(args) -> None:
 
     executor_options(args.executor, executor_kwargs(args))
     _overrides(args)
+    if args.screen is not None and not 0 < args.screen < 1:
+        raise ConfigError(f"--screen {args.screen}: give a fraction between 0 and 1, e.g. --screen 0.2")
 
 
 def eval_options(args) -> dict:
     """Keyword arguments of ``evaluate_run`` / ``evaluate_models`` from the parsed options."""
     return dict(executor=args.executor, retry_failed=args.retry_failed, overrides=_overrides(args),
-                allow_pickle=args.allow_pickle, record_items=args.record_items, **executor_kwargs(args))
+                allow_pickle=args.allow_pickle, record_items=args.record_items, **executor_kwargs(args),
+                **({"screen": args.screen} if args.screen is not None else {}))
 
 
 def configure(parser) -> None:

@@ -18,6 +18,7 @@ from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.eval.executors import executor_options, run_jobs
 from wildmerge.eval.jobs import make_job
 from wildmerge.eval.models import FingerprintCache, check_model_dir, fingerprint_model
+from wildmerge.eval.staged import REFERENCES, SCREEN_SEED, final_job_id, run_screened
 from wildmerge.eval.store import FAILED, OK, ResultStore, write_result
 from wildmerge.eval.worker import needs_run
 from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
@@ -59,8 +60,10 @@ def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[st
 
 
 def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str, retry_failed: bool,
-              strict: bool, allow_pickle: bool, record_items: bool = False, **options) -> Dict[str, Any]:
+              strict: bool, allow_pickle: bool, record_items: bool = False, screen: Optional[float] = None,
+              **options) -> Dict[str, Any]:
     executor_options(executor, options)  # a misspelled option fails here, before any model is fingerprinted
+    check_screen(screen, suite)
     _check_device(suite, executor)
     include_path = suite.resolved_include_path()
     include_defaults = check_tasks(suite)  # unknown task names fail here, before any model is loaded
@@ -68,6 +71,7 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     write_text(store.root / "suite.yml", yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False))
     cache = FingerprintCache(store.root / "fingerprints.json")
     jobs: Dict[str, Dict[str, Any]] = {}
+    fingerprints: Dict[str, Any] = {}  # model id -> (entry, fingerprint), for screening
     # Earlier evaluations stay in the index: a partial evaluation (``model_ids``) must not drop them, and a merged
     # model whose weights were deleted after scoring (``--keep-models none``) keeps its score.
     previous = read_eval_index(store.root)
@@ -85,6 +89,10 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
             write_result(store.result_path(job_id), _invalid_record(job_id, suite, str(e.path), str(exc)))
             index[e.model_id] = job_id
             continue
+        fingerprints[e.model_id] = (e, fp)
+        if screen:
+            index[e.model_id] = final_job_id(suite, fp, screen, SCREEN_SEED)
+            continue
         job = make_job(e.path, fp, suite, include_path, include_defaults)
         job = jobs.setdefault(job.job_id, job.to_dict())
         job["models"].append(e.model_id)
@@ -94,6 +102,13 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     all_jobs = {**previous.jobs,
                 **{j: {k: v for k, v in job.items() if k not in ("tasks",)} for j, job in jobs.items()}}
     write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index, jobs=all_jobs))
+    if screen:
+        summary = run_screened(fingerprints, suite, include_path, include_defaults, store, screen,
+                               lambda todo: _run_claimed(todo, store, executor, options), retry_failed, SCREEN_SEED)
+        write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index,
+                                               jobs={**all_jobs, **summary["jobs"]}))
+        return _summary(entries, index, store, suite, len(summary["jobs"]), summary["ran"],
+                        len(summary["jobs"]) - summary["ran"], screening=summary)
     todo, skipped = [], 0
     for job_id, job in jobs.items():
         status = store.load(job_id)
@@ -109,6 +124,10 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
           f"({executor})")
     _run_claimed(todo, store, executor, options)
+    return _summary(entries, index, store, suite, len(jobs), len(todo), skipped)
+
+
+def _summary(entries, index, store, suite, jobs: int, ran, skipped, **extra) -> Dict[str, Any]:
     wanted = {e.model_id: index[e.model_id] for e in entries if e.model_id in index}
     records = {job_id: store.load(job_id) for job_id in set(wanted.values())}
     failures = {m: records[j].get("error") for m, j in wanted.items() if records[j]["status"] != OK}
@@ -118,9 +137,16 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     if failures:
         print(f"{len(failures)} model(s) failed; details in {store.root}/results and logs; rerun with "
               f"--retry-failed to run only those again")
-    return {"store": store.root, "suite": suite.name, "models": len(entries), "jobs": len(jobs), "ran": len(todo),
+    return {"store": store.root, "suite": suite.name, "models": len(entries), "jobs": jobs, "ran": ran,
             "skipped": skipped, "ok": sum(r["status"] == OK for r in records.values()),
-            "failed": failures, "index": wanted}
+            "failed": failures, "index": wanted, **extra}
+
+
+def check_screen(screen: Optional[float], suite: Suite) -> None:
+    """``--screen`` is a fraction of each task's items (of its first ``limit`` items where a limit is set)."""
+    if screen is not None and not 0 < screen < 1:
+        raise ConfigError(f"--screen {screen}: the screening fraction must be between 0 and 1 (e.g. 0.2 scores "
+                          f"20 % of each task's items first)")
 
 
 def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, executor: str, options: Dict[str, Any]) -> None:
@@ -160,13 +186,16 @@ def _weights_pruned(path) -> bool:
 
 def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = False,
                  overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
-                 model_ids: Optional[List[str]] = None, record_items: bool = False, **options) -> Dict[str, Any]:
+                 model_ids: Optional[List[str]] = None, record_items: bool = False, screen: Optional[float] = None,
+                 **options) -> Dict[str, Any]:
     """Score every model of ``RUN/plan.json`` (or only ``model_ids``) on ``suite``; identical models once;
     finished jobs are skipped.
 
     A model that is missing or broken is recorded as failed and the others go on. ``options`` go to the executor
     (``workers``, ``ray_address``, ``gpus_per_job``, ``slurm_partition``, ``slurm_time``...). ``record_items``
-    keeps every document's score in the results, for screening (``screening.py``).
+    keeps every document's score in the results, for screening (``screening.py``). ``screen`` (a fraction)
+    scores every model on that fraction of each task's items first and the rest only where the outcome is open
+    (``staged.py``); the base and the experts are then always part of the evaluation, as its references.
     """
     run = RunFolder(run_dir)
     suite = apply_overrides(load_suite(suite), overrides)
@@ -175,15 +204,17 @@ def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = F
         unknown = sorted(set(model_ids) - {e.model_id for e in entries})
         if unknown:
             raise ConfigError(f"model ids not in {run.plan_path}: {unknown}")
-        entries = [e for e in entries if e.model_id in set(model_ids)]
+        entries = [e for e in entries if e.model_id in set(model_ids) or (screen and e.kind in REFERENCES)]
     return _evaluate(entries, suite, run.eval_dir(suite.name), executor, retry_failed, strict=False,
-                     allow_pickle=allow_pickle, record_items=record_items, **options)
+                     allow_pickle=allow_pickle, record_items=record_items, screen=screen, **options)
 
 
 def evaluate_models(models: List[str], suite, out_dir, executor: str = "local", retry_failed: bool = False,
                     overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
-                    **options) -> Dict[str, Any]:
+                    screen: Optional[float] = None, **options) -> Dict[str, Any]:
     """Ad hoc: score a few models (paths, hub ids in the local cache, ``demo:<name>``); bad input fails early."""
+    if screen is not None:
+        raise ConfigError("--screen needs a run (a base and experts to compare with): give RUN_DIR, not --model")
     suite = apply_overrides(load_suite(suite), overrides)
     entries = []
     for ref in models:

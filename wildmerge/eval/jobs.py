@@ -35,6 +35,7 @@ class EvalJob:
     result_path: str = ""
     log_path: str = ""
     models: List[str] = field(default_factory=list)  # the model ids of a run that share this job
+    screen: Optional[Dict[str, Any]] = None  # a screened evaluation's part: {fraction, seed, part} (``parts.py``)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -44,22 +45,27 @@ class EvalJob:
         return cls(**data)
 
 
-def job_identity(fingerprint: str, suite: Suite) -> Dict[str, Any]:
-    """Everything that changes the numbers a job produces (labels and descriptions do not)."""
-    return {
+def job_identity(fingerprint: str, suite: Suite, screen: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Everything that changes the numbers a job produces (labels and descriptions do not). A part of a screened
+    evaluation adds its fraction, seed and part, so it never shares an id (or a result) with a full evaluation."""
+    identity = {
         "fingerprint": fingerprint,
         "tasks": [{"task": t.task, "num_fewshot": t.num_fewshot, "metric": t.metric} for t in suite.tasks],
         "settings": suite.settings.model_dump(mode="json"),
         "lm_eval": lm_eval_version(),
     }
+    return {**identity, "screen": screen} if screen else identity
+
+
+def job_id(suite: Suite, identity: Dict[str, Any]) -> str:
+    return f"{suite.name}-{hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]}"
 
 
 def make_job(model_path: str, fingerprint: str, suite: Suite, include_path: Optional[str],
-             include_defaults: bool) -> EvalJob:
-    identity = job_identity(fingerprint, suite)
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+             include_defaults: bool, screen: Optional[Dict[str, Any]] = None) -> EvalJob:
+    identity = job_identity(fingerprint, suite, screen)
     return EvalJob(
-        job_id=f"{suite.name}-{digest}",
+        job_id=job_id(suite, identity),
         model_path=str(model_path),
         fingerprint=fingerprint,
         suite=suite.name,
@@ -67,4 +73,5 @@ def make_job(model_path: str, fingerprint: str, suite: Suite, include_path: Opti
         settings=identity["settings"],
         include_path=include_path,
         include_defaults=include_defaults,
+        screen=screen,
     )

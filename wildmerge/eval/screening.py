@@ -9,7 +9,7 @@ Paired bootstrap for comparing systems on one test set: Koehn (2004), "Statistic
 translation evaluation"; Efron & Tibshirani (1993), ch. 13 (percentile intervals).
 
 ``simulate`` replays the rule on models scored on every item (results written with ``record_items``) and
-reports the fraction of item evaluations saved and which Table 1 cells would change.
+reports the fraction of item evaluations saved and which Table 1 cells would change; ``staged.py`` runs it live.
 """
 
 import math
@@ -75,10 +75,11 @@ def simulate(merges: Dict[str, Dict], base: Items, experts: Dict[str, Items], fr
     per_model = sum(len(v) for v in base.values())
     screened = sum(len(v) for v in subset.values())
     cells: Dict[Tuple, Dict[str, List[float]]] = {}
-    spent = 0
+    spent = stopped = 0
     for model_id, merge in sorted(merges.items()):
         verdict = screen_model(merge["items"], base, best, subset, seed=seed, **bootstrap)
         spent += screened if verdict["stop"] else per_model
+        stopped += verdict["stop"]
         score = verdict["screened_score"] if verdict["stop"] else verdict["full_score"]
         base_score = suite_score(base, subset) if verdict["stop"] else suite_score(base)
         cell = cells.setdefault(tuple(merge["cell"]), {"full": [], "screened": []})
@@ -93,6 +94,6 @@ def simulate(merges: Dict[str, Dict], base: Items, experts: Dict[str, Items], fr
                       "sign_kept": bool(np.sign(full.mean()) == np.sign(scr.mean())),
                       "P_within_one_subset": bool(abs(p_full - p_scr) <= 100 / len(full) + 1e-9)}
     total = per_model * len(merges)
-    return {"fraction": fraction, "saved": 1 - spent / total if total else 0.0, "cells": table,
+    return {"fraction": fraction, "saved": 1 - spent / total if total else 0.0, "stopped": stopped, "cells": table,
             "sign_changes": [k for k, c in table.items() if not c["sign_kept"]],
             "P_moves": [k for k, c in table.items() if not c["P_within_one_subset"]]}

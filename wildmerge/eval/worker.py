@@ -143,6 +143,8 @@ def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
     s = job["settings"]
     lm = build_lm(job)
     tm = task_manager(job["include_path"], job["include_defaults"])
+    if job.get("screen"):
+        return evaluate_part_job(job, lm, tm)
     scores, outputs, items = {}, {}, {}
     for batch in _batches(job["tasks"], set(tm.all_tags)):
         out = lm_eval.simple_evaluate(
@@ -156,6 +158,20 @@ def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
             if job.get("record_items"):
                 items[t["label"] or t["task"]] = item_scores(out.get("samples") or {}, t["task"], t["metric"])
     return {"scores": scores, "lm_eval": outputs, **({"items": items} if job.get("record_items") else {})}
+
+
+def evaluate_part_job(job: Dict[str, Any], lm, tm) -> Dict[str, Any]:
+    """A screened evaluation's part (``parts.py``): the scores of the part's documents, kept per document."""
+    import lm_eval
+
+    from wildmerge.eval.parts import combine, evaluate_part
+
+    documents = {}
+    for batch in _batches(job["tasks"], set(tm.all_tags)):
+        documents.update(evaluate_part(lm, tm, batch, job["screen"], job["settings"], lm_eval.simple_evaluate))
+    scores = {label: combine(entry) for label, entry in documents.items() if any(
+        d["scores"] for d in entry["leaves"].values())}
+    return {"scores": scores, "documents": documents}
 
 
 def item_scores(samples: Dict[str, Any], task: str, metric: str) -> List[float]:
