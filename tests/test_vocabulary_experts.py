@@ -173,3 +173,14 @@ def test_every_per_tensor_method_merges_aligned_rows_as_if_pre_aligned(lm_family
         assert a["model.embed_tokens.weight"].shape[0] == len(base_tok), e["method"]
         for name in b:
             assert torch.allclose(a[name], b[name], atol=1e-6), (e["method"], name)
+
+
+@pytest.mark.parametrize("analysis", ["norms", "mergeability"])
+def test_task_vector_diagnostics_refuse_a_resized_expert_clearly(lm_family, odd_experts, tmp_path, capsys,  # noqa: F811
+                                                                 analysis):
+    # they subtract the base from every tensor, so shapes must agree: one clear line, not a shape traceback
+    pool = _pool(tmp_path, lm_family["base"], {"a": lm_family["experts"][1], "resized": odd_experts["resized"]})
+    assert main(["analyze", analysis, "--pool", pool, "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err
+    assert "resized" in err and "needs identical vocabularies" in err
+    assert "Traceback" not in err

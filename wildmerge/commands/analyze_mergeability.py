@@ -69,7 +69,7 @@ def pool_models(args):
             if isinstance(spec, str) and rel is not None and not Path(spec).is_absolute():
                 spec = str(rel / spec)
             specs[e.label] = spec
-    check_compatible(base, experts, allow_pickle=args.allow_pickle)  # experts that do not share the base: refused
+    check_compatible(base, experts, allow_pickle=args.allow_pickle, same_vocab=True)  # task vectors need one shape
     return name, base, experts, specs
 
 

@@ -29,7 +29,7 @@ def run(args) -> int:
     refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
     base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    check_compatible(base, experts, allow_pickle=args.allow_pickle)
+    check_compatible(base, experts, allow_pickle=args.allow_pickle, same_vocab=True)  # task vectors need one shape
     rows = imbalance_rows(layer_grams(base, experts), list(experts))
     out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "norms")
     for path in write_imbalance(rows, list(experts), out):
