@@ -19,7 +19,7 @@ computes just those. Orthogonal polar factors (TSV-M, Iso-CTS) come from a small
 never formed: ``polar(U) S polar(V)^T = U (W_U S W_V) V^T`` with small ``W = (M^T M)^{-1/2}``.
 
 TSV-M's and Iso-CTS's per-task top-k can instead come from randomized subspace iteration (``topk_solver=
-"randomized"``, opt-in, approximate; ``randomized.py``): a few passes over each task vector with ``k + 10``
+"randomized"``, opt-in, approximate; ``randomized_svd.py``): a few passes over each task vector with ``k + 10``
 vectors instead of a Gram matrix and an eigensolve per task.
 
 Effective rank (seed 002, spec §6): singular values at or below ``tol * s_1`` are treated as zero and their
@@ -278,10 +278,11 @@ def polar(m: torch.Tensor, tol: Optional[float] = None) -> torch.Tensor:
     return x @ polar_weights(m, tol)
 
 
-def _polar_product(u: torch.Tensor, middle: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """``polar(u) middle polar(v)^T`` as ``u (W_u middle W_v) v^T``: two small products instead of two m x c ones."""
-    inner = polar_weights(u) @ middle.to(u.dtype) @ polar_weights(v)
-    return (u @ inner) @ v.transpose(-2, -1)
+def _polar_product(u: torch.Tensor, scales: Union[torch.Tensor, float], v: torch.Tensor) -> torch.Tensor:
+    """``polar(u) diag(scales) polar(v)^T`` as ``u (W_u diag(scales) W_v) v^T``: one small product instead of two
+    m x c ones."""
+    scales = scales.to(u.dtype) if isinstance(scales, torch.Tensor) else scales
+    return (u @ ((polar_weights(u) * scales) @ polar_weights(v))) @ v.transpose(-2, -1)
 
 
 @on_kernel_threads
@@ -334,7 +335,7 @@ def tsv_merge(deltas: Sequence[torch.Tensor], tol: Optional[float] = None, preci
     u_cat = torch.cat(list(u), dim=-1)
     v_cat = torch.cat(list(v), dim=-1)
     s_cat = torch.cat(list(s), dim=-1)
-    return _polar_product(u_cat, torch.diag(s_cat), v_cat).to(_out_dtype(deltas[0]))
+    return _polar_product(u_cat, s_cat, v_cat).to(_out_dtype(deltas[0]))
 
 
 def iso_cts_sizes(r: int, n_tasks: int, common_fraction: float) -> Tuple[int, int]:
@@ -397,7 +398,5 @@ def iso_cts(
     rank = int((s_all > 0).sum())
     if rank == 0:
         return torch.zeros_like(deltas[0], dtype=_out_dtype(deltas[0]))
-    sigma = s_all.sum() / rank
-    u_all = torch.cat(us, -1)
-    identity = torch.eye(u_all.shape[-1], dtype=u_all.dtype, device=u_all.device)
-    return (sigma * _polar_product(u_all, identity, torch.cat(vs, -1))).to(_out_dtype(deltas[0]))
+    sigma = float(s_all.sum() / rank)
+    return _polar_product(torch.cat(us, -1), sigma, torch.cat(vs, -1)).to(_out_dtype(deltas[0]))
