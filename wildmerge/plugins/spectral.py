@@ -135,27 +135,63 @@ def _one_svd(m: torch.Tensor, k: Optional[int], tol: Optional[float], dtype: tor
     transpose = m.shape[0] < m.shape[1]  # work on the tall orientation: the Gram of the smaller side
     if transpose and not with_u:
         raise ValueError("with_u=False needs a tall matrix")
-    partial = k is not None and 4 * k <= min(m.shape) and m.device.type == "cpu"
+    partial = _partial(m, k)
     work = torch.float64 if partial else dtype  # a partial float32 solve would blur the rank (noise floor)
     x = _oriented(m, work, transpose)
     with lapack_threads(m.device):
         gram = upper_gram(x)
-        evals, v = _top_eigh(gram, k) if partial else torch.linalg.eigh(gram, UPLO="U")  # ascending
-    del gram
-    s, v = evals.flip(-1).clamp_min(0).sqrt(), v.flip(-1)
-    if k is not None:
-        s, v = s[..., :k], v[..., :k]
-    rel = default_tol(m.shape) if tol is None else tol
-    if work == torch.float32:
-        rel = max(rel, float32_gram_floor(m.shape))
-    threshold = rel * (s[..., :1] if scale is None else scale.to(s))
-    keep = s > threshold
-    s = torch.where(keep, s, torch.zeros_like(s))
-    v = v * keep.to(v.dtype)
+    s, v = _svd_from_gram(gram, k, partial, m.shape, tol, scale)
     if not with_u:
         return None, s, v
     u = x @ (v * _inverse(s))
     return (v, s, u) if transpose else (u, s, v)
+
+
+def _partial(m: torch.Tensor, k: Optional[int]) -> bool:
+    """Whether only the top ``k`` eigenpairs are computed (a partial LAPACK solve pays on the CPU for k <= r / 4)."""
+    return k is not None and 4 * k <= min(m.shape) and m.device.type == "cpu"
+
+
+def _svd_from_gram(gram: torch.Tensor, k: Optional[int], partial: bool, shape, tol: Optional[float],
+                   scale: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Singular values (descending) and right singular vectors from a Gram matrix (upper triangle), with the
+    effective-rank rule: values at or below the threshold become exact zeros, their vectors zero columns."""
+    with lapack_threads(gram.device):
+        evals, v = _top_eigh(gram, k) if partial else torch.linalg.eigh(gram, UPLO="U")  # ascending
+    s, v = evals.flip(-1).clamp_min(0).sqrt(), v.flip(-1)
+    if k is not None:
+        s, v = s[..., :k], v[..., :k]
+    rel = default_tol(shape) if tol is None else tol
+    if s.dtype == torch.float32:
+        rel = max(rel, float32_gram_floor(shape))
+    threshold = rel * (s[..., :1] if scale is None else scale.to(s))
+    keep = s > threshold
+    return torch.where(keep, s, torch.zeros_like(s)), v * keep.to(v.dtype)
+
+
+def _projected_svds(deltas: Sequence[torch.Tensor], basis: torch.Tensor, k: int, tol: Optional[float],
+                    precision: str, scale: torch.Tensor):
+    """Per-task top-k of ``(I - basis basis^T) delta`` (Iso-CTS step 2), with the rank rule relative to ``scale``.
+
+    For a tall float64 ``delta`` (the basis on its long side) the projection is never formed: its Gram matrix is
+    ``delta^T delta - B^T B`` with ``B = basis^T delta``, one GEMM per task less, and ``U = (delta V - basis B V) / S``.
+    The subtraction's rounding (~1e-8 of ``||delta||`` on a singular value) lies far under the rank threshold
+    (``max(m, n) eps32 ||delta||``); in float32 it would not, so there and for wide matrices the projection is formed.
+    """
+    us, ss, vs = [], [], []
+    for i, d in enumerate(deltas):
+        x = d.to(basis.dtype)
+        if x.shape[0] < x.shape[1] or basis.dtype != torch.float64:
+            projected = x - basis @ (basis.transpose(-2, -1) @ x)
+            u, s, v = thin_svd(projected, k=k, tol=tol, precision=precision, scale=scale[i:i + 1])
+        else:
+            b = basis.transpose(-2, -1) @ x
+            with lapack_threads(d.device):
+                gram = upper_gram(x) - upper_gram(b)
+            s, v = _svd_from_gram(gram, k, _partial(x, k), x.shape, tol, scale[i])
+            u = (x @ v - basis @ (b @ v)) * _inverse(s)
+        us.append(u), ss.append(s), vs.append(v)
+    return us, ss, vs
 
 
 def _inverse(s: torch.Tensor) -> torch.Tensor:
@@ -387,10 +423,8 @@ def iso_cts(
         norms = torch.stack([torch.linalg.matrix_norm(d).to(u_c.dtype) for d in deltas]).unsqueeze(-1)
         if topk_solver == "randomized":
             u_t, s_t, v_t = _randomized_svds(deltas, per_task, tol, u_c.dtype, basis=u_c, scale=norms)
-        else:
-            # one projected task at a time (a generator): no float64 copy of the whole stack
-            projected = (d.to(u_c.dtype) - u_c @ (u_c.transpose(-2, -1) @ d.to(u_c.dtype)) for d in deltas)
-            u_t, s_t, v_t = thin_svd(projected, k=per_task, tol=tol, precision=precision, scale=norms)
+        else:  # one task at a time: no float64 copy of the whole stack
+            u_t, s_t, v_t = _projected_svds(deltas, u_c, per_task, tol, precision, norms)
         us += list(u_t)
         vs += list(v_t)
         ss += list(s_t)
