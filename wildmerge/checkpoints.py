@@ -205,16 +205,20 @@ def check_compatible(base: str, experts: Dict[str, str], allow_pickle: bool = Fa
 def nonfinite_tensors(path) -> List[str]:
     """Names of the floating-point tensors of a safetensors checkpoint that hold NaN or Inf (reads every tensor,
     one at a time)."""
+    return [name for shard in weight_files(path) for name in nonfinite_in_file(shard)]
+
+
+def nonfinite_in_file(file) -> List[str]:
+    """Names of the floating-point tensors of one safetensors file that hold NaN or Inf."""
     import torch
     from safetensors import safe_open
 
     bad = []
-    for shard in weight_files(path):
-        with safe_open(str(shard), framework="pt") as f:
-            for name in f.keys():
-                t = f.get_tensor(name)
-                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-                    bad.append(name)
+    with safe_open(str(file), framework="pt") as f:
+        for name in f.keys():
+            t = f.get_tensor(name)
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                bad.append(name)
     return bad
 
 

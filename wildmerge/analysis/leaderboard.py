@@ -11,6 +11,8 @@ paired difference to the reference on that subset (the estimate its stop was dec
 
 from typing import List, Optional
 
+from wildmerge.analysis.scores import SCREENING_COLUMNS
+
 OK = "ok"
 
 
@@ -111,10 +113,8 @@ def references(df):
 def scores_table(df, tasks: List[str]):
     cols = ["model_id", "kind", "method", "method_label", "variant", "n", "subset_id", "hparams", "experts",
             "status", "error", "job_id"] + tasks + ["mean"]
-    screening = ["screened", "vs_base_diff", "vs_base_low", "vs_base_high", "vs_best_diff", "vs_best_low",
-                 "vs_best_high"]
     if "vs_base_low" in df and df["vs_base_low"].notna().any():  # a screened evaluation: its intervals too
-        cols += [c for c in screening if c in df]
+        cols += [c for c in SCREENING_COLUMNS if c in df]
     return df[cols]
 
 

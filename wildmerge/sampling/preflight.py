@@ -7,23 +7,9 @@ finite are remembered in the run folder by size and modification time, so a reru
 
 from pathlib import Path
 
-from wildmerge.checkpoints import weight_files
+from wildmerge.checkpoints import nonfinite_in_file, weight_files
 from wildmerge.errors import WildmergeError
 from wildmerge.run import PoolModels, read_weight_checks, write_weight_checks
-
-
-def non_finite_tensors(file) -> list[str]:
-    """Names of the floating-point tensors of one safetensors file that hold a NaN or an Inf."""
-    import torch
-    from safetensors import safe_open
-
-    bad = []
-    with safe_open(str(file), framework="pt") as f:
-        for name in f.keys():
-            t = f.get_tensor(name)
-            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-                bad.append(name)
-    return bad
 
 
 def _stamp(file: Path) -> str:
@@ -42,7 +28,7 @@ def check_finite(run_dir, models: PoolModels, allow_pickle: bool = False, progre
     todo = [(name, f) for name, f in files if checks.finite.get(str(f)) != _stamp(f)]
     problems = []
     for name, f in tqdm(todo, desc="checking weights for NaN/Inf", unit="file", disable=not progress or not todo):
-        bad = non_finite_tensors(f)
+        bad = nonfinite_in_file(f)
         if bad:
             more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
             problems.append(f"  {name}: {bad[0]}{more} in {f}")
