@@ -33,7 +33,7 @@ print(json.dumps({t: out["results"][t] for t in tasks}, default=str))
 
 
 def timed_eval(paths, out, **options):
-    from wildmerge.eval.api import evaluate_models
+    from wildmerge.eval.evaluate import evaluate_models
 
     t0 = time.perf_counter()
     summary = evaluate_models(paths, "demo", out, **options)

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from wildmerge.eval.screening import simulate
+from wildmerge.eval.screening.stats import simulate
 from wildmerge.eval.store import OK, ResultStore
 from wildmerge.run import RunFolder
 

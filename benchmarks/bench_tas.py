@@ -1,4 +1,4 @@
-"""Does the task alignment score pick good hyperparameters, and what does it save? (seed 004, Figs. 3-4)
+"""Does the task alignment score pick good hyperparameters, and what does it save? (the reality-check paper, Figs. 3-4)
 
 On the demo family (12 experts, each with its own unlabelled text) every grid point is (a) scored by TAS in memory
 and (b) merged by mergekit to disk and evaluated on the demo suite. Printed per grid: Spearman correlation of TAS
@@ -21,7 +21,7 @@ import yaml
 
 from wildmerge.memory import peak_rss_mib
 
-GRIDS = {  # seed 004's grids (TA lambda 0.1..1.0) and the in-the-wild study's TIES / SB axes, at most 10 points
+GRIDS = {  # the reality-check paper's grids (TA lambda 0.1..1.0) and the in-the-wild study's TIES / SB axes, at most 10 points
     "ta": ("ta", {"lambda": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]}),
     "ties": ("ties", {"density": [0.1, 0.3, 0.7], "lambda": [0.3, 0.6, 1.0]}),
     "sb": ("ta_sb", {"beta": [0.0, 0.1, 0.2, 0.4, 0.7, 1.0]}),
@@ -60,12 +60,12 @@ def merge_to_disk(recipe: dict, out: Path) -> float:
 
 
 def study(args) -> dict:
-    from wildmerge.analysis.tas_setup import load_sweep
-    from wildmerge.analysis.tas_sweep import check_points, sweep
-    from wildmerge.eval.api import evaluate_models
+    from wildmerge.analysis.tas.setup import load_sweep
+    from wildmerge.analysis.tas.sweep import check_points, sweep
+    from wildmerge.eval.evaluate import evaluate_models
     from wildmerge.eval.store import ResultStore
     from wildmerge.plugins.recipes import load_method_recipe, render_recipe
-    from wildmerge.sampling.plan import split_hparams
+    from wildmerge.plugins.recipes import split_hparams
     from wildmerge.sampling.pools import load_pool
 
     out = Path(args.out)
@@ -123,7 +123,7 @@ def study(args) -> dict:
 
 def plot(grid_name: str, rows: list, out: Path) -> None:
     """Fig. 4 left (accuracy vs TAS, every candidate) and, for one-axis grids, Fig. 3 (both against the knob)."""
-    from wildmerge.analysis.plots import _plt, _save
+    from wildmerge.analysis.report.plots import _plt, _save
 
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -155,7 +155,7 @@ def large(args) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 
-    from wildmerge.analysis.tas_sweep import TASSweep, sweep
+    from wildmerge.analysis.tas.sweep import TASSweep, sweep
     from wildmerge.plugins.recipes import load_method_recipe
 
     root = Path(args.out) / "large"

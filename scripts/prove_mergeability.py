@@ -1,4 +1,4 @@
-"""Proof of seed 001 on the demo family: do the 28 pairwise metrics predict which pairs merge well, and does the
+"""Proof of Zhou et al. 2026 on the demo family: do the 28 pairwise metrics predict which pairs merge well, and does the
 fitted predictor choose better subsets than random draws?
 
 Steps (each resumable: rerunning skips finished merges, scores and cached metrics):
@@ -97,7 +97,7 @@ def selection_summary(out: Path, args) -> list:
     import pandas as pd
 
     from wildmerge.analysis.mergeability.targets import own_tasks_for, targets_from_scores
-    from wildmerge.analysis.scores import collect_scores
+    from wildmerge.analysis.report.scores import collect_scores
     from wildmerge.run import RunFolder
 
     rows = []

@@ -4,42 +4,14 @@ import os
 
 import pytest
 
+from helpers import make_tiny_model
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def make_tiny_model(path, arch="llama", seed=0, vocab_size=64, hidden=32, layers=2, base=None, noise=0.0):
-    """Save a tiny random Llama or Qwen3 causal LM at ``path``.
-
-    With ``base`` (a path), start from that model's weights and add Gaussian noise of scale ``noise``: an "expert"
-    of that base. Returns the path.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
-
-    torch.manual_seed(seed)
-    if base is not None:
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(noise * torch.randn_like(p))
-    else:
-        common = dict(
-            vocab_size=vocab_size,
-            hidden_size=hidden,
-            intermediate_size=hidden * 2,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=128,
-            tie_word_embeddings=False,
-        )
-        config = Qwen3Config(head_dim=hidden // 4, **common) if arch == "qwen3" else LlamaConfig(**common)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.save_pretrained(str(path), safe_serialization=True)
-    return str(path)
 
 
 @pytest.fixture(scope="session")

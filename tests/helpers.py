@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import make_tiny_model
 from wildmerge.run import Plan, RunFolder
 
 MC_DOCS = [
@@ -112,3 +111,81 @@ def lm_family(tmp_path_factory):
     tasks = write_tasks(root / "tasks")
     suite = write_suite(root / "mini.yml", tasks)
     return {"root": root, "base": base, "experts": experts, "copy": str(copy), "tasks": tasks, "suite": suite}
+
+
+def make_tiny_model(path, arch="llama", seed=0, vocab_size=64, hidden=32, layers=2, base=None, noise=0.0):
+    """Save a tiny random Llama or Qwen3 causal LM at ``path``.
+
+    With ``base`` (a path), start from that model's weights and add Gaussian noise of scale ``noise``: an "expert"
+    of that base. Returns the path.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
+
+    torch.manual_seed(seed)
+    if base is not None:
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(noise * torch.randn_like(p))
+    else:
+        common = dict(
+            vocab_size=vocab_size,
+            hidden_size=hidden,
+            intermediate_size=hidden * 2,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            tie_word_embeddings=False,
+        )
+        config = Qwen3Config(head_dim=hidden // 4, **common) if arch == "qwen3" else LlamaConfig(**common)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(str(path), safe_serialization=True)
+    return str(path)
+
+
+# --- protocol runs on a tiny pool (sampling, claims) ---
+
+METHODS = "ta,ties,iso_c"
+ARGS = ["--sizes", "1,2", "--k", "3", "--methods", METHODS, "--no-evaluate", "--seed", "7"]
+
+
+def write_pool(tmp_path, family, name="tiny", domains=None):
+    lines = [f"name: {name}", f"base: {{model: {family['base']}}}", "experts:"]
+    for i, e in enumerate(family["experts"]):
+        dom = f", domain: {domains[i]}" if domains else ""
+        lines.append(f"  - {{model: {e}, name: x{i}{dom}}}")
+    p = tmp_path / f"{name}.yml"
+    p.write_text("\n".join(lines) + "\n")
+    return str(p)
+
+
+def sample(pool, out, *extra):
+    from wildmerge.cli import main
+
+    return main(["sample", "--base", pool, "--out", str(out), *ARGS, *extra])
+
+
+def tensors(run):
+    from safetensors.torch import load_file
+
+    out = {}
+    for d in sorted((Path(run) / "models").iterdir()):
+        out[d.name] = load_file(str(d / "model.safetensors"))
+    return out
+
+
+def assert_same_models(a, b):
+    import torch
+
+    ta, tb = tensors(a), tensors(b)
+    assert ta.keys() == tb.keys()
+    for mid in ta:
+        assert ta[mid].keys() == tb[mid].keys()
+        for k in ta[mid]:
+            assert torch.equal(ta[mid][k], tb[mid][k]), (mid, k)
+
+
+def leftovers(run):
+    return [p.name for p in (Path(run) / "models").iterdir() if ".tmp-" in p.name or ".old-" in p.name]

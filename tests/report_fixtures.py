@@ -65,3 +65,48 @@ def big_run(root: Path, base: str, ex) -> Path:
     scores = {e["model_id"]: tuple(rng.uniform(0.3, 0.7, size=2)) for e in entries}
     fabricate_results(run, scores, failed={"tsv_m__n04_s03"})
     return run
+
+
+# a small run with two methods: scores, one failed job and one hand-edited (corrupt) result
+SCORES = {"base": (0.50, 0.30), "e1": (0.40, 0.30), "e2": (0.60, 0.30), "e3": (0.50, 0.20),
+          "ta_2_s0": (0.50, 0.40), "ta_2_s1": (0.40, 0.36), "ta_2_s2": (0.50, 0.30), "ta_3_s0": (0.60, 0.40),
+          "ties_2_s0": (0.42, 0.40)}
+FAILED = {"ties_2_s1"}
+CORRUPT = {"ties_3_s0"}
+
+
+def fabricate_run(run: Path, family, base_scores=True) -> Path:
+    ex = family["experts"]
+    paths = {"base": family["base"], "e1": ex[0], "e2": ex[1], "e3": ex[2], "ta_2_s0": ex[0], "ta_2_s1": ex[1],
+             "ta_2_s2": ex[2], "ta_3_s0": family["base"], "ties_2_s0": ex[2], "ties_2_s1": ex[0], "ties_3_s0": ex[1]}
+    entries = []
+    for mid, path in paths.items():
+        kind = "base" if mid == "base" else "expert" if mid.startswith("e") else "merge"
+        method, n, subset = (mid.split("_")[0], int(mid.split("_")[1]), mid.split("_")[2]) if kind == "merge" \
+            else (None, 1 if kind == "expert" else 0, None)
+        entries.append({"model_id": mid, "kind": kind, "path": path, "method": method, "n": n, "subset_id": subset,
+                        "hparams": {"lambda": 1.0 if method == "ta" else 0.1} if method else {}})
+    write_plan(run, entries)
+    store = run / "eval" / "mini"
+    (store / "results").mkdir(parents=True)
+    suite = {"name": "mini", "tasks": [{"task": "t1", "num_fewshot": 0, "metric": "acc,none", "label": "t1"},
+                                       {"task": "t2", "num_fewshot": 0, "metric": "acc,none", "label": "t2"}]}
+    (store / "suite.yml").write_text(yaml.safe_dump(suite))
+    index = {}
+    for mid in paths:
+        job = f"mini-{mid}"
+        index[mid] = job
+        record = {"job_id": job, "fingerprint": "sha256:" + mid, "settings": {}, "status": "ok"}
+        if mid in FAILED:
+            record.update(status="failed", error="CUDA out of memory")
+        elif mid == "base" and not base_scores:
+            record.update(status="failed", error="boom")
+        else:
+            t1, t2 = SCORES.get(mid, (0.9, 0.9))
+            record["scores"] = {"t1": t1, "t2": t2}
+        write_result(store / "results" / f"{job}.json", record)
+        if mid in CORRUPT:  # a hand-edited result must never be used
+            path = store / "results" / f"{job}.json"
+            path.write_text(path.read_text().replace("0.9", "0.95"))
+    (store / "index.json").write_text(json.dumps({"suite": "mini", "models": index, "jobs": {}}))
+    return run

@@ -20,7 +20,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from wildmerge.analysis.geometry import ZERO_COSINE_TOLERANCE, task_vector_geometry, write_geometry
+    from wildmerge.analysis.pool.geometry import ZERO_COSINE_TOLERANCE, task_vector_geometry, write_geometry
     from wildmerge.checkpoints import check_compatible
     from wildmerge.hub import resolve_all
     from wildmerge.sampling.pools import load_pool

@@ -1,4 +1,4 @@
-"""``wildmerge analyze mergeability --pool NAME`` (or ``--run RUN``): the 28 pairwise metrics of seed 001."""
+"""``wildmerge analyze mergeability --pool NAME`` (or ``--run RUN``): the 28 pairwise metrics of Zhou et al. 2026."""
 
 import argparse
 from pathlib import Path

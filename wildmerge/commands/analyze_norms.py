@@ -5,7 +5,7 @@ from pathlib import Path
 
 HELP = "task-vector norms per expert and layer, cosine with their sum, max/min ratio"
 DESCRIPTION = ("Per expert and per layer: the task-vector norm, its cosine with the sum of task vectors, and the "
-               "max/min norm ratio (seed 004, Figs. 5, 12-13). A ratio above 3 means TIES and MetaGPT will follow "
+               "max/min norm ratio (the reality-check paper, Figs. 5, 12-13). A ratio above 3 means TIES and MetaGPT will follow "
                "the largest expert: compare with norm_avg.")
 
 
@@ -17,7 +17,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from wildmerge.analysis.imbalance import imbalance_rows, layer_grams, summary, write_imbalance
+    from wildmerge.analysis.pool.imbalance import imbalance_rows, layer_grams, summary, write_imbalance
     from wildmerge.checkpoints import check_compatible
     from wildmerge.hub import resolve_all
     from wildmerge.sampling.pools import load_pool

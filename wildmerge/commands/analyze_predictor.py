@@ -1,4 +1,4 @@
-"""``wildmerge analyze predictor --run RUN --metrics DIR``: fit seed 001's mergeability predictor per merge method."""
+"""``wildmerge analyze predictor --run RUN --metrics DIR``: fit Zhou et al. 2026's mergeability predictor per merge method."""
 
 import argparse
 from pathlib import Path

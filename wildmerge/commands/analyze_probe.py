@@ -1,4 +1,4 @@
-"""``wildmerge analyze probe RUN --suite S``: the fresh-head probe of seed 000 on every model of a run."""
+"""``wildmerge analyze probe RUN --suite S``: the fresh-head probe of the fresh-head probe paper on every model of a run."""
 
 import argparse
 from pathlib import Path
@@ -7,7 +7,7 @@ HELP = "fresh-head probe: native vs a new linear head on frozen features (is the
 DESCRIPTION = ("For every model of a run (or --model), on the suite's tasks with train / validation / test splits and "
                "a fixed label set: native accuracy N, fresh-head accuracy FH (AdamW 1e-3, wd 1e-4, batch 64, 10 "
                "epochs, best validation epoch), FH - N and, with --reference J, R = (FH - N) / (J - N) and U = J - FH "
-               "(seed 000, 'A Fresh-Head Probe for Parameter-Space Model Merging'). --composition adds the "
+               "(the fresh-head probe paper, 'A Fresh-Head Probe for Parameter-Space Model Merging'). --composition adds the "
                "ensemble and the centroid-routed composer of every subset as lm-eval-scored baselines.")
 
 
@@ -39,7 +39,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _run_models(args):
-    from wildmerge.analysis.probe import ProbeModel
+    from wildmerge.analysis.probe.run import ProbeModel
     from wildmerge.run import RunFolder
 
     plan = RunFolder(args.run).read_plan()
@@ -56,8 +56,8 @@ def _run_models(args):
 
 def _composition_rows(args, suite, models, tasks) -> list:
     """N of every composition (lm-eval's acc on the test split); a composition has no single feature to probe."""
-    from wildmerge.analysis.probe import row_for
-    from wildmerge.eval.api import evaluate_run
+    from wildmerge.analysis.probe.run import row_for
+    from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.eval.store import OK, ResultStore
     from wildmerge.run import RunFolder
 
@@ -79,8 +79,8 @@ def _composition_rows(args, suite, models, tasks) -> list:
 
 
 def run(args) -> int:
-    from wildmerge.analysis.probe import ProbeModel, run_probe, write_outputs
-    from wildmerge.analysis.probe_data import load_probe_tasks
+    from wildmerge.analysis.probe.run import ProbeModel, run_probe, write_outputs
+    from wildmerge.analysis.probe.data import load_probe_tasks
     from wildmerge.errors import ConfigError
     from wildmerge.eval.suites import load_suite
     from wildmerge.hub import resolve_path
@@ -147,7 +147,7 @@ def _join_leaderboard(run_dir, suite: str, rows) -> Path:
     """The run's score table for ``suite`` with N / FH / R columns per task (opt-in)."""
     import pandas as pd
 
-    from wildmerge.analysis.scores import collect_scores
+    from wildmerge.analysis.report.scores import collect_scores
     from wildmerge.atomic import write_text
     from wildmerge.run import RunFolder
 

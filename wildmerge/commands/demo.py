@@ -55,13 +55,13 @@ def run(args) -> int:
 
 def family_report(info: dict, out_dir=None, limit=None) -> dict:
     """Merge, evaluate and tabulate the family through the real pipeline; resumable like any run."""
-    from wildmerge.analysis.scores import collect_scores
+    from wildmerge.analysis.report.scores import collect_scores
     from wildmerge.atomic import write_json, write_text
     from wildmerge.commands.sample import run_protocol
     from wildmerge.demo.report import AVERAGE, default_report_dir, family_table, format_table, table_csv
-    from wildmerge.eval.api import evaluate_run
+    from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.eval.suites import load_suite
-    from wildmerge.sampling.plan import load_methods
+    from wildmerge.plugins.recipes import load_methods
     from wildmerge.sampling.pools import load_pool
 
     run_dir = Path(out_dir) if out_dir else default_report_dir(info)

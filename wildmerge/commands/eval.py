@@ -21,7 +21,7 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
     parser.add_argument("--retry-failed", action="store_true",
                         help="rerun the jobs that failed before (a job whose worker was killed is redone once anyway)")
     parser.add_argument("--record-items", action="store_true",
-                        help="keep every document's score in the results (for `wildmerge.eval.screening`)")
+                        help="keep every document's score in the results (for `wildmerge.eval.screening.stats`)")
     parser.add_argument("--screen", type=float, metavar="FRACTION",
                         help="score every model on this fraction of each task's items first (the same items for "
                              "all); finish only models whose result vs the base / best expert is still open "
@@ -94,7 +94,7 @@ def _overrides(args):
 
 
 def run(args) -> int:
-    from wildmerge.eval.api import evaluate_models, evaluate_run
+    from wildmerge.eval.evaluate import evaluate_models, evaluate_run
 
     if bool(args.run_dir) == bool(args.model):
         raise ConfigError("give either a RUN_DIR or one or more --model PATH, not both and not neither")
@@ -105,7 +105,7 @@ def run(args) -> int:
     else:
         summary = evaluate_run(args.run_dir, args.suite, **common)
         if not args.no_report:
-            from wildmerge.analysis.report import write_report
+            from wildmerge.analysis.report.write import write_report
 
             written = write_report(args.run_dir, suite=summary["suite"])
             print("leaderboard: " + ", ".join(str(v) for k, v in written.items() if k.endswith("leaderboard_md")))

@@ -15,7 +15,7 @@ def configure(parser) -> None:
 
 def run(args) -> int:
     if args.combine:
-        from wildmerge.analysis.combine import write_combined
+        from wildmerge.analysis.report.combine import write_combined
 
         runs = ([args.run_dir] if args.run_dir else []) + list(args.combine)
         written = write_combined(runs, args.out or "combined-report", suite=args.suite)
@@ -23,7 +23,7 @@ def run(args) -> int:
         return 0
     if not args.run_dir:
         raise ConfigError("give a run folder (`wildmerge report RUN_DIR`) or several with `--combine RUN RUN ...`")
-    from wildmerge.analysis.report import write_report
+    from wildmerge.analysis.report.write import write_report
 
     written = write_report(args.run_dir, out_dir=args.out, suite=args.suite)
     for name, path in written.items():

@@ -104,7 +104,7 @@ def _predicted(args) -> dict:
 
 
 def _method_names(args) -> list[str]:
-    from wildmerge.sampling.plan import PAPER_METHODS
+    from wildmerge.plugins.recipes import PAPER_METHODS
 
     if args.methods == []:  # `--methods ''` or `--methods ,`: an empty list is a mistake, not "all"
         raise ConfigError("--methods is empty; give comma-separated method recipes (e.g. ta,ties), or leave the "
@@ -118,7 +118,7 @@ def _method_names(args) -> list[str]:
 
 
 def _evaluate(run_dir: Path, args, suite: str, model_ids=None):
-    from wildmerge.eval.api import evaluate_run
+    from wildmerge.eval.evaluate import evaluate_run
 
     return evaluate_run(str(run_dir), suite, model_ids=model_ids, **eval_options(args))
 
@@ -126,7 +126,7 @@ def _evaluate(run_dir: Path, args, suite: str, model_ids=None):
 def run(args) -> int:
     from wildmerge.run import RunFolder
     from wildmerge.sampling.ablations import load_grids
-    from wildmerge.sampling.plan import load_methods
+    from wildmerge.plugins.recipes import load_methods
     from wildmerge.sampling.pools import load_pool
 
     pool = load_pool(args.pool)
@@ -174,7 +174,7 @@ def run(args) -> int:
         folder = RunFolder(run_dir)
         folder.write_manifest(folder.read_manifest().model_copy(update={"tuned": tuned}))
     if evaluate:
-        from wildmerge.analysis.report import write_report
+        from wildmerge.analysis.report.write import write_report
 
         summary = _evaluate(run_dir, args, suite)
         outputs = write_report(run_dir)
@@ -191,7 +191,7 @@ def run_protocol(run_dir: Path, pool, settings: dict, methods: dict, grids: dict
     from wildmerge.run import Plan, RunFolder, merged_with_previous
     from wildmerge.sampling.manifest import prepare
     from wildmerge.sampling.plan import build_entries
-    from wildmerge.sampling.runner import merge_options, run_plan
+    from wildmerge.merging.runner import merge_options, run_plan
 
     started = time.time()
     run = RunFolder(run_dir)

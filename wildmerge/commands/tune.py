@@ -1,4 +1,4 @@
-"""``wildmerge tune``: hyperparameters chosen by the task alignment score (seed 004), with no evaluation.
+"""``wildmerge tune``: hyperparameters chosen by the task alignment score (the reality-check paper), with no evaluation.
 
 For every grid point the merge is built in memory, run over each expert's unlabelled data (the pool's
 ``calibration:`` entries) and compared with that expert's own features; the lowest mean TAS wins. Outputs per grid:
@@ -29,7 +29,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from wildmerge.analysis.tas_setup import grid_points, load_sweep, tune_grid
+    from wildmerge.analysis.tas.setup import grid_points, load_sweep, tune_grid
     from wildmerge.sampling.ablations import load_grids
     from wildmerge.sampling.pools import load_pool
 
@@ -59,7 +59,7 @@ def run(args) -> int:
 
 # --- `wildmerge sample --tune`: each method's hyperparameters chosen by TAS on the run's whole pool ----------------
 
-LAMBDAS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]  # seed 004's TA grid; at most 12 points per method
+LAMBDAS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]  # the reality-check paper's TA grid; at most 12 points per method
 TUNE_GRIDS = {
     "ta": {"lambda": LAMBDAS},
     "ties": {"density": [0.1, 0.2, 0.3, 0.5], "lambda": [0.3, 0.6, 1.0]},
@@ -76,9 +76,9 @@ TUNE_GRIDS = {
 def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = 128, distance: str = "l2",
                  device: str = "cpu", allow_pickle: bool = False) -> tuple:
     """(methods with their TAS-selected hyperparameters as recipe defaults, {method: what was chosen and how})."""
-    from wildmerge.analysis.tas_setup import grid_points, load_sweep, tune_grid
+    from wildmerge.analysis.tas.setup import grid_points, load_sweep, tune_grid
     from wildmerge.sampling.ablations import Grid, load_grids
-    from wildmerge.sampling.plan import split_hparams
+    from wildmerge.plugins.recipes import split_hparams
 
     grids = {name: Grid(method=name, grid=TUNE_GRIDS[name]) for name in methods if name in TUNE_GRIDS}
     grids.update({g.method: g for g in load_grids((), grid_file).values()} if grid_file else {})

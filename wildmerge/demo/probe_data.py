@@ -1,6 +1,6 @@
 """What the fresh-head probe needs from the demo family, built as an additive step next to the family.
 
-The probe (seed 000, "A Fresh-Head Probe for Parameter-Space Model Merging") trains a new linear head on a frozen
+The probe (the fresh-head probe paper, "A Fresh-Head Probe for Parameter-Space Model Merging") trains a new linear head on a frozen
 model's features and needs, for each task, train / validation / test splits over one fixed label set, plus a joint
 reference model trained on the union of the tasks. The family's own build stays bit for bit the same: this step
 writes a sibling folder ``<family>-probe-seed<S>/`` with

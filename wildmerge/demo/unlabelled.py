@@ -1,6 +1,6 @@
 """Unlabelled per-expert text for the demo family: fresh draws from each expert's own training mixture.
 
-The task alignment score (seed 004) compares a merge with each expert on that expert's own unlabelled data, 128
+The task alignment score (the reality-check paper) compares a merge with each expert on that expert's own unlabelled data, 128
 samples per task by default: more than the small labelled calibration set. The demo experts were trained on seeded
 skill streams, so a new seed of the same stream is in-domain text that never contains an evaluation prompt. Files
 are derived (like the task YAMLs), written atomically once into ``<family>/calibration/<expert>.unlabelled.jsonl``.

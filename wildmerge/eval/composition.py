@@ -1,4 +1,4 @@
-"""Composition baselines of seed 000 as models lm-eval can score: output averaging and the centroid-routed composer.
+"""Composition baselines of the fresh-head probe paper as models lm-eval can score: output averaging and the centroid-routed composer.
 
 Neither is a merge: both keep every expert and run them at inference, so they show what merging gives up.
 

@@ -164,7 +164,7 @@ def evaluate_part_job(job: Dict[str, Any], lm, tm) -> Dict[str, Any]:
     """A screened evaluation's part (``parts.py``): the scores of the part's documents, kept per document."""
     import lm_eval
 
-    from wildmerge.eval.parts import combine, evaluate_part
+    from wildmerge.eval.screening.parts import combine, evaluate_part
 
     documents = {}
     for batch in _batches(job["tasks"], set(tm.all_tags)):

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from wildmerge.errors import WildmergeError
-from wildmerge.plugins.layerwise_methods import LAYERWISE_METHODS
+from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +133,7 @@ def wrap_run_merge(original):
         if config_source is not None:
             validate_recipe_source(config_source, strict=checks.inputs)
         if method in LAYERWISE_METHODS:
-            from wildmerge.plugins.layerwise import run_layerwise_merge
+            from wildmerge.plugins.layerwise.driver import run_layerwise_merge
 
             return run_layerwise_merge(merge_config, out_path, options, config_source)
         validate_merge_config(merge_config, strict=checks.params)

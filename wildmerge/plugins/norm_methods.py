@@ -1,9 +1,9 @@
-"""Merges that correct for unequal task-vector norms (seed 004, "Model merging beyond image classification", App. B).
+"""Merges that correct for unequal task-vector norms (the reality-check paper, "Model merging beyond image classification", App. B).
 
 - ``norm_avg`` (NormAvg): every task vector rescaled to the smallest norm, then averaged:
   ``theta = theta_0 + lambda * (1/T) sum_t tau_t * min_j ||tau_j|| / ||tau_t||``.
 - ``metagpt`` (MetaGPT, Eq. 4): norm-proportional weights ``w_t = ||tau_t||^p / sum_j ||tau_j||^p``,
-  ``theta = theta_0 + lambda * sum_t w_t tau_t``; ``p = 1`` as printed in seed 004, ``p = 2`` as in the MetaGPT paper.
+  ``theta = theta_0 + lambda * sum_t w_t tau_t``; ``p = 1`` as printed in the reality-check paper, ``p = 2`` as in the MetaGPT paper.
 
 Norms are taken per tensor: mergekit hands a method one tensor at a time, so a "layer" here is one weight tensor
 (the paper's per-layer unit is a transformer block; block-level norms are not implemented).
@@ -23,15 +23,15 @@ METAGPT_URL = "https://arxiv.org/abs/2406.11385"
 
 
 class NormAvgParams(MethodParams):
-    """NormAvg (seed 004, App. B): average of task vectors rescaled to the smallest norm."""
+    """NormAvg (the reality-check paper, App. B): average of task vectors rescaled to the smallest norm."""
 
     lambda_: float = Field(1.0, alias="lambda", ge=0.0, allow_inf_nan=False, description="scale of the merged update")
 
 
 class MetaGPTParams(NormAvgParams):
-    """MetaGPT (Zhou et al. 2024; seed 004 Eq. 4): task vectors weighted by their share of the norm."""
+    """MetaGPT (Zhou et al. 2024; the reality-check paper Eq. 4): task vectors weighted by their share of the norm."""
 
-    power: float = Field(1.0, gt=0.0, le=4.0, description="norm exponent p: 1 as in seed 004, 2 as in MetaGPT")
+    power: float = Field(1.0, gt=0.0, le=4.0, description="norm exponent p: 1 as in the reality-check paper, 2 as in MetaGPT")
 
 
 def norm_avg_update(deltas: List[torch.Tensor], norms: List[float]) -> torch.Tensor:
@@ -69,7 +69,7 @@ class NormMerge(TaskVectorMethod, GroupMergeMethod):
         return (base.to(torch.float32) + parameters["lambda"] * update).to(base.dtype)
 
 
-NORM_AVG = NormMerge("norm_avg", "NormAvg", None,  # seed 004 is anonymous, under review
+NORM_AVG = NormMerge("norm_avg", "NormAvg", None,  # the reality-check paper is anonymous, under review
                       norm_avg_update, NormAvgParams)
 METAGPT = NormMerge("metagpt", "MetaGPT", METAGPT_URL, metagpt_update, MetaGPTParams)
 NORM_METHODS = (NORM_AVG, METAGPT)

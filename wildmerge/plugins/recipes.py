@@ -13,6 +13,7 @@
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
@@ -89,3 +90,52 @@ def render_recipe(
     if "out_dtype" not in out and (dtype := _base_dtype(base)):
         out["out_dtype"] = dtype
     return out
+
+
+# --- a method in a plan: hyperparameters and merge ids ---------------------------------------------------------
+
+PAPER_METHODS = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text))
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:g}"
+    return safe_name(v)
+
+
+def load_methods(names):
+    """Method recipes by name; unknown names fail with the list of valid ones."""
+    valid = list_method_recipes()
+    out = {}
+    for n in names:
+        if n not in valid:
+            raise ConfigError(f"unknown method {n!r}{did_you_mean(n, valid)}; valid methods: {', '.join(valid)}")
+        out[n] = load_method_recipe(n)
+    return out
+
+
+def default_hparams(method) -> dict:
+    return {**method.recipe.get("parameters", {}), **method.model_parameters}
+
+
+def split_hparams(method, hparams: dict) -> tuple[dict, dict]:
+    """(top-level parameters, per-expert parameters); an unknown key is an error naming the valid ones."""
+    top, per = {}, {}
+    valid = default_hparams(method)
+    for k, v in hparams.items():
+        if k not in valid:
+            raise ConfigError(f"method {method.name!r} has no hyperparameter {k!r}{did_you_mean(k, valid)}; "
+                              f"valid: {', '.join(valid)}")
+        (per if k in method.model_parameters else top)[k] = v
+    return top, per
+
+
+def merge_id(method: str, subset_id: str, overrides: dict) -> str:
+    suffix = "_".join(f"{safe_name(k)}-{_fmt(v)}" for k, v in sorted(overrides.items()))
+    return f"{method}__{subset_id}" + (f"__{suffix}" if suffix else "")

@@ -22,7 +22,7 @@ TSV-M's and Iso-CTS's per-task top-k can instead come from randomized subspace i
 "randomized"``, opt-in, approximate; ``randomized_svd.py``): a few passes over each task vector with ``k + 10``
 vectors instead of a Gram matrix and an eigensolve per task.
 
-Effective rank (seed 002, spec §6): singular values at or below ``tol * s_1`` are treated as zero and their
+Effective rank (Hitit et al. 2025, spec §6): singular values at or below ``tol * s_1`` are treated as zero and their
 directions dropped; the default ``tol`` is ``max(m, n) * eps(float32)``, the usual numerical-rank threshold for
 float32 data. Without this rule, Iso-C and Subspace Boosting would inflate arbitrary null-space directions of
 low-rank (LoRA-style) task vectors, and float32 and float64 runs would disagree.

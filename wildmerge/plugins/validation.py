@@ -12,7 +12,7 @@ import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from wildmerge.errors import ConfigError, did_you_mean
-from wildmerge.plugins.layerwise_methods import LAYERWISE_METHODS
+from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
 
 
 def _settings(config) -> Iterator[Tuple[str, Optional[Dict[str, Any]]]]:

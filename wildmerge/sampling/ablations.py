@@ -1,4 +1,4 @@
-"""The hyperparameter sweeps of the seed paper's Appendix C, as data. Each merges the full pool (n = N).
+"""The hyperparameter sweeps of the in-the-wild paper's Appendix C, as data. Each merges the full pool (n = N).
 
 The paper plots these sweeps without listing every grid point; the values below are ours where it is silent
 (TA: lambda 0.1 to 1.9 in steps of 0.2 plus 10, Fig. 11/12; SB: beta in [0, 1], Fig. 18; TIES: Figs. 13-17).

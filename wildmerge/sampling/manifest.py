@@ -17,7 +17,7 @@ from wildmerge.hub import resolve_all
 from wildmerge.run import Manifest, PoolModels, ResolvedModel, RunFolder
 from wildmerge.sampling.preflight import check_finite
 from wildmerge.sampling.adapters import is_adapter, materialise
-from wildmerge.sampling.generated_calibration import generate_spec
+from wildmerge.expert_data.generate import generate_spec
 from wildmerge.sampling.sampler import domain_subsets, draw_subsets, top_subsets
 
 

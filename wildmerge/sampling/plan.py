@@ -4,60 +4,12 @@ A merge's ``model_id`` depends only on its method, its subset and the hyperparam
 recipe, so an ablation point equal to the main setting is the same model, and a rerun finds the same folders.
 """
 
-import re
 from pathlib import Path
 from typing import Dict, List
 
-from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.errors import ConfigError
+from wildmerge.plugins.recipes import default_hparams, load_methods, merge_id, safe_name, split_hparams
 from wildmerge.run import PlanEntry, PoolModels, SubsetRecord
-
-PAPER_METHODS = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text))
-
-
-def _fmt(v) -> str:
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float):
-        return f"{v:g}"
-    return _safe(v)
-
-
-def load_methods(names):
-    """Method recipes by name; unknown names fail with the list of valid ones."""
-    from wildmerge.plugins.recipes import list_method_recipes, load_method_recipe
-
-    valid = list_method_recipes()
-    out = {}
-    for n in names:
-        if n not in valid:
-            raise ConfigError(f"unknown method {n!r}{did_you_mean(n, valid)}; valid methods: {', '.join(valid)}")
-        out[n] = load_method_recipe(n)
-    return out
-
-
-def default_hparams(method) -> dict:
-    return {**method.recipe.get("parameters", {}), **method.model_parameters}
-
-
-def split_hparams(method, hparams: dict) -> tuple[dict, dict]:
-    """(top-level parameters, per-expert parameters); an unknown key is an error naming the valid ones."""
-    top, per = {}, {}
-    valid = default_hparams(method)
-    for k, v in hparams.items():
-        if k not in valid:
-            raise ConfigError(f"method {method.name!r} has no hyperparameter {k!r}{did_you_mean(k, valid)}; "
-                              f"valid: {', '.join(valid)}")
-        (per if k in method.model_parameters else top)[k] = v
-    return top, per
-
-
-def merge_id(method: str, subset_id: str, overrides: dict) -> str:
-    suffix = "_".join(f"{_safe(k)}-{_fmt(v)}" for k, v in sorted(overrides.items()))
-    return f"{method}__{subset_id}" + (f"__{suffix}" if suffix else "")
 
 
 def build_entries(run_dir: Path, subsets: List[SubsetRecord], models: PoolModels, methods: dict,
@@ -69,7 +21,7 @@ def build_entries(run_dir: Path, subsets: List[SubsetRecord], models: PoolModels
     entries = [PlanEntry(model_id="base", kind="base", label="base", n=0, path=models.base.path)]
     alone = {s.experts[0]: s.subset_id for s in subsets if s.n == 1}
     for e in models.experts:
-        entries.append(PlanEntry(model_id=f"expert__{_safe(e.name)}", kind="expert", label=e.name, n=1,
+        entries.append(PlanEntry(model_id=f"expert__{safe_name(e.name)}", kind="expert", label=e.name, n=1,
                                  subset_id=alone.get(e.name), experts=[e.name], path=e.path, domain=e.domain))
     merges: Dict[str, PlanEntry] = {}
 

@@ -112,7 +112,7 @@ def tables(fits: dict) -> Dict[str, "object"]:
 
 def plot_coefficients(fits: dict, out) -> List:
     """Heatmap of the mean coefficients, metrics x methods (Figs. 2-3), as PNG and SVG."""
-    from wildmerge.analysis.plots import _plt, _save
+    from wildmerge.analysis.report.plots import _plt, _save
 
     methods, metrics = list(fits["methods"]), fits["metrics"]
     W = np.array([fits["methods"][m]["w_mean"] for m in methods]).T

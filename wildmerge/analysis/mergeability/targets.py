@@ -34,7 +34,7 @@ def pair_targets(run_dir, suite: Optional[str] = None, kind: str = "auto") -> "o
     """One row per evaluated 2-expert merge: method, experts, target, target kind and the raw suite mean."""
     import pandas as pd
 
-    from wildmerge.analysis.scores import collect_scores
+    from wildmerge.analysis.report.scores import collect_scores
     from wildmerge.run import RunFolder
 
     df, tasks, _ = collect_scores(run_dir, suite)

@@ -1,0 +1,164 @@
+"""The fresh-head probe end to end on the quick demo family: real tiny Qwen3 models, real mergekit, real lm-eval."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from helpers import write_tasks
+from wildmerge.analysis.probe.run import ProbeModel, run_probe
+from wildmerge.analysis.probe.data import load_probe_tasks
+from wildmerge.analysis.probe.features import cache_dir, check_fits, compute, features_for, load_cached
+from wildmerge.cli import main
+from wildmerge.demo.family import ensure_family
+from wildmerge.demo.probe_data import ensure_probe_data
+from wildmerge.errors import WildmergeError
+from wildmerge.eval.evaluate import evaluate_run
+from wildmerge.eval.features import load_causal_lm
+from wildmerge.eval.suites import load_suite
+
+
+def _suite(path: Path, include: str, tasks) -> str:
+    path.write_text(yaml.safe_dump({
+        "name": "probe_mini", "include_path": include, "tasks": tasks,
+        "settings": {"dtype": "float32", "batch_size": 16, "device": "cpu", "include_defaults": False}}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+    root = tmp_path_factory.mktemp("probe")
+    info = ensure_family(root / "cache", seed=0, quick=True, progress=False)
+    probe = ensure_probe_data(info, progress=False)
+    suite = _suite(root / "suite.yml", probe["tasks"],
+                   [{"task": "demo_probe_count", "num_fewshot": 0, "label": "count"},
+                    {"task": "demo_probe_add", "num_fewshot": 0, "label": "add"}])
+    return info, probe, suite
+
+
+def test_probe_data_is_additive_and_has_fixed_label_splits(family):
+    info, probe, _ = family
+    assert Path(probe["root"]).parent == Path(info["root"]).parent and probe["root"] != info["root"]
+    manifest = json.loads(Path(info["manifest"]).read_text())
+    assert not any("probe" in f or "joint" in f for f in manifest["files"])  # the family itself is untouched
+    for name in probe["task_names"]:
+        docs = {s: [json.loads(x) for x in open(Path(probe["tasks"]) / f"{name}.{s}.jsonl")]
+                for s in ("train", "validation", "test")}
+        assert all(d["choices"] == docs["train"][0]["choices"] for s in docs.values() for d in s)
+        prompts = {s: {d["prompt"] for d in v} for s, v in docs.items()}
+        assert not prompts["train"] & prompts["test"] and not prompts["validation"] & prompts["test"]
+    assert (Path(probe["joint"]) / "model.safetensors").is_file()
+
+
+def test_end_to_end_run_with_compositions_and_lm_eval(family, tmp_path):
+    info, probe, suite = family
+    run = tmp_path / "run"
+    assert main(["sample", "--base", info["pool_file"], "--out", str(run), "--methods", "ta", "--sizes", "2",
+                 "--k", "1", "--no-full", "--no-evaluate"]) == 0
+    assert main(["analyze", "probe", str(run), "--suite", suite, "--reference", probe["joint"], "--seeds", "0,1",
+                 "--composition", "--join-leaderboard"]) == 0
+    out = run / "probe" / "probe_mini"
+    rows = json.loads((out / "probe.json").read_text())["rows"]
+    by = {(r["model_id"], r["task"]): r for r in rows}
+    assert by[("base", "count")]["readout"] == "matched"  # labels 1-4 are one token each
+    assert by[("base", "add")]["readout"] == "unmatched"  # the quick tokenizer splits some sums
+    for r in rows:
+        if r["kind"] == "composition":
+            assert r["status"].startswith("missing") and 0 <= r["native"] <= 1
+            continue
+        fh = json.loads(r["fresh_head_per_seed"])
+        assert len(fh) == 2 and r["fresh_head_mean"] == pytest.approx(sum(fh) / 2)
+        if r["recovered_mean"] is not None:
+            assert r["recovered_mean"] == pytest.approx((r["fresh_head_mean"] - r["native"]) /
+                                                        (r["joint"] - r["native"]))
+    assert {r["model_id"] for r in rows} >= {"ensemble__n02_s00", "composer__n02_s00", "ta__n02_s00", "base"}
+    # N is what lm-eval itself scores on the test split
+    evaluate_run(str(run), suite, model_ids=["base"])
+    from wildmerge.analysis.report.scores import collect_scores
+
+    scores, _, _ = collect_scores(str(run), "probe_mini")
+    for model_id in ("base",):
+        lm_eval_row = scores[scores["model_id"] == model_id].iloc[0]
+        for task in ("count", "add"):
+            assert by[(model_id, task)]["native"] == pytest.approx(lm_eval_row[task] / 100, abs=1e-9)
+    board = (run / "report" / "leaderboard_probe.csv").read_text()
+    assert "probe_native_count" in board and "probe_R_add" in board and "Composer" in board
+    assert (out / "probe_fig1.png").stat().st_size > 0 and "unmatched" in (out / "probe.md").read_text()
+
+
+def test_feature_cache_equals_recomputation(family, tmp_path):
+    info, _, suite = family
+    tasks, _ = load_probe_tasks(load_suite(suite))
+    first = features_for(info["base"], "sha256:base", tasks, tmp_path)
+    cached = {n: load_cached(cache_dir(tmp_path, "sha256:base", t)) for n, t in tasks.items()}
+    model, tok = load_causal_lm(info["base"])
+    for name, task in tasks.items():
+        fresh = compute(model, tok, task)
+        assert cached[name]["matched"] == fresh["matched"] == first[name]["matched"]
+        for split in ("train", "validation", "test"):
+            for key, value in fresh[split].items():
+                assert torch.equal(cached[name][split][key], value), (name, split, key)
+
+
+def test_bad_input_is_named_or_marked_missing(family, tmp_path):
+    info, probe, _ = family
+    mini = write_tasks(tmp_path / "mini")
+    docs = [json.loads(x) for x in (mini / "mini_mc.jsonl").read_text().splitlines()]
+    (mini / "varied.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    varied = yaml.safe_load((mini / "mini_mc.yaml").read_text())
+    varied.update(task="mini_varied", training_split="test", validation_split="test")
+    varied["dataset_kwargs"]["data_files"] = {"test": str(mini / "varied.jsonl")}
+    (mini / "mini_varied.yaml").write_text(yaml.safe_dump(varied))
+    suite = load_suite(_suite(tmp_path / "bad.yml", str(mini), [
+        {"task": "mini_mc", "num_fewshot": 0}, {"task": "mini_gen", "num_fewshot": 0, "metric": "exact_match,none"},
+        {"task": "mini_varied", "num_fewshot": 0}]))
+    tasks, skipped = load_probe_tasks(suite)
+    assert not tasks
+    assert "no train / validation split" in skipped["mini_mc"]
+    assert "free text" in skipped["mini_gen"]
+    assert "label set differs" in skipped["mini_varied"]
+    assert main(["analyze", "probe", "--model", info["base"], "--suite", str(tmp_path / "bad.yml"),
+                 "--out", str(tmp_path / "o")]) != 0  # nothing to probe: a clear error, not an empty table
+    good = _suite(tmp_path / "good.yml", probe["tasks"], [{"task": "demo_probe_count", "num_fewshot": 0}])
+    tasks, _ = load_probe_tasks(load_suite(good))
+    with pytest.raises(WildmergeError, match="GiB.*--max-memory-gib"):
+        check_fits(info["base"], tasks["demo_probe_count"], "cpu", max_memory_gib=1e-4)
+    rows = run_probe([ProbeModel("base", info["base"]), ProbeModel("broken", str(tmp_path / "nowhere"))], tasks,
+                     {"mini_gen": "free text"}, tmp_path / "f", seeds=(0,), fingerprint=lambda p: "sha256:" + p[-8:],
+                     max_memory_gib=1e-4)
+    assert all(r["status"].startswith("missing") for r in rows)  # too big for the memory allowed: marked, not run
+    rows = run_probe([ProbeModel("base", info["base"])], tasks, {"mini_gen": "free text"}, tmp_path / "f",
+                     seeds=(0,), fingerprint=lambda p: "sha256:base")
+    ok = next(r for r in rows if r["task"] == "demo_probe_count")
+    assert "--reference" in ok["status"] and math.isnan(ok["recovered_ratio_of_means"])
+    assert next(r for r in rows if r["task"] == "mini_gen")["status"] == "missing: free text"
+
+
+def test_composition_model_scores_like_its_experts(family, tmp_path):
+    """An ensemble of one expert is that expert; the one-pass path for one-token choices equals full passes."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.api.registry import get_model
+
+    from wildmerge.eval.composition import MODEL_NAME, CompositionSpec, register, write_composition
+    from wildmerge.eval.features import continuation_loglikelihoods
+
+    info, probe, _ = family
+    expert = info["experts"]["expert_01"]
+    register()
+    pairs = [(c, " " + x) for c in ("Q: count a in a b a\nA:", "Q: 3+4=\nA:") for x in ("1", "2", "7", "30", "21")]
+    requests = [Instance("loglikelihood", {}, p, 0) for p in pairs]
+    write_composition(tmp_path / "one", CompositionSpec(kind="ensemble", experts={"expert_01": expert}))
+    lm = get_model(MODEL_NAME)(pretrained=str(tmp_path / "one"), batch_size=4)
+    model, tok = load_causal_lm(expert)
+    want = continuation_loglikelihoods(model, tok, pairs)
+    assert [v for v, _ in lm.loglikelihood(requests, True)] == pytest.approx(want, abs=1e-4)
+    spec = CompositionSpec(kind="composer", experts=dict(info["experts"]), router=info["base"],
+                           calibration=probe["calibration"])
+    write_composition(tmp_path / "composer", spec)
+    composer = get_model(MODEL_NAME)(pretrained=str(tmp_path / "composer"), batch_size=4)
+    fast, full = composer.loglikelihood(requests, True), composer._full_loglikelihood(pairs, True)
+    assert [a for a, _ in fast] == pytest.approx([b for b, _ in full], abs=1e-4)
+    assert [a for _, a in fast] == [b for _, b in full]

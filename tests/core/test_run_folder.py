@@ -1,0 +1,89 @@
+"""The run folder as a typed contract: records round-trip, bad ones are named, and a folder written before records
+had a schema version (tests/fixtures/run_v0, written by wildmerge 0.1.0's `sample_and_merge.py` on the quick demo
+family) still loads and reports."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from wildmerge.errors import WildmergeError
+from wildmerge.run import SCHEMA_VERSION, Plan, RunFolder, read_merge_info
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_v0"
+
+
+@pytest.fixture
+def old_run(tmp_path):
+    return RunFolder(shutil.copytree(FIXTURE, tmp_path / "run_v0"))
+
+
+def test_a_version_0_run_folder_loads(old_run):
+    plan = old_run.read_plan()
+    assert plan.schema_version == 0
+    assert [e.kind for e in plan.entries[:4]] == ["base", "expert", "expert", "expert"]
+    assert {e.model_id for e in plan.merges} == {"ta__n02_s00", "ta__n03_full", "iso_c__n02_s00", "iso_c__n03_full"}
+    manifest = old_run.read_manifest()
+    assert manifest.schema_version == 0 and [e.name for e in manifest.models.experts] == [
+        "expert_01", "expert_02", "expert_03"]
+    assert {s.subset_id for s in manifest.subsets} >= {"n02_s00", "n03_full"}
+    info = read_merge_info(old_run.model_dir("ta__n03_full"))
+    assert info.method == "ta" and len(info.recipe_sha256) == 64 and not info.weights_pruned
+    index = old_run.read_eval_index("demo")
+    assert old_run.evaluated_suites() == ["demo"] and set(index.models) == {e.model_id for e in plan.entries}
+
+
+def test_a_version_0_run_folder_reports(old_run):
+    from wildmerge.analysis.report.scores import collect_scores
+
+    df, tasks, notes = collect_scores(old_run.root)
+    assert not notes and len(df) == 8 and (df["status"] == "ok").all()
+    assert tasks == ["add", "compare", "reverse", "count", "facts", "add_gen"]
+    assert df["mean"].between(0, 100).all()
+
+
+def test_records_round_trip_with_the_current_version(old_run, tmp_path):
+    plan = old_run.read_plan()
+    new = RunFolder(tmp_path / "new")
+    new.root.mkdir()
+    new.write_plan(plan.model_copy(update={"schema_version": SCHEMA_VERSION}))
+    again = new.read_plan()
+    assert again.schema_version == SCHEMA_VERSION and again.entries == plan.entries
+
+
+def test_damaged_and_future_records_are_named(old_run):
+    data = json.loads(old_run.plan_path.read_text())
+    data["entries"].append(dict(data["entries"][0]))  # a second base
+    old_run.plan_path.write_text(json.dumps(data))
+    with pytest.raises(WildmergeError, match=r"plan.json is damaged \(model_id 'base' appears twice\)"):
+        old_run.read_plan()
+    old_run.plan_path.write_text(json.dumps({"schema_version": SCHEMA_VERSION + 1, "entries": []}))
+    with pytest.raises(WildmergeError, match="newer than this wildmerge understands"):
+        old_run.read_plan()
+    old_run.plan_path.write_text("{not json")
+    with pytest.raises(WildmergeError, match="plan.json is damaged"):
+        old_run.read_plan()
+    with pytest.raises(WildmergeError, match="not a run folder: plan.json is missing"):
+        RunFolder(old_run.root / "models").read_plan()
+    assert Plan.model_validate({"entries": [{"model_id": "b", "kind": "base", "path": "/b"}]}).entries[0].n == 0
+
+
+def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path):
+    # tempfile makes private 0600 files / 0700 folders: a report or a model written atomically must not be
+    import os
+
+    from wildmerge import atomic
+
+    old = os.umask(0o022)
+    try:
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")
+        atomic.write_text(tmp_path / "atomic.txt", "x")
+        with atomic.atomic_dir(tmp_path / "folder") as d:
+            (d / "f").write_text("x")
+        (tmp_path / "made").mkdir()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "atomic.txt").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "folder").stat().st_mode & 0o777 == (tmp_path / "made").stat().st_mode & 0o777 == 0o755

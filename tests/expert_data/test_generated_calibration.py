@@ -1,0 +1,66 @@
+"""`calibration: generate`: each expert's own text, sampled from it with a fixed seed, cached in the run folder,
+used by RegMean / CoM merges of the sampler."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import lm_family  # noqa: F401  (fixture)
+from wildmerge.cli import main
+from wildmerge.errors import ConfigError
+from wildmerge.expert_data.generate import GenerateSpec, generate_spec, sample_texts
+
+SMALL = {"n_samples": 6, "max_new_tokens": 8, "prompts": ["", "The sky is", "Two plus two is"]}
+
+
+def _pool(tmp_path, fam, calibration):
+    pool = {"name": "gen", "base": {"model": fam["base"]}, "calibration": calibration,
+            "experts": [{"model": e, "name": f"x{i}"} for i, e in enumerate(fam["experts"])]}
+    path = tmp_path / "pool.yml"
+    path.write_text(yaml.safe_dump(pool))
+    return str(path)
+
+
+def test_spec_forms_and_errors():
+    assert generate_spec("generate") == GenerateSpec()
+    assert generate_spec({"generate": {"n_samples": 3}}).n_samples == 3
+    assert generate_spec("data.jsonl") is None and generate_spec({"data": "x.jsonl"}) is None
+    with pytest.raises(ConfigError, match="n_sample.*valid keys"):
+        generate_spec({"generate": {"n_sample": 3}})
+
+
+def test_sampling_is_seeded_and_follows_the_expert(lm_family):  # noqa: F811
+    spec = GenerateSpec(**SMALL)
+    a = sample_texts(lm_family["experts"][0], spec)
+    assert len(a) == 6 and [r["prompt"] for r in a] == ["", "", "The sky is", "The sky is", "Two plus two is",
+                                                        "Two plus two is"]
+    assert a == sample_texts(lm_family["experts"][0], spec)  # same seed, same text
+    assert a != sample_texts(lm_family["experts"][1], spec)  # another expert writes other text
+    assert a != sample_texts(lm_family["experts"][0], spec.model_copy(update={"seed": 1}))
+
+
+def test_sampler_merges_com_with_generated_text(lm_family, tmp_path, capsys):  # noqa: F811
+    pool = _pool(tmp_path, lm_family, {"generate": SMALL})
+    run = tmp_path / "run"
+    argv = ["sample", "--base", pool, "--out", str(run), "--methods", "com", "--no-evaluate", "--sizes", "1"]
+    assert main(argv) == 0
+    files = sorted((run / "calibration").glob("*.generated-*.jsonl"))
+    assert [f.name.split(".")[0] for f in files] == ["x0", "x1"]
+    assert all(len(f.read_text().splitlines()) == 6 for f in files)
+    diag = json.loads(next(run.glob("models/com__*/layerwise_diagnostics.json")).read_text())
+    assert sorted(Path(c["data"]).name for c in diag["calibration"]) == [f.name for f in files]
+    recipe = next(run.glob("models/com__*/recipe.yml")).read_text()
+    assert ".generated-" in recipe
+    before = [f.stat().st_mtime_ns for f in files]
+    capsys.readouterr()
+    assert main(argv) == 0  # rerun: the cached text, the done merge
+    assert "0 new, 0 redone, 1 already done" in capsys.readouterr().out
+    assert [f.stat().st_mtime_ns for f in files] == before
+
+
+def test_bad_generate_settings_fail_before_merging(lm_family, tmp_path, capsys):  # noqa: F811
+    pool = _pool(tmp_path, lm_family, {"generate": {"max_new_token": 8}})
+    assert main(["sample", "--base", pool, "--out", str(tmp_path / "run"), "--methods", "com", "--no-evaluate"]) == 2
+    assert "max_new_token" in capsys.readouterr().err

@@ -1,0 +1,186 @@
+"""Experts with added tokens or another chat template: merged through mergekit's tokenizer alignment onto the base's
+vocabulary, with a run-log line; RegMean / CoM refuse them before any merge."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from helpers import lm_family  # noqa: F401  (fixture)
+from wildmerge.cli import main
+
+ADDED = ["<|tool|>", "<|think|>", "<|end_think|>"]
+TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+
+
+@pytest.fixture(scope="module")
+def odd_experts(lm_family, tmp_path_factory):  # noqa: F811
+    """An expert with three added tokens (embeddings resized, new rows trained) and one with a chat template."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root = tmp_path_factory.mktemp("odd")
+    resized = root / "resized"
+    tok = AutoTokenizer.from_pretrained(lm_family["experts"][0])
+    tok.add_tokens(ADDED)
+    model = AutoModelForCausalLM.from_pretrained(lm_family["experts"][0], dtype=torch.float32)
+    model.resize_token_embeddings(len(tok))
+    torch.manual_seed(7)
+    with torch.no_grad():
+        n = len(ADDED)
+        model.get_input_embeddings().weight[-n:] = torch.randn(n, model.config.hidden_size)
+        model.get_output_embeddings().weight[-n:] = torch.randn(n, model.config.hidden_size)
+    model.save_pretrained(str(resized))
+    tok.save_pretrained(str(resized))
+
+    chat = root / "chat"
+    tok = AutoTokenizer.from_pretrained(lm_family["experts"][1])
+    tok.chat_template = TEMPLATE
+    AutoModelForCausalLM.from_pretrained(lm_family["experts"][1], dtype=torch.float32).save_pretrained(str(chat))
+    tok.save_pretrained(str(chat))
+    return {"resized": str(resized), "chat": str(chat)}
+
+
+def _pool(tmp_path, base, experts, calibration=None) -> str:
+    pool = {"name": "vocab", "base": {"model": base},
+            "experts": [{"model": p, "name": n} for n, p in experts.items()]}
+    if calibration:
+        pool["calibration"] = calibration
+    path = tmp_path / "pool.yml"
+    path.write_text(yaml.safe_dump(pool))
+    return str(path)
+
+
+def test_resized_and_templated_experts_merge_onto_the_base_vocabulary(lm_family, odd_experts, tmp_path,  # noqa: F811
+                                                                      capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_vocab = len(AutoTokenizer.from_pretrained(lm_family["base"]))
+    run = tmp_path / "run"
+    argv = ["sample", "--base", _pool(tmp_path, lm_family["base"], odd_experts), "--out", str(run),
+            "--methods", "ta", "--sizes", "2", "--no-evaluate"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"note: resized: vocabulary of {base_vocab + len(ADDED)} tokens vs base {base_vocab}" in out
+    line = (f"expert resized has vocabulary {base_vocab + len(ADDED)} vs base {base_vocab}; expert chat has another "
+            "chat template: tokenizer source=base, embeddings aligned by mergekit, chat template: the most common "
+            "among the inputs (the base has none)")
+    assert line in out
+    log = json.loads((run / "sample_log.json").read_text())
+    assert list(log["stats"]["tokenizer"].values()) == [line]  # the run log says what was done, once per merge
+
+    plan = json.loads((run / "plan.json").read_text())
+    merged = Path(next(e["path"] for e in plan["entries"] if e["kind"] == "merge"))
+    recipe = yaml.safe_load((merged / "recipe.yml").read_text())
+    assert recipe["tokenizer"] == {"source": "base"} and recipe["chat_template"] == "auto"
+
+    # loads, with the base's vocabulary and the expert's chat template
+    model = AutoModelForCausalLM.from_pretrained(str(merged))
+    tok = AutoTokenizer.from_pretrained(str(merged))
+    assert model.config.vocab_size == base_vocab == len(tok)
+    assert not any(t in tok.get_vocab() for t in ADDED)
+    assert tok.chat_template.strip() == TEMPLATE
+
+    # every tensor, embedding rows of the shared tokens included: float64 task arithmetic (lambda 1, normalised
+    # weights 1) on the rows aligned by token id
+    base = load_file(f"{lm_family['base']}/model.safetensors")
+    experts = [load_file(f"{p}/model.safetensors") for p in odd_experts.values()]
+    out_w = load_file(str(merged / "model.safetensors"))
+    assert set(out_w) == set(base)
+    for name, b in base.items():
+        rows = [e[name][:base_vocab] if "embed" in name or "lm_head" in name else e[name] for e in experts]
+        assert rows[0].shape == b.shape, name
+        want = b.double() + sum(r.double() - b.double() for r in rows) / len(rows)
+        assert torch.allclose(out_w[name].double(), want, atol=1e-5), name
+
+    # the stock mergekit-yaml runs the rendered recipe to the same weights
+    stock = tmp_path / "stock"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    res = subprocess.run([str(Path(sys.executable).parent / "mergekit-yaml"), str(merged / "recipe.yml"),
+                          str(stock)], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    stock_w = load_file(str(stock / "model.safetensors"))
+    assert all(torch.equal(stock_w[k], out_w[k]) for k in out_w)
+    assert len(AutoTokenizer.from_pretrained(str(stock))) == base_vocab
+
+
+def test_same_tokenizer_adds_nothing_to_the_recipe_and_loads_nothing(lm_family, tmp_path):  # noqa: F811
+    from wildmerge.merging import tokenizer_plan as vocabulary
+
+    calls = vocabulary._load.cache_info()
+    experts = {f"x{i}": p for i, p in enumerate(lm_family["experts"])}
+    assert vocabulary.plan_tokenizer(lm_family["base"], experts, layerwise=False, method="ta") == ({}, None)
+    after = vocabulary._load.cache_info()
+    assert after.hits + after.misses == calls.hits + calls.misses  # decided from file stamps and config.json
+
+
+def test_regmean_refuses_a_resized_expert_before_merging(lm_family, odd_experts, tmp_path, capsys):  # noqa: F811
+    small = {"generate": {"n_samples": 2, "max_new_tokens": 4, "prompts": ["The sky is"]}}
+    run = tmp_path / "run"
+    argv = ["sample", "--base", _pool(tmp_path, lm_family["base"], odd_experts, small), "--out", str(run),
+            "--methods", "regmean", "--sizes", "2", "--no-evaluate"]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "regmean needs experts with the base's vocabulary, and resized differ" in err
+    assert "--exclude NAME" in err
+    assert not (run / "models").exists() or not any((run / "models").iterdir())
+    assert not (run / "calibration").exists()  # nothing generated: refused before any work on the merge
+
+
+def test_chat_template_only_is_fine_for_layerwise(lm_family, odd_experts):  # noqa: F811
+    from wildmerge.merging.tokenizer_plan import plan_tokenizer
+
+    keys, note = plan_tokenizer(lm_family["base"], {"chat": odd_experts["chat"]}, layerwise=True, method="com")
+    assert keys == {} and note == "expert chat has another chat template: the merged model keeps the base's " \
+                                  "tokenizer and chat template"
+
+
+PER_TENSOR = ["ta", "ties", "model_stock", "tsv_m", "iso_c", "iso_cts", "ta_sb", "ties_sb", "metagpt", "norm_avg",
+              "s001_dare", "s001_wa"]
+
+
+def test_every_per_tensor_method_merges_aligned_rows_as_if_pre_aligned(lm_family, odd_experts, tmp_path):  # noqa: F811
+    """Each method through mergekit's alignment gives what it gives on experts cut to the base's vocabulary by
+    hand (resize_token_embeddings down, the base's tokenizer): the alignment is the only difference."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_tok = AutoTokenizer.from_pretrained(lm_family["base"])
+    cut = tmp_path / "cut"
+    model = AutoModelForCausalLM.from_pretrained(odd_experts["resized"], dtype=torch.float32)
+    model.resize_token_embeddings(len(base_tok))
+    model.save_pretrained(str(cut))
+    base_tok.save_pretrained(str(cut))
+
+    runs = {}
+    for label, experts in {"aligned": odd_experts,
+                           "by_hand": {"resized": str(cut), "chat": lm_family["experts"][1]}}.items():
+        (tmp_path / label).mkdir()
+        runs[label] = run = tmp_path / label / "run"
+        argv = ["sample", "--base", _pool(tmp_path / label, lm_family["base"], experts), "--out", str(run),
+                "--methods", ",".join(PER_TENSOR), "--sizes", "2", "--no-evaluate"]
+        assert main(argv) == 0
+    plan = json.loads((runs["aligned"] / "plan.json").read_text())
+    merges = [e for e in plan["entries"] if e["kind"] == "merge"]
+    assert sorted(e["method"] for e in merges) == sorted(PER_TENSOR)
+    for e in merges:
+        a = load_file(str(Path(e["path"]) / "model.safetensors"))
+        b = load_file(str(runs["by_hand"] / Path(e["path"]).relative_to(runs["aligned"]) / "model.safetensors"))
+        assert a["model.embed_tokens.weight"].shape[0] == len(base_tok), e["method"]
+        for name in b:
+            assert torch.allclose(a[name], b[name], atol=1e-6), (e["method"], name)
+
+
+@pytest.mark.parametrize("analysis", ["norms", "mergeability"])
+def test_task_vector_diagnostics_refuse_a_resized_expert_clearly(lm_family, odd_experts, tmp_path, capsys,  # noqa: F811
+                                                                 analysis):
+    # they subtract the base from every tensor, so shapes must agree: one clear line, not a shape traceback
+    pool = _pool(tmp_path, lm_family["base"], {"a": lm_family["experts"][1], "resized": odd_experts["resized"]})
+    assert main(["analyze", analysis, "--pool", pool, "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err
+    assert "resized" in err and "needs identical vocabularies" in err
+    assert "Traceback" not in err

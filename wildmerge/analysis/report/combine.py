@@ -1,0 +1,109 @@
+"""Tables 1-3 across several runs (one per base model) with the paper's "Average" rows.
+
+Hitit et al. (arXiv 2511.21437, Tables 1-3) list each base's ``P / D`` cells and then an Average row per method: the
+unweighted mean over the bases of the reference accuracy, of P and of D (e.g. TA, n = 1: (17 + 25 + 25 + 33) / 4 =
+25). A cell some base lacks is averaged over the bases that have it, and the Average cell says over how many.
+"""
+
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from wildmerge.analysis.report import leaderboard
+from wildmerge.analysis.report.scores import collect_scores, protocol_rows
+from wildmerge.atomic import atomic_dir, write_text
+from wildmerge.errors import WildmergeError
+from wildmerge.run import RunFolder
+
+AVERAGE = "Average"
+
+
+def _label(run_dir: Path) -> str:
+    plan = RunFolder(run_dir).read_plan()
+    return plan.pool or run_dir.name
+
+
+def combined_tables(run_dirs: List[Path], suite: Optional[str] = None) -> Dict[str, object]:
+    """{"vs_base": long table, "vs_best": long table}, each with a ``base_model`` column and Average rows."""
+    import pandas as pd
+
+    frames: Dict[str, list] = {"vs_base": [], "vs_best": []}
+    labels = []
+    for run_dir in run_dirs:
+        df, _, _ = collect_scores(run_dir, suite)
+        protocol = protocol_rows(df)
+        base, best_id, best = leaderboard.references(protocol)
+        label = _label(run_dir)
+        if label in labels:
+            label = f"{label} ({run_dir.name})"
+        labels.append(label)
+        if base is None:
+            raise WildmergeError(f"{run_dir}: the base model has no score, so its Table 1 row cannot be averaged; "
+                                 f"evaluate it (`wildmerge eval {run_dir}`) or leave the run out")
+        frames["vs_base"].append(leaderboard.interference_table(protocol, base, "base", paired="vs_base_diff")
+                                 .assign(base_model=label))
+        if best is not None:
+            frames["vs_best"].append(leaderboard.interference_table(protocol, best, f"best expert {best_id}",
+                                                                    paired="vs_best_diff").assign(base_model=label))
+    out = {}
+    for key, parts in frames.items():
+        if not parts:
+            continue
+        long = pd.concat(parts, ignore_index=True)
+        avg = (long.groupby(["method", "n"], sort=False)
+               .agg(k=("k", "sum"), pct_beat=("pct_beat", "mean"), mean_diff_pp=("mean_diff_pp", "mean"),
+                    bases=("base_model", "nunique")).reset_index())
+        ref = long.groupby("base_model", sort=False)["reference_acc"].first().mean()
+        avg = avg.assign(base_model=AVERAGE, reference="mean over bases", reference_acc=ref)
+        long["bases"] = 1
+        out[key] = pd.concat([long, avg], ignore_index=True)[
+            ["base_model", "method", "n", "k", "bases", "reference", "reference_acc", "pct_beat", "mean_diff_pp"]]
+    return out
+
+
+def combined_markdown(table, reference_label: str) -> str:
+    """| Base model | Method | Base | n = 1 | ... | with P / D cells; Average rows last."""
+    ns = sorted(table["n"].unique())
+    nbases = table[table["base_model"] != AVERAGE]["base_model"].nunique()
+    head = ["Base model", "Method", reference_label] + [f"n = {n}" for n in ns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for base_model in dict.fromkeys(table["base_model"]):
+        block = table[table["base_model"] == base_model]
+        for i, method in enumerate(dict.fromkeys(block["method"])):
+            rows = block[block["method"] == method]
+            cells = [base_model if i == 0 else "", method, f"{rows['reference_acc'].iloc[0]:.1f}"]
+            for n in ns:
+                hit = rows[rows["n"] == n]
+                if hit.empty:
+                    cells.append("")
+                    continue
+                r = hit.iloc[0]
+                partial = base_model == AVERAGE and int(r["bases"]) != nbases
+                cells.append(f"{r['pct_beat']:.0f} / {r['mean_diff_pp']:+.2f}"
+                             + (f" ({int(r['bases'])} of {nbases} bases)" if partial else ""))
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_combined(run_dirs, out_dir, suite: Optional[str] = None) -> Dict[str, Path]:
+    run_dirs = [Path(r).resolve() for r in run_dirs]
+    if len(run_dirs) < 2:
+        raise WildmergeError("--combine needs at least two run folders (one per base model)")
+    for r in run_dirs:
+        RunFolder(r).read_plan()  # a clear error for a folder that is not a run, before reading any result
+    tables = combined_tables(run_dirs, suite)
+    target = Path(out_dir).resolve()
+    written = {}
+    with atomic_dir(target) as tmp:
+        md = [f"# Tables 1-3 across {len(run_dirs)} runs\n",
+              "Cells `P / D` per base model as in each run's report; Average = unweighted mean over the bases of "
+              "the reference accuracy, P and D.\n"]
+        for key, title, ref in (("vs_base", "Merges vs the base (Tables 1 and 3)", "Base"),
+                                ("vs_best", "Merges vs the best single expert (Table 2)", "Best FT")):
+            if key not in tables:
+                continue
+            write_text(tmp / f"combined_{key}.csv", tables[key].to_csv(index=False, float_format="%.10g"))
+            written[f"combined_{key}_csv"] = target / f"combined_{key}.csv"
+            md += [f"## {title}\n", combined_markdown(tables[key], ref)]
+        write_text(tmp / "combined.md", "\n".join(md))
+        written["combined_md"] = target / "combined.md"
+    return written

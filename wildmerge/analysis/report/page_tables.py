@@ -1,0 +1,88 @@
+"""What the leaderboard page shows: the report's tables as page tables, one row per model with its links."""
+
+from typing import Dict, List
+
+from wildmerge.analysis.report.page import Column, Figure, render_page, table_from_frame
+
+
+def _summary(protocol, tables) -> "object":
+    """Methods x n: k, mean ± std of the mean accuracy, P / D against the base and against the best expert."""
+    import pandas as pd
+
+    ok = protocol[protocol["status"] == "ok"]
+    experts = ok[ok["kind"] == "expert"]
+    merges = ok[ok["kind"] == "merge"]
+    rows = []
+    for variant in dict.fromkeys(merges["variant"]):
+        sub = merges[merges["variant"] == variant]
+        groups = ([(1, experts)] if len(experts) else []) + [(int(n), sub[sub["n"] == n])
+                                                             for n in sorted(sub["n"].dropna().unique())]
+        for n, g in groups:
+            rows.append({"method": variant, "n": n, "k": len(g), "mean": g["mean"].mean(),
+                         "std": g["mean"].std(ddof=0), "norm": g["task_vector_norm"].mean()})
+    out = pd.DataFrame(rows, columns=["method", "n", "k", "mean", "std", "norm"])
+    for key, suffix in (("vs_base", "base"), ("vs_best", "best")):
+        t = tables.get(key)
+        if t is not None and len(t):
+            t = t[["method", "n", "pct_beat", "mean_diff_pp"]].rename(
+                columns={"pct_beat": f"p_{suffix}", "mean_diff_pp": f"d_{suffix}"})
+            out = out.merge(t, on=["method", "n"], how="left")
+    return out
+
+
+def build_page(run: str, suite: str, df, tasks: List[str], tables: Dict[str, object], figures, links: Dict[str, str],
+               notes: List[str]) -> str:
+    from wildmerge.analysis.report.scores import protocol_rows
+
+    protocol = protocol_rows(df)
+    summary = _summary(protocol, tables)
+    page_tables = [table_from_frame("methods", "Methods × n", summary, [
+        Column(key="method", label="method", filter=True), Column(key="n", label="n", filter=True),
+        Column(key="k", label="k"), Column(key="mean", label="mean acc. (%)", digits=2),
+        Column(key="std", label="std", digits=2), Column(key="p_base", label="% > base", digits=0),
+        Column(key="d_base", label="Δ base (pp)", digits=2), Column(key="p_best", label="% > best expert", digits=0),
+        Column(key="d_best", label="Δ best expert (pp)", digits=2), Column(key="norm", label="‖τ‖₂", digits=3)],
+        "The main protocol (Tables 1-3): each method at its recipe's settings on random subsets; n = 1 is the "
+        "experts alone. Click a header to sort, type to filter.")]
+    change = tables.get("task_change")
+    if change is not None and len(change):
+        page_tables.append(table_from_frame(
+            "tasks", "Per-task change vs the base", change,
+            [Column(key="method", filter=True), Column(key="n", filter=True), Column(key="k")]
+            + [Column(key=t, label=f"{t} (pp)", digits=2) for t in tasks] + [Column(key="mean", label="mean (pp)",
+                                                                                   digits=2)],
+            "Mean over subsets of (task accuracy − the base's), in percentage points."))
+    sweeps = tables.get("sweeps")
+    if sweeps is not None:
+        page_tables.append(table_from_frame("sweeps", "Hyperparameter sweeps (Appendix C)", sweeps, [
+            Column(key="sweep", filter=True), Column(key="method", filter=True), Column(key="setting"),
+            Column(key="model_id"), Column(key="status", filter=True), Column(key="mean", label="mean (%)", digits=2),
+            Column(key="diff_vs_base_pp", label="Δ base (pp)", digits=2),
+            Column(key="task_vector_norm", label="‖τ‖₂", digits=3)]))
+    homogeneous = tables.get("homogeneous")
+    if homogeneous is not None:
+        page_tables.append(table_from_frame("homogeneous", "Homogeneous vs heterogeneous merges", homogeneous, [
+            Column(key="method", filter=True), Column(key="configuration", filter=True), Column(key="n"),
+            Column(key="k"), Column(key="mean", label="mean (%)", digits=2),
+            Column(key="diff_vs_base_pp", label="Δ base (pp)", digits=2)]))
+    models = df.assign(folder=df["model_id"].map(links), recipe=df["model_id"].map(
+        lambda m: f"{links[m]}/recipe.yml" if m in links else None), card=df["model_id"].map(
+        lambda m: f"{links[m]}/README.md" if m in links else None),
+        recipe_label=df["model_id"].map(lambda m: "recipe.yml" if m in links else None),
+        card_label=df["model_id"].map(lambda m: "README.md" if m in links else None))
+    page_tables.append(table_from_frame("models", "Every model", models, [
+        Column(key="model_id", label="model", link="folder"), Column(key="kind", filter=True),
+        Column(key="variant", label="method", filter=True), Column(key="group", filter=True),
+        Column(key="n", filter=True), Column(key="subset_id", label="subset"),
+        Column(key="domain", filter=True), Column(key="experts"), Column(key="status", filter=True),
+        Column(key="mean", label="mean (%)", digits=2)] + [Column(key=t, label=f"{t} (%)", digits=2) for t in tasks]
+        + [Column(key="task_vector_norm", label="‖τ‖₂", digits=3), Column(key="recipe_label", label="recipe",
+                                                                           link="recipe"),
+           Column(key="card_label", label="model card", link="card"), Column(key="job_id", label="job"),
+           Column(key="error")],
+        "One row per model of the run: its experts, its recipe and model card (merged models), and the status of its "
+        "evaluation job."))
+    figs = [Figure(caption=c, png=png, svg_href=svg) for c, png, svg in figures]
+    return render_page(f"wildmerge leaderboard: {run} / {suite}",
+                       f"{len(df)} models; accuracies in percent over {len(tasks)} task(s): {', '.join(tasks)}.",
+                       page_tables, figs, notes)

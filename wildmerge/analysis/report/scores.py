@@ -1,0 +1,159 @@
+"""One row per model of a run with its per-task accuracies (percent) and their mean: the table everything reads.
+
+A model whose result is missing, failed, corrupt or lacks a task of the suite gets ``status != ok`` and empty
+scores: it is listed, never averaged in.
+"""
+
+import functools
+import json
+from typing import Dict, List, Optional, Tuple
+
+import yaml
+
+from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.eval.store import OK, ResultStore
+from wildmerge.run import RunFolder
+
+METHOD_ORDER = ["ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c", "iso_cts", "regmean", "com"]
+MAIN, ABLATION, TUNED = "main", "ablation", "tuned"  # which part of the study a merge belongs to
+FALLBACK_LABELS = {"ta": "TA", "model_stock": "Model Stock", "ties": "TIES", "ta_sb": "TA+SB", "ties_sb": "TIES+SB",
+                   "tsv_m": "TSV-M", "iso_c": "Iso-C", "iso_cts": "Iso-CTS", "regmean": "RegMean", "com": "CoM",
+                   "ensemble": "Ensemble", "composer": "Composer"}
+
+
+def pick_suite(run_dir, suite: Optional[str]) -> str:
+    suites = RunFolder(run_dir).evaluated_suites()
+    if suite:
+        if suite not in suites:
+            raise WildmergeError(f"suite {suite!r} was not evaluated in {run_dir} (evaluated: "
+                                 f"{', '.join(suites) or 'none'}); run `wildmerge eval {run_dir} --suite {suite}`")
+        return suite
+    if not suites:
+        raise WildmergeError(f"{run_dir} has no evaluation results; run `wildmerge eval {run_dir} --suite NAME`")
+    if len(suites) > 1:
+        raise WildmergeError(f"{run_dir} has results for several suites ({', '.join(suites)}): pick one with --suite")
+    return suites[0]
+
+
+@functools.lru_cache(maxsize=None)  # one YAML read per method, not per model (545 models: 7 s -> 0)
+def method_label(method: Optional[str]) -> str:
+    if not method:
+        return ""
+    from wildmerge.plugins.recipes import load_method_recipe
+
+    try:
+        return load_method_recipe(method).label
+    except ConfigError:  # a method recipe that is no longer shipped
+        return FALLBACK_LABELS.get(method, method)
+
+
+def _variants(rows: List[Dict]) -> None:
+    """Name each (method, hyperparameters) pair; hyperparameters appear only where a method has several.
+
+    The main protocol's merges (the method recipe's own settings) keep the plain method label, so sweep points and
+    tuned variants never share a name (or a table row) with them."""
+    by_method: Dict[str, set] = {}
+    for r in rows:
+        if r["kind"] == "merge":
+            by_method.setdefault(r["method"], set()).add(r["hparams"])
+    for r in rows:
+        if r["kind"] != "merge":
+            r["variant"] = FALLBACK_LABELS.get(r["method"], r["method"]) if r["kind"] == "composition" else r["kind"]
+            continue
+        label = method_label(r["method"])
+        if r["group"] != MAIN and len(by_method[r["method"]]) > 1:
+            all_hp = [json.loads(h) for h in by_method[r["method"]]]
+            keys = sorted({k for hp in all_hp for k in hp if len({json.dumps(h.get(k)) for h in all_hp}) > 1})
+            hp = json.loads(r["hparams"])
+            label += " (" + ", ".join(f"{k}={hp.get(k)}" for k in keys) + ")"
+        r["variant"] = label
+
+
+def _group(entry) -> str:
+    """main: the protocol's merges at the recipe's settings; ablation: a point of an Appendix C sweep (the sweep
+    point at the recipe's settings is also main); tuned: other non-default settings."""
+    if entry.kind != "merge" or not entry.overrides:
+        return MAIN
+    return ABLATION if entry.ablations else TUNED
+
+
+def main_merges(df):
+    """The merges behind Tables 1-3 and accuracy vs n: main group, random subsets (not one domain's experts)."""
+    return df[(df["kind"] == "merge") & (df["group"] == MAIN) & (df["domain"].fillna("") == "")]
+
+
+def protocol_rows(df):
+    """Base, experts and main merges: what Tables 1-3 and the accuracy-vs-n plots read."""
+    keep = (df["kind"] != "merge") | df.index.isin(main_merges(df).index)
+    return df[keep]
+
+
+SCREENING_COLUMNS = ["screened", "vs_base_diff", "vs_base_low", "vs_base_high", "vs_best_diff", "vs_best_low",
+                     "vs_best_high"]
+
+
+def screening_columns(info: Optional[Dict]) -> Dict:
+    """A screened evaluation's record (``wildmerge.eval.screening.stages``): whether the score rests on the screening subset
+    only, and the paired bootstrap intervals (points) of the difference to the base and to the best expert."""
+    if not info:
+        return {}
+    out = {"screened": info.get("stage") == "screened"}
+    for ref in ("vs_base", "vs_best"):
+        if info.get(ref):
+            out[f"{ref}_diff"], out[f"{ref}_low"], out[f"{ref}_high"] = info[ref]
+    return out
+
+
+def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List[str], List[str]]:
+    """(DataFrame, task column names, notes) for ``suite`` of the run; scores in percent."""
+    import pandas as pd
+
+    run = RunFolder(run_dir)
+    suite = pick_suite(run_dir, suite)
+    store = ResultStore(run.eval_dir(suite))
+    stored = store.index()
+    index = stored.models
+    rebuild = (f"rerun `wildmerge eval {run.root} --suite {stored.suite_source or suite}` to rewrite it "
+               f"(finished jobs are not run again)")
+    if not index:
+        raise WildmergeError(f"{store.root / 'index.json'} is damaged or empty; {rebuild}")
+    try:
+        suite_data = yaml.safe_load((store.root / "suite.yml").read_text())
+        tasks = [t.get("label") or t["task"] for t in suite_data["tasks"]]
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as exc:
+        raise WildmergeError(f"{store.root / 'suite.yml'} is damaged ({type(exc).__name__}); {rebuild}") from None
+    notes, rows = [], []
+    for e in run.read_plan().entries:
+        row = {"model_id": e.model_id, "kind": e.kind, "method": e.method or "",
+               "method_label": method_label(e.method), "n": e.n, "subset_id": e.subset_id,
+               "hparams": json.dumps(e.hparams, sort_keys=True), "experts": ";".join(e.experts),
+               "job_id": index.get(e.model_id, ""), "status": "not evaluated", "error": "",
+               "group": _group(e), "domain": e.domain or "", "ablations": ";".join(e.ablations),
+               "overrides": json.dumps(e.overrides, sort_keys=True)}
+        record = store.load(row["job_id"]) if row["job_id"] else {"status": "not evaluated", "error": ""}
+        row["status"], row["error"] = record["status"], (record.get("error") or "").split("\n")[0]
+        if record["status"] == OK:
+            missing = [t for t in tasks if t not in record.get("scores", {})]
+            if missing:
+                row["status"], row["error"] = "incomplete", f"result lacks task(s) {missing}; rerun the evaluation"
+            else:
+                for t in tasks:
+                    row[t] = 100.0 * float(record["scores"][t])
+                row["mean"] = sum(row[t] for t in tasks) / len(tasks)
+                row.update(screening_columns(record.get("screening")))
+        if row["status"] != OK:
+            notes.append(f"{e.model_id} ({e.kind}) has no score: {row['status']}: {row['error']}")
+        rows.append(row)
+    _variants(rows)
+    df = pd.DataFrame(rows)
+    for col in tasks + ["mean"] + SCREENING_COLUMNS[1:]:
+        if col not in df:
+            df[col] = float("nan")
+    df["screened"] = df["screened"].map(lambda v: v is True) if "screened" in df else False
+    df["n"] = pd.to_numeric(df["n"], errors="coerce")
+    order = {m: i for i, m in enumerate(METHOD_ORDER)}
+    df["_kind"] = df["kind"].map({"base": 0, "expert": 1, "merge": 2, "composition": 3})
+    df["_method"] = df["method"].map(lambda m: order.get(m, len(order)))
+    df = df.sort_values(["_kind", "_method", "variant", "n", "model_id"], kind="stable").drop(columns=["_kind",
+                                                                                                       "_method"])
+    return df.reset_index(drop=True), tasks, notes

@@ -1,0 +1,95 @@
+"""Hyperparameter sweeps (Hitit et al., arXiv 2511.21437, Appendix C, Figs. 11-18): accuracy against the swept value.
+
+Every sweep merges the full pool once per grid point. Its table lists each point's settings, mean accuracy, the
+difference to the base in percentage points and the task-vector norm; its figure plots mean accuracy against the
+first swept parameter (one curve per value of the others, as in the TIES density x lambda grid) and, beside it,
+against the merged task vector's L2 norm (Figs. 13-16). The sweep point at the recipe's settings is included.
+"""
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional
+
+OK = "ok"
+
+
+def sweeps(df) -> Dict[str, object]:
+    """{sweep name: its merged models (rows of ``df``)}, in the order the sweeps were planned."""
+    names = [a for cell in df["ablations"].fillna("") for a in cell.split(";") if a]
+    return {name: df[df["ablations"].fillna("").str.split(";").map(lambda cell, n=name: n in cell)]
+            for name in dict.fromkeys(names)}
+
+
+def swept_keys(rows) -> List[str]:
+    """The hyperparameters that take more than one value in a sweep, in a stable order."""
+    points = [json.loads(h) for h in rows["hparams"]]
+    keys = sorted({k for p in points for k in p})
+    return [k for k in keys if len({json.dumps(p.get(k)) for p in points}) > 1] or keys[:1]
+
+
+def sweep_table(rows, base: Optional[float]):
+    """One row per grid point: method, swept values, status, mean, diff vs base (pp), task-vector norm."""
+    import pandas as pd
+
+    keys = swept_keys(rows)
+    out = []
+    for _, r in rows.iterrows():
+        hp = json.loads(r["hparams"])
+        mean = r["mean"] if r["status"] == OK else float("nan")
+        out.append({"method": r["method_label"], **{k: hp.get(k) for k in keys}, "model_id": r["model_id"],
+                    "status": r["status"], "mean": mean,
+                    "diff_vs_base_pp": mean - base if base is not None else float("nan"),
+                    "task_vector_norm": r.get("task_vector_norm", float("nan"))})
+    return pd.DataFrame(out).sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def plot_sweep(name: str, table, base: Optional[float], out_dir, title: str) -> Dict[str, Path]:
+    """Accuracy vs the first swept value (curves per other values) and accuracy vs task-vector norm."""
+    from wildmerge.analysis.report.plots import NORM_LABEL, _plt, _save, style
+
+    plt = _plt()
+    keys = [c for c in table.columns if c not in ("method", "model_id", "status", "mean", "diff_vs_base_pp",
+                                                   "task_vector_norm")]
+    x, others = keys[0], keys[1:]
+    ok = table[table["status"] == OK]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    groups = ok.groupby(others, sort=True) if others else [((), ok)]
+    for i, (values, g) in enumerate(groups):
+        values = values if isinstance(values, tuple) else (values,)
+        label = ", ".join(f"{k}={v}" for k, v in zip(others, values)) or table["method"].iloc[0]
+        st = style(i)
+        xs = g[x].map(_number)
+        left.plot(xs, g["mean"], ms=5, lw=1.6, label=label, **st)
+        right.plot(g["task_vector_norm"], g["mean"], ms=5, lw=0, label=label,
+                   **{k: v for k, v in st.items() if k != "ls"})
+    numeric = table[x].map(_number)
+    if len(numeric) and (numeric > 0).all() and numeric.max() / numeric.min() >= 20:
+        left.set_xscale("log")  # TA's lambda grid ends at 10 (Fig. 11)
+    for ax in (left, right):
+        if base is not None:
+            ax.axhline(base, color="black", ls="--", lw=1.2, label="base")
+        ax.set_ylabel("mean accuracy (%)")
+        ax.grid(alpha=0.3)
+    left.set_xlabel(f"{x} (swept hyperparameter, unitless)")
+    right.set_xlabel(NORM_LABEL)
+    left.legend(fontsize=8, loc="best")
+    fig.suptitle(f"{title}: sweep {name} ({table['method'].iloc[0]})")
+    fig.tight_layout()
+    return _save(fig, Path(out_dir) / f"sweep_{name}")
+
+
+def _number(value):
+    """Booleans and numbers as floats for the x axis."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def to_markdown(table, digits: int = 2) -> str:
+    cols = list(table.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in table.iterrows():
+        cells = [f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in r]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,237 @@
+"""Write a run's report: ``scores.csv``, Tables 1-3, per-task changes, sweeps, homogeneous merges, plots, the
+``index.html`` leaderboard page, and the scores into each merged model's card.
+
+``write_report(run_dir, out_dir=None, suite=None)`` writes into ``RUN/report/`` when the run has one evaluated
+suite, else into ``RUN/report/<suite>/`` (keys prefixed ``<suite>/``), atomically: the folder is complete or the
+previous one stays. Tables 1-3 and accuracy vs n read only the main protocol's merges (``scores.protocol_rows``):
+sweep points and tuned variants have their own tables and figures, homogeneous merges are reported per domain.
+"""
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from tqdm.auto import tqdm
+
+from wildmerge.analysis.report import sweeps as ablations
+from wildmerge.analysis.report import domains
+from wildmerge.analysis.report import leaderboard
+from wildmerge.analysis.report import plots
+from wildmerge.analysis.report.layerwise_plots import layerwise_figures
+from wildmerge.analysis.report.costs import cost_markdown
+from wildmerge.analysis.pool.norms import NormCache
+from wildmerge.analysis.report.page_tables import build_page
+from wildmerge.analysis.report.scores import TUNED, collect_scores, protocol_rows
+from wildmerge.atomic import atomic_dir, write_text
+from wildmerge.errors import WildmergeError
+from wildmerge.locks import wait_claim
+from wildmerge.run import RunFolder, report_claim_file
+
+
+def _norms(run_dir: Path, df, notes) -> None:
+    """Task-vector norm of every merge and expert against the base (streaming; cached in RUN/eval/norms.json)."""
+    entries = {e.model_id: e for e in RunFolder(run_dir).read_plan().entries}
+    base = next(e.path for e in entries.values() if e.kind == "base")
+    cache = NormCache(run_dir / "eval" / "norms.json")
+    values = []
+    for model_id, kind in tqdm(list(zip(df["model_id"], df["kind"])), desc="task-vector norms", unit="model"):
+        value = float("nan")
+        if kind not in ("base", "composition"):  # a composition keeps its experts: it has no weights of its own
+            try:
+                value = cache.norm(entries[model_id].path, base)
+            except (WildmergeError, OSError) as exc:
+                notes.append(f"{model_id}: no task-vector norm ({exc})")
+        values.append(value)
+    cache.save()
+    df["task_vector_norm"] = values
+
+
+class _Out:
+    """Collects what one report writes into its temporary folder, under the names of the final folder."""
+
+    def __init__(self, tmp: Path, target: Path):
+        self.tmp, self.target, self.written, self.figures = tmp, target, {}, []
+
+    def put(self, name: str, text: str) -> None:
+        write_text(self.tmp / name, text)
+        self.written[name.replace(".", "_")] = self.target / name
+
+    def plot(self, caption: str, saved: Optional[Dict[str, Path]]) -> None:
+        if not saved:
+            return
+        stem = saved["png"].stem
+        self.written[f"{stem}_png"], self.written[f"{stem}_svg"] = self.target / f"{stem}.png", \
+            self.target / f"{stem}.svg"
+        self.figures.append((caption, saved["png"], f"{stem}.svg"))
+
+
+def _main_tables(out: _Out, protocol, tasks, base, best_id, best, md: List[str]) -> Dict[str, object]:
+    tables = {}
+    if base is None:
+        md.append("**The base model has no score, so Tables 1-3 cannot be computed** (see notes).\n")
+    else:
+        vs_base = tables["vs_base"] = leaderboard.interference_table(protocol, base, "base", paired="vs_base_diff")
+        out.put("table_vs_base.csv", vs_base.to_csv(index=False, float_format="%.10g"))
+        out.put("table_vs_base.md", leaderboard.to_markdown(vs_base, "Base", base))
+        md += ["## Merges vs the base (Tables 1 and 3)\n",
+               "Cell `P / D`: P = % of subsets whose mean accuracy beats the base, D = mean difference to the "
+               "base in percentage points, over the k evaluated subsets of each n (`n = m (k)`); n = 1: the "
+               "experts alone. Only the main protocol's merges (each method at its recipe's settings, random "
+               "subsets) count here.\n", leaderboard.to_markdown(vs_base, "Base", base)]
+        change = tables["task_change"] = leaderboard.task_change_table(protocol, tasks)
+        out.put("table_task_change_vs_base.csv", change.to_csv(index=False, float_format="%.10g"))
+        md += ["## Per-task change vs the base (percentage points, mean over subsets)\n",
+               leaderboard.change_markdown(change, tasks)]
+    if best is not None:
+        vs_best = tables["vs_best"] = leaderboard.interference_table(protocol, best, f"best expert {best_id}",
+                                                                     paired="vs_best_diff")
+        out.put("table_vs_best_expert.csv", vs_best.to_csv(index=False, float_format="%.10g"))
+        out.put("table_vs_best_expert.md", leaderboard.to_markdown(vs_best, "Best FT", best))
+        md += [f"## Merges vs the best single expert (Table 2): `{best_id}`, {best:.2f}\n",
+               leaderboard.to_markdown(vs_best, "Best FT", best)]
+    md += ["## Mean ± std over subsets\n", leaderboard.summary_markdown(protocol, tasks),
+           "## Task-vector norm ||θ_merged − θ_base||₂ (mean ± std over subsets)\n",
+           leaderboard.summary_markdown(protocol, [], digits=3, columns=["task_vector_norm"])]
+    return tables
+
+
+def _sweeps(out: _Out, df, base, title: str, md: List[str]):
+    import pandas as pd
+
+    frames = []
+    for name, rows in ablations.sweeps(df).items():
+        table = ablations.sweep_table(rows, base)
+        out.put(f"sweep_{name}.csv", table.to_csv(index=False, float_format="%.10g"))
+        md += [f"## Sweep `{name}` ({table['method'].iloc[0]}, full pool)\n", ablations.to_markdown(table)]
+        if (table["status"] == "ok").any():
+            out.plot(f"Sweep {name}: accuracy vs the swept value and vs task-vector norm",
+                     ablations.plot_sweep(name, table, base, out.tmp, title))
+        keys = [c for c in table.columns if c not in ("method", "model_id", "status", "mean", "diff_vs_base_pp",
+                                                       "task_vector_norm")]
+        setting = table[keys].astype(str).apply(lambda r: ", ".join(f"{k}={v}" for k, v in r.items()), axis=1)
+        frames.append(table.assign(sweep=name, setting=setting)[["sweep", "method", "setting", "model_id", "status",
+                                                                  "mean", "diff_vs_base_pp", "task_vector_norm"]])
+    tuned = df[(df["kind"] == "merge") & (df["group"] == TUNED)]
+    if len(tuned):
+        md += ["## Tuned variants (non-default settings outside a sweep)\n", leaderboard.summary_markdown(tuned, [])]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def _homogeneous(out: _Out, df, base, title: str, md: List[str]):
+    if domains.domain_merges(df).empty:
+        return None
+    table = domains.domain_table(df, base)
+    out.put("table_homogeneous.csv", table.to_csv(index=False, float_format="%.10g"))
+    md += ["## Homogeneous vs heterogeneous merging (Appendix E)\n", domains.to_markdown(table, base)]
+    if table["mean"].notna().any():
+        out.plot("Homogeneous vs heterogeneous merging (Figs. 27-28)", domains.plot_domains(table, base, out.tmp,
+                                                                                           title))
+    return table
+
+
+def _update_cards(run: RunFolder, df, tasks: List[str], suite: str, notes: List[str]) -> int:
+    """Rewrite each merged model's README.md with its scores (HF model-index); returns how many."""
+    from wildmerge.run import RECIPE
+    from wildmerge.merging.model_card import write_card
+
+    manifest = run.read_manifest()
+    if manifest is None:
+        notes.append("no manifest.json: model cards were not updated with scores")
+        return 0
+    entries = {e.model_id: e for e in run.read_plan().entries}
+    done = 0
+    for _, r in df[(df["kind"] == "merge") & (df["status"] == "ok")].iterrows():
+        entry = entries[r["model_id"]]
+        folder = Path(entry.path)
+        if not (folder / RECIPE).is_file():
+            continue
+        scores = {t: r[t] / 100.0 for t in tasks}
+        write_card(folder, entry, manifest.models, (folder / RECIPE).read_text(), scores=scores, suite=suite,
+                   run=run.name)
+        done += 1
+    return done
+
+
+@contextlib.contextmanager
+def _report_dir(run_dir: Path, target: Path):
+    """``atomic_dir(target)`` under the run's report claim: two reports do not race, and the temporary folder of a
+    report that was killed is removed (nobody else can be writing it)."""
+    with wait_claim(report_claim_file(run_dir)):
+        for p in target.parent.glob(f".{target.name}.*"):
+            if ".tmp-" in p.name or ".old-" in p.name:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        with atomic_dir(target) as tmp:
+            yield tmp
+
+
+def missing_references(df) -> list:
+    """A warning for the top of the page when the base or an expert has no score: the tables that need them are
+    missing or computed from fewer experts, and the reader must know before reading them."""
+    lines = []
+    for kind, consequence in (("base", "Tables 1 and 3 (merges vs the base) cannot be computed"),
+                              ("expert", "the best expert (Table 2) and the n = 1 rows use only the others")):
+        lacking = df[(df["kind"] == kind) & (df["status"] != "ok")]
+        if len(lacking):
+            names = ", ".join(f"`{m}` ({s})" for m, s in zip(lacking["model_id"], lacking["status"]))
+            lines.append(f"> **Incomplete: {kind} without a score: {names}**; {consequence}. Rerun the evaluation "
+                         f"(`--retry-failed` reruns failed jobs); the notes below say why.\n")
+    return lines
+
+
+def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
+    run = RunFolder(run_dir)
+    df, tasks, notes = collect_scores(run_dir, suite)
+    _norms(run_dir, df, notes)
+    protocol = protocol_rows(df)
+    base, best_id, best = leaderboard.references(protocol)
+    title = f"{run_dir.name} / {suite}"
+    with _report_dir(run_dir, target) as tmp:
+        out = _Out(tmp, target)
+        out.put("scores.csv", leaderboard.scores_table(df, tasks).to_csv(index=False, float_format="%.10g"))
+        out.put("norms.csv", df[["model_id", "kind", "variant", "n", "subset_id", "task_vector_norm"]]
+                .to_csv(index=False, float_format="%.10g"))
+        md = [f"# Leaderboard: run `{run_dir.name}`, suite `{suite}`\n",
+              f"Scores are accuracies in percent; a model's score is the mean over {len(tasks)} task(s): "
+              f"{', '.join(tasks)}.\n"]
+        md += missing_references(df)
+        tables = _main_tables(out, protocol, tasks, base, best_id, best, md)
+        if (protocol["kind"] == "merge").any():
+            out.plot("Mean accuracy vs n (Fig. 3/6)", plots.accuracy_vs_n(protocol, tmp, title))
+            out.plot("Accuracy vs n per task (Figs. 7-10)", plots.per_task_vs_n(protocol, tasks, tmp, title))
+            out.plot("Task-vector norm vs n (Fig. 4)", plots.norm_vs_n(protocol, tmp, title))
+        tables["sweeps"] = _sweeps(out, df, base, title, md)
+        tables["homogeneous"] = _homogeneous(out, df, base, title, md)
+        model_dirs = {e.model_id: Path(e.path) for e in run.read_plan().entries if e.kind == "merge"}
+        for variant, saved in layerwise_figures(df, model_dirs, tmp).items():
+            out.plot(f"{variant}: covariate shift and importance weights per layer", saved)
+        md.append(leaderboard.screening_markdown(df))
+        md.append(cost_markdown(run_dir, suite, df))
+        if notes:
+            md += ["## Notes\n", "".join(f"- {n}\n" for n in notes)]
+        md.append("\n![accuracy vs n](accuracy_vs_n.png)\n" if "accuracy_vs_n_png" in out.written else "")
+        out.put("leaderboard.md", "\n".join(md))
+        links = {mid: Path(os.path.relpath(path, target)).as_posix() for mid, path in model_dirs.items()}
+        out.put("index.html", build_page(run_dir.name, suite, df, tasks, tables, out.figures, links, notes))
+    cards = _update_cards(run, df, tasks, suite, notes)
+    for note in notes:
+        print(f"note: {note}")
+    if cards:
+        print(f"{cards} model card(s) updated with their {suite} scores")
+    return out.written
+
+
+def write_report(run_dir, out_dir=None, suite: Optional[str] = None) -> Dict[str, Path]:
+    """Write the report of ``suite`` (or of each evaluated suite); returns name -> path of what was written."""
+    run_dir = Path(run_dir).resolve()
+    evaluated = RunFolder(run_dir).evaluated_suites()
+    if not evaluated:
+        raise WildmergeError(f"{run_dir} has no evaluation results; run `wildmerge eval {run_dir} --suite NAME`")
+    root = Path(out_dir).resolve() if out_dir else run_dir / "report"
+    if len(evaluated) == 1 and suite in (None, evaluated[0]):
+        return _write_one(run_dir, evaluated[0], root)
+    written = {}
+    for s in [suite] if suite else evaluated:
+        written.update({f"{s}/{k}": v for k, v in _write_one(run_dir, s, root / s).items()})
+    return written

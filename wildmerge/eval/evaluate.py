@@ -1,0 +1,225 @@
+"""Evaluate a run (or a few models) on a suite: fingerprint, dedupe, skip finished jobs, run the rest, summarise.
+
+``evaluate_run(run_dir, suite, executor="serial", **options)`` is what ``wildmerge eval RUN`` and
+``sample_and_merge.py --evaluate`` call. Results live in ``RUN/eval/<suite>/`` (see ``store.py``).
+"""
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import yaml
+from pydantic import ValidationError
+from tqdm.auto import tqdm
+
+from wildmerge.atomic import write_text
+from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.eval.executors import executor_options, run_jobs
+from wildmerge.eval.jobs import make_job
+from wildmerge.eval.fingerprint import FingerprintCache, check_model_dir, fingerprint_model
+from wildmerge.eval.screening.stages import REFERENCES, SCREEN_SEED, final_job_id, run_screened
+from wildmerge.eval.store import FAILED, OK, ResultStore, write_result
+from wildmerge.eval.worker import needs_run
+from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
+from wildmerge.hub import resolve_path
+from wildmerge.run import EvalIndex, PlanEntry, RunFolder, read_eval_index, read_merge_info, write_eval_index
+
+
+def apply_overrides(suite: Suite, overrides: Optional[Dict[str, Any]]) -> Suite:
+    """The suite with some settings replaced (e.g. ``{"limit": 10, "device": "cpu"}``); they change job ids."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if not overrides:
+        return suite
+    unknown = sorted(set(overrides) - set(SuiteSettings.model_fields))
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {unknown}; valid: {', '.join(SuiteSettings.model_fields)}")
+    try:
+        settings = SuiteSettings.model_validate({**suite.settings.model_dump(), **overrides})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"invalid setting override {first['loc'][0]}={overrides.get(first['loc'][0])!r}: "
+                          f"{first['msg']}") from None
+    return suite.model_copy(update={"settings": settings})
+
+
+def _check_device(suite: Suite, executor: str) -> None:
+    """A GPU asked for on a machine without one fails here, not once per job after each model is loaded (only for
+    jobs that run on this machine: Ray and Slurm workers have their own GPUs)."""
+    if executor in ("serial", "local") and suite.settings.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"evaluation device {suite.settings.device!r} asked for, but this machine has no CUDA "
+                              f"GPU; use --device cpu (or auto), or run on a GPU machine")
+
+
+def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[str, Any]:
+    return {"job_id": job_id, "status": FAILED, "error": error, "model_path": path, "fingerprint": None,
+            "suite": suite.name, "settings": suite.settings.model_dump(mode="json"), "finished": time.time()}
+
+
+def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str, retry_failed: bool,
+              strict: bool, allow_pickle: bool, record_items: bool = False, screen: Optional[float] = None,
+              **options) -> Dict[str, Any]:
+    executor_options(executor, options)  # a misspelled option fails here, before any model is fingerprinted
+    check_screen(screen, suite)
+    _check_device(suite, executor)
+    include_path = suite.resolved_include_path()
+    include_defaults = check_tasks(suite)  # unknown task names fail here, before any model is loaded
+    store = ResultStore(store_root).prepare()
+    write_text(store.root / "suite.yml", yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False))
+    cache = FingerprintCache(store.root / "fingerprints.json")
+    jobs: Dict[str, Dict[str, Any]] = {}
+    fingerprints: Dict[str, Any] = {}  # model id -> (entry, fingerprint), for screening
+    # Earlier evaluations stay in the index: a partial evaluation (``model_ids``) must not drop them, and a merged
+    # model whose weights were deleted after scoring (``--keep-models none``) keeps its score.
+    previous = read_eval_index(store.root)
+    index: Dict[str, str] = dict(previous.models)
+    for e in tqdm(entries, desc="fingerprint models", unit="model"):
+        try:
+            fp = fingerprint_model(e.path, cache, allow_pickle)
+        except WildmergeError as exc:
+            if strict:
+                raise
+            old = index.get(e.model_id)
+            if old and store.load(old)["status"] == OK and _weights_pruned(e.path):
+                continue
+            job_id = f"{suite.name}-invalid-{hashlib.sha256(str(e.path).encode()).hexdigest()[:12]}"
+            write_result(store.result_path(job_id), _invalid_record(job_id, suite, str(e.path), str(exc)))
+            index[e.model_id] = job_id
+            continue
+        fingerprints[e.model_id] = (e, fp)
+        if screen:
+            index[e.model_id] = final_job_id(suite, fp, screen, SCREEN_SEED)
+            continue
+        job = make_job(e.path, fp, suite, include_path, include_defaults)
+        job = jobs.setdefault(job.job_id, job.to_dict())
+        job["models"].append(e.model_id)
+        job["result_path"], job["log_path"] = str(store.result_path(job["job_id"])), str(store.log_path(job["job_id"]))
+        index[e.model_id] = job["job_id"]
+    cache.save()
+    all_jobs = {**previous.jobs,
+                **{j: {k: v for k, v in job.items() if k not in ("tasks",)} for j, job in jobs.items()}}
+    write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index, jobs=all_jobs))
+    if screen:
+        summary = run_screened(fingerprints, suite, include_path, include_defaults, store, screen,
+                               lambda todo: _run_claimed(todo, store, executor, options), retry_failed, SCREEN_SEED)
+        write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index,
+                                               jobs={**all_jobs, **summary["jobs"]}))
+        return _summary(entries, index, store, suite, len(summary["jobs"]), summary["ran"],
+                        len(summary["jobs"]) - summary["ran"], screening=summary)
+    todo, skipped = [], 0
+    for job_id, job in jobs.items():
+        status = store.load(job_id)
+        if not needs_run(status, retry_failed):
+            skipped += 1
+        else:
+            if status["status"] == "corrupt":
+                print(f"warning: {status['error']}")
+            if status.get("killed") is not None:
+                print(f"redoing {job_id}: {status['error'].splitlines()[0]}")
+            job["attempt"] = status.get("attempts", 1) + 1 if status["status"] == FAILED else 1
+            todo.append({**job, "record_items": record_items})
+    print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
+          f"({executor})")
+    _run_claimed(todo, store, executor, options)
+    return _summary(entries, index, store, suite, len(jobs), len(todo), skipped)
+
+
+def _summary(entries, index, store, suite, jobs: int, ran, skipped, **extra) -> Dict[str, Any]:
+    wanted = {e.model_id: index[e.model_id] for e in entries if e.model_id in index}
+    records = {job_id: store.load(job_id) for job_id in set(wanted.values())}
+    failures = {m: records[j].get("error") for m, j in wanted.items() if records[j]["status"] != OK}
+    for model_id, error in failures.items():
+        first = (error or "").splitlines()[0] if error else "no result"
+        print(f"FAILED {model_id}: {first}")
+    if failures:
+        print(f"{len(failures)} model(s) failed; details in {store.root}/results and logs; rerun with "
+              f"--retry-failed to run only those again")
+    return {"store": store.root, "suite": suite.name, "models": len(entries), "jobs": jobs, "ran": ran,
+            "skipped": skipped, "ok": sum(r["status"] == OK for r in records.values()),
+            "failed": failures, "index": wanted, **extra}
+
+
+def check_screen(screen: Optional[float], suite: Suite) -> None:
+    """``--screen`` is a fraction of each task's items (of its first ``limit`` items where a limit is set)."""
+    if screen is not None and not 0 < screen < 1:
+        raise ConfigError(f"--screen {screen}: the screening fraction must be between 0 and 1 (e.g. 0.2 scores "
+                          f"20 % of each task's items first)")
+
+
+def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, executor: str, options: Dict[str, Any]) -> None:
+    """Run the jobs no other command on this store is running; wait for the ones it is, and run those whose
+    holder died without a result. Two ``wildmerge eval`` on one run thus split the jobs instead of doubling them."""
+    from wildmerge.locks import try_claim, wait_claim
+    from wildmerge.run import eval_claim_file
+
+    before = {job["job_id"]: store.load(job["job_id"])["status"] for job in todo}
+    changed = lambda job: store.load(job["job_id"])["status"] != before[job["job_id"]]  # noqa: E731
+    claims, mine, busy = [], [], []
+    for job in todo:
+        claim = try_claim(eval_claim_file(store.root, job["job_id"]))
+        if claim is None:
+            busy.append(job)
+            continue
+        claims.append(claim)
+        if not changed(job):  # another command may have finished it since we looked
+            mine.append(job)
+    try:
+        run_jobs(mine, executor, **options)
+    finally:
+        for claim in claims:
+            claim.release()
+    if busy:
+        print(f"{len(busy)} job(s) are being run by another command on {store.root}; waiting for them")
+    for job in busy:
+        with wait_claim(eval_claim_file(store.root, job["job_id"])):
+            if not changed(job):  # its holder died without a result: run it here
+                run_jobs([job], executor, **options)
+
+
+def _weights_pruned(path) -> bool:
+    info = read_merge_info(path)
+    return bool(info and info.weights_pruned)
+
+
+def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = False,
+                 overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
+                 model_ids: Optional[List[str]] = None, record_items: bool = False, screen: Optional[float] = None,
+                 **options) -> Dict[str, Any]:
+    """Score every model of ``RUN/plan.json`` (or only ``model_ids``) on ``suite``; identical models once;
+    finished jobs are skipped.
+
+    A model that is missing or broken is recorded as failed and the others go on. ``options`` go to the executor
+    (``workers``, ``ray_address``, ``gpus_per_job``, ``slurm_partition``, ``slurm_time``...). ``record_items``
+    keeps every document's score in the results, for screening (``screening.py``). ``screen`` (a fraction)
+    scores every model on that fraction of each task's items first and the rest only where the outcome is open
+    (``staged.py``); the base and the experts are then always part of the evaluation, as its references.
+    """
+    run = RunFolder(run_dir)
+    suite = apply_overrides(load_suite(suite), overrides)
+    entries = run.read_plan().entries
+    if model_ids is not None:
+        unknown = sorted(set(model_ids) - {e.model_id for e in entries})
+        if unknown:
+            raise ConfigError(f"model ids not in {run.plan_path}: {unknown}")
+        entries = [e for e in entries if e.model_id in set(model_ids) or (screen and e.kind in REFERENCES)]
+    return _evaluate(entries, suite, run.eval_dir(suite.name), executor, retry_failed, strict=False,
+                     allow_pickle=allow_pickle, record_items=record_items, screen=screen, **options)
+
+
+def evaluate_models(models: List[str], suite, out_dir, executor: str = "local", retry_failed: bool = False,
+                    overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
+                    screen: Optional[float] = None, **options) -> Dict[str, Any]:
+    """Ad hoc: score a few models (paths, hub ids in the local cache, ``demo:<name>``); bad input fails early."""
+    if screen is not None:
+        raise ConfigError("--screen needs a run (a base and experts to compare with): give RUN_DIR, not --model")
+    suite = apply_overrides(load_suite(suite), overrides)
+    entries = []
+    for ref in models:
+        path = resolve_path(ref, download=False, allow_pickle=allow_pickle)
+        check_model_dir(path, allow_pickle)
+        entries.append(PlanEntry(model_id=ref, kind="expert", path=path))
+    return _evaluate(entries, suite, Path(out_dir).resolve() / suite.name, executor, retry_failed, strict=True,
+                     allow_pickle=allow_pickle, **options)

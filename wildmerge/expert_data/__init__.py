@@ -1,0 +1,1 @@
+"""Each expert's own data (calibration text, labelled items): one contract for every feature that reads it."""

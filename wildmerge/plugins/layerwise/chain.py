@@ -1,0 +1,257 @@
+"""The layer-sequential engine of RegMean and Chain of Merges for decoder LLMs (Buzzega et al., arXiv
+2508.21421, Algorithm 1).
+
+Per decoder block k, in forward order:
+1. load block k of every model (streamed from disk) and start the merged block as their average (norms, biases:
+   "for all non-linear layers, we employ simple averaging");
+2. RegMean: Grams of each group's inputs inside each model's *own* block, on its own hidden states;
+   CoM: group by group (q/k/v, o, gate/up, down), Grams of the inputs the *merged* block gives each model's data,
+   so the statistics already include every merged layer before it (the chain, Eq. 4);
+3. solve every changed linear layer in closed form (Eq. 7), skip layers identical in all models;
+4. push each model's hidden states through the merged block (and through its own block when RegMean or the
+   covariate-shift diagnostic needs them).
+Only block k of each model, its Grams and the hidden states of the calibration data are in memory.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import torch
+from tqdm.auto import tqdm
+
+from wildmerge.errors import WildmergeError
+from wildmerge.plugins.layerwise.arch import (
+    GROUPS,
+    DecoderSkeleton,
+    block_prefix,
+    forward_until,
+    input_hooks,
+    linear_weight_names,
+    load_block,
+    run_layer,
+)
+from wildmerge.plugins.layerwise.io import Checkpoint
+from wildmerge.plugins.layerwise.mcs import MomentAccumulator, mcs
+from wildmerge.plugins.layerwise.regmean import GramAccumulator, all_equal, closed_form_merge, omega, solve_precision
+
+FIRST_MODULE = {g: mods[0] for g, mods in GROUPS}
+DIAGNOSTIC_GROUPS = ("qkv", "o")  # the paper's Fig. 1/3: pre- and post-attention projections
+
+
+@dataclass
+class ChainJob:
+    """Everything the engine needs, validated beforehand."""
+
+    chain: bool  # True: Chain of Merges; False: RegMean
+    experts: List[Checkpoint]
+    base: Optional[Checkpoint]
+    batches: List[list]  # per expert: [(input_ids, attention_mask)]
+    config: object
+    norm: str = "token"
+    sim: bool = True
+    ridge: str = "delta"
+    lam_rel: float = 1e-2
+    diagnostics: bool = True
+    compute_dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+    progress: bool = True
+    trace: Optional[Callable] = None  # trace(layer, group, grams, omegas): tests / research hooks
+    report: Dict = field(default_factory=dict)
+
+
+class _Batch:
+    """One calibration batch of one model: hidden states (kept on CPU), valid-token mask, per-layer kwargs."""
+
+    def __init__(self, own, hat, valid, kwargs):
+        self.own, self.hat, self.valid, self.kwargs = own, hat, valid, kwargs
+
+
+def _rows(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])[valid.reshape(-1)]
+
+
+def _average(tensors: List[torch.Tensor]) -> torch.Tensor:
+    if not tensors[0].is_floating_point():
+        return tensors[0]
+    acc = torch.zeros_like(tensors[0], dtype=torch.float32)
+    for t in tensors:
+        acc += t.float()
+    return (acc / len(tensors)).to(tensors[0].dtype)
+
+
+# Hidden states of every calibration batch wait in host memory between layers; only the batch being computed is on
+# the device, so GPU memory holds one block and one batch whatever the calibration set's size.
+HOST = "cpu"
+
+
+def _release(job: ChainJob) -> None:
+    """Unmap the checkpoint files read so far: the next block is read afresh, so RSS stays one block deep."""
+    for ck in job.experts + ([job.base] if job.base is not None else []):
+        ck.close()
+
+
+def _stream_average(experts: List[Checkpoint], name: str, device="cpu", dtype=None) -> torch.Tensor:
+    """Mean of one tensor over all models, reading one copy at a time (embeddings, lm_head are large)."""
+    first = experts[0].get(name, device, dtype)
+    if not first.is_floating_point() or len(experts) == 1:
+        return first
+    acc = first.to(torch.float32, copy=True)  # never write into a loaded tensor: it may be the file's mmap
+    for e in experts[1:]:
+        acc += e.get(name, device, dtype).float()
+    return (acc / len(experts)).to(first.dtype)
+
+
+def _initial_batches(job: ChainJob, skeleton: DecoderSkeleton, need_own: bool, need_hat: bool) -> List[List[_Batch]]:
+    """Layer-0 inputs: each model's own embeddings and the averaged (merged) embeddings of its data."""
+    name = "model.embed_tokens.weight"
+    dev, dt = job.device, job.compute_dtype
+    merged_emb = _stream_average(job.experts, name, dev, dt) if len(job.experts) > 1 else None
+    out = []
+    for i, expert in enumerate(job.experts):
+        own_emb = expert.get(name, dev, dt) if (need_own or merged_emb is None) else None
+        rows = []
+        for ids, mask in job.batches[i]:
+            ids, mask = ids.to(dev), mask.to(dev)
+            hat = (merged_emb if merged_emb is not None else own_emb)[ids]
+            own = own_emb[ids] if need_own else None
+            kwargs = skeleton.layer_kwargs(hat, mask)
+            rows.append(_Batch(own.to(HOST) if own is not None else None,
+                               hat.to(HOST) if need_hat else None, mask.bool(), kwargs))
+        out.append(rows)
+        del own_emb
+    return out
+
+
+def _solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry):
+    grams = [a.result() for a in accs]
+    omegas = None
+    if job.sim:
+        source = tok_accs if tok_accs is not None else accs
+        omegas = [omega(a.result()) for a in source]
+        report_entry["omega"] = omegas
+    if job.trace is not None:
+        job.trace(k, g, grams, omegas)
+    for n in names:
+        Ws = [p[n] for p in params]
+        W0 = job.base.get(n, job.device) if job.ridge == "delta" else None
+        Wm = closed_form_merge(Ws, grams, omegas, lam_rel=job.lam_rel, ridge=job.ridge, base=W0,
+                               precision=solve_precision(grams[0].shape[0]))
+        if not torch.isfinite(Wm).all():
+            method = "chain_of_merges" if job.chain else "regmean"
+            raise WildmergeError(
+                f"{method}: the closed-form solve for {n} gave NaN/Inf (its Gram matrices are too ill-conditioned at "
+                f"lam_rel={job.lam_rel}); raise lam_rel in the recipe's parameters (e.g. lam_rel: "
+                f"{max(10 * job.lam_rel, 0.01):g}); if that does not help, a model's weights or activations contain "
+                "NaN/Inf")
+        merged[n] = Wm.to(job.compute_dtype)
+
+
+def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:
+    """Merge all tensors of ``job`` and hand them to ``save_tensor`` as they are ready; returns the report."""
+    config, dev, dt = job.config, job.device, job.compute_dtype
+    n_layers = config.num_hidden_layers
+    names = job.experts[0].names()
+    in_block = lambda n, k: n.startswith(block_prefix(k))  # noqa: E731
+    block_names = [[n for n in names if in_block(n, k)] for k in range(n_layers)]
+    blocked = {n for b in block_names for n in b}
+    need_own = (not job.chain) or job.diagnostics
+    need_hat = job.chain or job.diagnostics
+
+    with torch.no_grad():
+        for n in tqdm([n for n in names if n not in blocked], desc="average embeddings/norms/head",
+                      disable=not job.progress, leave=False):
+            save_tensor(n, _stream_average(job.experts, n))
+
+        _release(job)
+        skeleton = DecoderSkeleton.build(config, dev)
+        data = _initial_batches(job, skeleton, need_own, need_hat)
+        _release(job)
+        layers_report = []
+        for k in tqdm(range(n_layers), desc=f"{'CoM' if job.chain else 'RegMean'} layers", disable=not job.progress):
+            layer = skeleton.make_layer(k)
+            params = [{n: e.get(n, dev, dt) for n in block_names[k]} for e in job.experts]
+            merged = {n: _average([p[n] for p in params]) for n in block_names[k]}
+            groups = linear_weight_names(k)
+            changed = {g: not all(all_equal([p[n] for p in params]) for n in groups[g]) for g in groups}
+            entries = {g: {"layer": k, "group": g, "merged": changed[g]} for g in groups}
+            diag_groups = [g for g in DIAGNOSTIC_GROUPS if job.diagnostics]
+            own_m = {g: [None] * len(params) for g in diag_groups}
+            hat_m = {g: [None] * len(params) for g in diag_groups}
+
+            def new_accs(g):
+                d = layer.get_submodule(FIRST_MODULE[g]).in_features
+                accs = [GramAccumulator(d, job.norm, dev) for _ in params]
+                tok = [GramAccumulator(d, "token", dev) for _ in params] if (job.sim and job.norm == "none") else None
+                return accs, tok
+
+            # Own stream: each model's inputs inside its own block (RegMean statistics, MCS reference).
+            if need_own:
+                own_accs = {g: new_accs(g) for g in groups if changed[g] and not job.chain}
+                for i, p in enumerate(params):
+                    load_block(layer, p, k)
+                    for g in diag_groups:
+                        own_m[g][i] = MomentAccumulator(layer.get_submodule(FIRST_MODULE[g]).in_features, dev)
+                    for b in data[i]:
+                        def on_input(g, x, i=i, b=b):
+                            rows = _rows(x, b.valid)
+                            if g in own_accs:
+                                own_accs[g][0][i].add(rows)
+                                if own_accs[g][1] is not None:
+                                    own_accs[g][1][i].add(rows)
+                            if g in own_m:
+                                own_m[g][i].add(rows)
+
+                        with input_hooks(layer, FIRST_MODULE, on_input):
+                            b.own = run_layer(layer, b.own.to(dev), b.kwargs[k]).to(HOST)
+                for g, (accs, tok) in own_accs.items():
+                    _solve_group(job, k, g, groups[g], params, merged, accs, tok, entries[g])
+
+            # Chain: group by group, statistics of the merged block on each model's data.
+            if job.chain:
+                for g, _mods in GROUPS:
+                    if not changed[g] and g not in diag_groups:
+                        continue
+                    load_block(layer, merged, k)
+                    accs, tok = new_accs(g) if changed[g] else (None, None)
+                    for i in range(len(params)):
+                        if g in diag_groups:
+                            hat_m[g][i] = MomentAccumulator(layer.get_submodule(FIRST_MODULE[g]).in_features, dev)
+                        for b in data[i]:
+                            def on_input(_g, x, i=i, b=b):
+                                rows = _rows(x, b.valid)
+                                if accs is not None:
+                                    accs[i].add(rows)
+                                    if tok is not None:
+                                        tok[i].add(rows)
+                                if g in hat_m:
+                                    hat_m[g][i].add(rows)
+
+                            with input_hooks(layer, {g: FIRST_MODULE[g]}, on_input, stop_at=g):
+                                forward_until(layer, b.hat.to(dev), b.kwargs[k])
+                    if changed[g]:
+                        _solve_group(job, k, g, groups[g], params, merged, accs, tok, entries[g])
+
+            # Propagate every model's data through the finished merged block.
+            if need_hat:
+                load_block(layer, merged, k)
+                watch = {g: FIRST_MODULE[g] for g in diag_groups} if not job.chain else {}
+                for i in range(len(params)):
+                    for g in watch:
+                        hat_m[g][i] = MomentAccumulator(layer.get_submodule(FIRST_MODULE[g]).in_features, dev)
+                    for b in data[i]:
+                        def on_input(g, x, i=i, b=b):
+                            hat_m[g][i].add(_rows(x, b.valid))
+
+                        with input_hooks(layer, watch, on_input):
+                            b.hat = run_layer(layer, b.hat.to(dev), b.kwargs[k]).to(HOST)
+
+            for g in diag_groups:
+                per_model = [mcs(own_m[g][i], hat_m[g][i]) for i in range(len(params))]
+                entries[g]["mcs"] = sum(per_model)
+                entries[g]["mcs_per_model"] = per_model
+            layers_report.extend(entries.values())
+            for n in block_names[k]:
+                save_tensor(n, merged[n].cpu())
+            del params, merged, layer
+            _release(job)
+    return {"layers": layers_report}

@@ -1,0 +1,262 @@
+"""RegMean and Chain of Merges from an ordinary mergekit recipe: ``merge_method: regmean`` / ``chain_of_merges``.
+
+mergekit merges one tensor at a time and never runs a model, but these two methods need each layer's input
+activations, so they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends
+those recipes here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work;
+``merge_layerwise`` is the Python door.
+
+Everything is checked before any heavy work (parameters, models, architecture, calibration data); the output is
+an ordinary Hugging Face checkpoint written atomically, with a model card, the recipe, and the per-layer merging
+covariate shift and importance weights in ``layerwise_diagnostics.json``.
+"""
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Union
+
+import yaml
+from pydantic import ValidationError
+
+from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
+from wildmerge.memory import peak_rss_mib
+from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS, LayerwiseParams
+
+log = logging.getLogger("wildmerge")
+
+DIAGNOSTICS_FILE = "layerwise_diagnostics.json"
+
+
+def _params(method: str, raw_params: Optional[Dict[str, Any]]) -> LayerwiseParams:
+    """The method's own parameter model, from the recipe's top-level ``parameters:`` (single values only)."""
+    model = LAYERWISE_METHODS[method].params
+    valid = model.fields_by_name()
+    values = {}
+    for key, value in (raw_params or {}).items():
+        if key not in valid:
+            raise ConfigError(f"unknown parameter {key!r} for {method}{did_you_mean(key, valid)}"
+                              f"; valid parameters: {', '.join(valid)}")
+        if not isinstance(value, (bool, int, float, str)):
+            raise ConfigError(f"parameter {key!r} of {method} must be a single value (no gradients or filters), "
+                              f"got {value!r}")
+        values[key] = model.check_value(method, key, value)
+    return model(**values)
+
+
+def _device(options, requested: Optional[str]) -> str:
+    import torch
+
+    dev = requested or getattr(options, "device", None)
+    if dev is None and getattr(options, "cuda", False):
+        dev = "cuda"
+    if dev in (None, "auto"):  # forward passes dominate: use the GPU when there is one
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        raise WildmergeError(f"device {dev!r} requested but no CUDA device is available; use --device cpu")
+    return dev
+
+
+def _dtype(name: Optional[str], fallback):
+    import torch
+
+    if name is None:
+        return fallback
+    dt = getattr(torch, str(name), None)
+    if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+        raise ConfigError(f"dtype {name!r} is not a floating-point torch dtype (use float32, bfloat16, float16)")
+    return dt
+
+
+def _load_tokenizer(paths):
+    from transformers import AutoTokenizer
+
+    for p in paths:
+        if any((Path(p) / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
+            try:
+                return AutoTokenizer.from_pretrained(p), p
+            except Exception as exc:  # a broken tokenizer in one folder: try the next
+                log.warning("could not load the tokenizer in %s: %s", p, exc)
+    return None, None
+
+
+def _card(method, base_ref, expert_refs, specs, params, dims) -> str:
+    info = LAYERWISE_METHODS[method]
+    lines = [
+        "---", "library_name: transformers", "tags: [merge, mergekit, wildmerge, " + method + "]", "---",
+        f"# {Path(dims['out']).name}", "",
+        f"This model was merged with **{info.label}** by wildmerge's layer-wise driver (a mergekit recipe).",
+        "", f"Paper: {info.paper}", "",
+        f"Base model: `{base_ref}`" if base_ref else "Base model: none", "",
+        "## Merged models and their calibration data", "",
+        "| model | calibration data | samples | sequence length |", "|---|---|---|---|",
+    ]
+    lines += [f"| `{r}` | `{s.data}` | {sum(len(ids) for ids, _ in b)} | {s.seq_len} |"
+              for r, s, b in zip(expert_refs, specs, dims["batches"])]
+    lines += ["", "## Settings", "", "```json", json.dumps(params.model_dump(), indent=2), "```", "",
+              f"Linear layers of every decoder block are merged in closed form from input Gram matrices "
+              f"({'layer by layer through the already merged prefix' if method == 'chain_of_merges' else 'from each model’s own activations'}); "
+              "every other tensor is the mean of the merged models. The merging covariate shift (Eq. 8) per layer "
+              f"is in `{DIAGNOSTICS_FILE}`.", ""]
+    return "\n".join(lines)
+
+
+def _check_out_empty(out: Path, method: str) -> None:
+    """The output is written atomically, replacing the folder: refuse one that holds anything, so that nothing a
+    user had there is lost (mergekit-yaml itself writes into existing folders)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output path {out} is a file; give a folder path")
+    if out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"output folder {out} is not empty: {method} writes a complete new folder and would "
+                          f"delete what is there; give a new or empty folder (or `wildmerge merge --overwrite` to "
+                          f"replace it on purpose)")
+
+
+def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[str, Any]] = None,
+                      config_source: Optional[str] = None, recipe_dir: Optional[Path] = None,
+                      device: Optional[str] = None, trace: Optional[Callable] = None, progress: bool = True) -> Path:
+    """Validate everything, then merge; ``raw`` is the recipe as a plain dict (for the ``calibration`` keys)."""
+    import torch
+    from transformers import AutoConfig
+
+    from wildmerge.atomic import atomic_dir, write_json, write_text
+    from wildmerge.checkpoints import check_compatible
+    from wildmerge.plugins.layerwise.calibration import apply_seq_len, load_token_batches, resolve_calibration, warn_if_shared
+    from wildmerge.plugins.layerwise.arch import check_supported
+    from wildmerge.plugins.layerwise.chain import ChainJob, run_chain
+    from wildmerge.plugins.layerwise.io import Checkpoint, resolve_model_path
+
+    started = time.time()
+    method = merge_config.merge_method
+    if method not in LAYERWISE_METHODS:
+        raise ConfigError(f"the layer-wise driver runs {', '.join(LAYERWISE_METHODS)}, not {method!r}")
+    raw = raw if raw is not None else merge_config.model_dump(mode="json", exclude_none=True)
+    params = _params(method, merge_config.parameters)
+    if merge_config.slices or merge_config.modules or not merge_config.models:
+        raise ConfigError(f"{method} recipes list their inputs under 'models:' (slices and modules are not supported)")
+    if merge_config.tokenizer or merge_config.tokenizer_source:
+        raise ConfigError(f"{method} merges experts that share the base's vocabulary and does not support a "
+                          f"'tokenizer:' / 'tokenizer_source:' section; remove it (and any expert with added tokens), "
+                          f"or use a per-tensor method such as ties, which mergekit aligns by tokenizer")
+    cache = getattr(options, "transformers_cache", None)
+    base_ref = merge_config.base_model
+    expert_refs = [m.model for m in merge_config.models if m.model != base_ref]
+    for m in merge_config.models:
+        bad = set((m.parameters or {}).keys()) - {"calibration"}
+        if bad:
+            raise ConfigError(f"model {str(m.model)!r}: unknown per-model parameter {sorted(bad)[0]!r} for {method}; "
+                              f"the only per-model setting is 'calibration'")
+    if not expert_refs:
+        raise ConfigError(f"{method} needs at least one model besides the base under 'models:'")
+    if params.ridge == "delta" and base_ref is None:
+        raise ConfigError("ridge 'delta' shrinks towards the base model: set base_model, or use ridge: per_task")
+    _check_out_empty(Path(out_path), method)
+
+    # Models and architecture.
+    expert_paths = [resolve_model_path(r, cache) for r in expert_refs]
+    base_path = resolve_model_path(base_ref, cache) if base_ref is not None else None
+    configs = [AutoConfig.from_pretrained(p) for p in ([base_path] if base_path else []) + expert_paths]
+    config = configs[0]
+    check_supported(config)
+    reference = (str(base_ref), base_path) if base_path else (str(expert_refs[0]), expert_paths[0])
+    check_compatible(reference[1], {str(r): p for r, p in zip(expert_refs, expert_paths) if p != reference[1]},
+                     base_name=reference[0], same_vocab=True)
+
+    # Calibration data: validated and tokenised before any weight is read.
+    raw_models = [m for m in (raw.get("models") or [])]
+    raw_models = [m for m in raw_models if not (isinstance(m, dict) and str(m.get("model")) == str(base_ref))]
+    specs = resolve_calibration({**raw, "models": raw_models}, [str(r) for r in expert_refs], recipe_dir)
+    specs = apply_seq_len(specs, [str(r) for r in expert_refs], getattr(config, "max_position_embeddings", None))
+    if method == "chain_of_merges":
+        warn_if_shared(specs, "Chain of Merges")
+    tokenizer, tok_path = _load_tokenizer(([base_path] if base_path else []) + expert_paths)
+    batches = [load_token_batches(s, tokenizer, str(r), config.vocab_size) for r, s in zip(expert_refs, specs)]
+    experts = [Checkpoint(p, str(r)) for p, r in zip(expert_paths, expert_refs)]
+    base = Checkpoint(base_path, str(base_ref)) if base_path else None
+
+    fallback = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
+    fallback = _dtype(fallback, torch.float32) if isinstance(fallback, str) else fallback
+    compute_dtype = _dtype(merge_config.dtype, fallback)
+    out_dtype = _dtype(merge_config.out_dtype, compute_dtype)
+    dev = _device(options, device)
+    job = ChainJob(chain=method == "chain_of_merges", experts=experts, base=base, batches=batches, config=config,
+                   norm=params.norm, sim=params.sim, ridge=params.ridge, lam_rel=params.lam_rel,
+                   diagnostics=params.diagnostics, compute_dtype=compute_dtype, device=dev, progress=progress,
+                   trace=trace)
+
+    from mergekit.io.tensor_writer import TensorWriter
+
+    out_path = Path(out_path)
+    shard = getattr(options, "out_shard_size", None) or 5 * 1000**3
+    with atomic_dir(out_path) as tmp:
+        writer = TensorWriter(str(tmp), max_shard_size=shard, safe_serialization=True)
+        report = run_chain(job, lambda n, t: writer.save_tensor(n, t.to(out_dtype) if t.is_floating_point() else t))
+        writer.finalize()
+        out_config = AutoConfig.from_pretrained(base_path or expert_paths[0])
+        out_config.dtype = out_dtype
+        out_config.save_pretrained(str(tmp))
+        gen = Path(base_path or expert_paths[0]) / "generation_config.json"
+        if gen.is_file():
+            write_text(tmp / "generation_config.json", gen.read_text())
+        if tokenizer is not None and getattr(options, "copy_tokenizer", True):
+            tokenizer.save_pretrained(str(tmp))
+        write_text(tmp / "mergekit_config.yml", config_source or yaml.safe_dump(raw, sort_keys=False))
+        if getattr(options, "write_model_card", True):
+            write_text(tmp / "README.md", _card(method, base_ref, expert_refs, specs, params,
+                                                     {"out": out_path, "batches": batches}))
+        write_json(tmp / DIAGNOSTICS_FILE, {
+            "method": method,
+            "parameters": params.model_dump(),
+            "base_model": str(base_ref) if base_ref else None,
+            "models": [str(r) for r in expert_refs],
+            "calibration": [dict(s.model_dump(), samples=sum(len(ids) for ids, _ in b),
+                                 tokens=int(sum(int(m.sum()) for _, m in b)))
+                            for s, b in zip(specs, batches)],
+            "tokenizer_from": tok_path,
+            "device": dev, "compute_dtype": str(compute_dtype), "out_dtype": str(out_dtype),
+            "wall_seconds": round(time.time() - started, 3),
+            "peak_rss_mib": round(peak_rss_mib(), 1),
+            "mcs_definition": "Eq. 8 of Buzzega et al. (arXiv 2508.21421): sum over models of the Frechet distance "
+                              "between Gaussian fits of the layer inputs inside each fine-tuned model and inside the "
+                              "merged model (groups qkv = q/k/v input, o = o_proj input)",
+            **report,
+        })
+    for ck in experts + ([base] if base else []):
+        ck.close()
+    log.info("%s merge written to %s", method, out_path)
+    return out_path
+
+
+def run_layerwise_merge(merge_config, out_path, options, config_source=None):
+    """Entry point used by the wrapped ``mergekit.merge.run_merge`` (stock ``mergekit-yaml``, ``wildmerge merge``)."""
+    raw = yaml.safe_load(config_source) if config_source else None
+    if raw is not None and not isinstance(raw, dict):
+        raise ConfigError("the recipe must be a YAML mapping")
+    quiet = bool(getattr(options, "quiet", False))
+    merge_from_config(merge_config, out_path, options, raw=raw, config_source=config_source, progress=not quiet)
+
+
+def merge_layerwise(recipe: Union[str, os.PathLike, Dict[str, Any]], out_path, *, options=None,
+                    device: Optional[str] = None, trace: Optional[Callable] = None, progress: bool = True) -> Path:
+    """Python door: ``recipe`` is a mergekit YAML path or the same recipe as a dict; returns the output folder.
+
+    ``trace(layer, group, grams, omegas)`` is called with the statistics of each solved layer group.
+    """
+    from mergekit.config import MergeConfiguration
+
+    recipe_dir, source = None, None
+    if isinstance(recipe, dict):
+        raw = recipe
+    else:
+        path = Path(recipe)
+        if not path.is_file():
+            raise ConfigError(f"recipe {str(recipe)!r} not found")
+        source = path.read_text(encoding="utf-8")
+        raw, recipe_dir = yaml.safe_load(source), path.parent
+    try:
+        merge_config = MergeConfiguration.model_validate(raw)
+    except (ValidationError, RuntimeError) as exc:
+        raise ConfigError(f"invalid mergekit recipe: {exc}") from None
+    return merge_from_config(merge_config, out_path, options, raw=raw, config_source=source, recipe_dir=recipe_dir,
+                             device=device, trace=trace, progress=progress)
