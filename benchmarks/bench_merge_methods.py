@@ -135,15 +135,14 @@ def bench_kernels(hidden, n_tasks):
 
     import torch
 
-    from wildmerge.plugins import spectral
+    from wildmerge.plugins import linalg, spectral
 
-    ours = {"tsv_m": spectral.tsv_merge, "iso_c": lambda ds: spectral.isotropic(sum(ds)),
-            "boost": lambda ds: spectral.subspace_boost(sum(ds), 0.2)}
+    ours = {"tsv_m": spectral.tsv_m, "iso_c": spectral.iso_c, "boost": lambda ds: spectral.subspace_boost(sum(ds), 0.2)}
     naive = naive_kernels()
     shapes = [(hidden, hidden), (int(hidden * 2.7), hidden)]
     cpu = torch.device("cpu")
     variants = {"naive, torch threads": (naive, contextlib.nullcontext),
-                "naive, 1 LAPACK thread": (naive, lambda: spectral.lapack_threads(cpu)),
+                "naive, 1 LAPACK thread": (naive, lambda: linalg.lapack_threads(cpu)),
                 "ours": (ours, contextlib.nullcontext)}
     print(f"\nkernels, {n_tasks} task vectors, shapes {shapes}, best of 3 (torch threads: {torch.get_num_threads()})")
     print(f"{'kernel':8} " + " ".join(f"{v:>23}" for v in variants) + f" {'naive/ours':>11}")
@@ -172,7 +171,7 @@ def bench_floor(hidden, layers, n_tasks, ta_seconds):
     """
     import torch
 
-    from wildmerge.plugins import spectral
+    from wildmerge.plugins import linalg
 
     inter = int(hidden * 2.7)
     shapes = [(hidden, hidden), (hidden // 2, hidden), (hidden // 2, hidden), (hidden, hidden),
@@ -184,16 +183,16 @@ def bench_floor(hidden, layers, n_tasks, ta_seconds):
 
     def per_task(shape):
         k = max(1, min(shape) // n_tasks)
-        gram = spectral.upper_gram(tall(shape))
-        return lambda: spectral._top_eigh(gram, k) if 4 * k <= min(shape) else torch.linalg.eigh(gram, UPLO="U")
+        gram = linalg.upper_gram(tall(shape))
+        return lambda: linalg.top_eigh(gram, k) if 4 * k <= min(shape) else torch.linalg.eigh(gram, UPLO="U")
 
     def full_eigh(shape):
-        gram = spectral.upper_gram(tall(shape))
+        gram = linalg.upper_gram(tall(shape))
         return lambda: torch.linalg.eigh(gram, UPLO="U")
 
     def syrk(shape):
         x = tall(shape)
-        return lambda: spectral.upper_gram(x)
+        return lambda: linalg.upper_gram(x)
 
     def best(fn, reps=3):
         times = []
@@ -203,7 +202,7 @@ def bench_floor(hidden, layers, n_tasks, ta_seconds):
             times.append(time.perf_counter() - t)
         return min(times)
 
-    with spectral.lapack_threads(cpu):
+    with linalg.lapack_threads(cpu):
         one = {"Gram (syrk)": sum(best(syrk(s)) for s in shapes),
                "partial eigensolve (top r/T)": sum(best(per_task(s)) for s in shapes),
                "full eigensolve (r x r)": sum(best(full_eigh(s)) for s in shapes)}

@@ -2,14 +2,14 @@
 mergekit's task_arithmetic on the shapes of a real Qwen3-4B layer, all in one run.
 
 Three parts, each printed as a markdown table and written under ``--out`` as it finishes:
-1. exactness: our kernels on the device against the float64 references of tests/test_spectral_kernels.py (numpy
+1. exactness: our kernels on the device against the float64 references of tests/plugins/test_spectral_kernels.py (numpy
    SVDs on the CPU), on full-rank and rank-deficient inputs, for the default (float64) and opt-in float32 routes;
 2. methods: a Qwen3 model with Qwen3-4B's layer shapes (hidden 2560, intermediate 9728, q 4096, k/v 1024) and
    ``--layers`` layers, K noisy experts, each method merged by mergekit's ``run_merge`` in this process, with the
    wall time, its ratio to ``task_arithmetic`` (run first and last, ratio to the mean of both), peak GPU memory
    (``torch.cuda.max_memory_allocated``) and peak RSS (VmHWM, reset before each merge);
 3. kernels: one 2560 x 2560 and one 9728 x 2560 matrix, K task vectors: the linear-algebra calls and the kernels
-   before (``--before``: the previous spectral.py) and after.
+   before (``--before``: a spectral.py from before the linalg.py split) and after.
 
     python benchmarks/bench_spectral_gpu.py --out results/ [--before old_spectral.py] [--small]   # --small: CPU rehearsal
 """
@@ -101,11 +101,11 @@ def exactness(report, refs, device, shapes, n_tasks, rank):
             on_dev = [d.to(device) for d in deltas]
             total = sum(on_dev)
             cases = {
-                "iso_c": (lambda p: spectral.isotropic(total, precision=p), lambda: refs.ref_iso_c(ref_in)),
-                "subspace_boost": (lambda p: total.double() + spectral.subspace_boost(total, 0.2, precision=p),
+                "iso_c": (lambda p: spectral.iso_c(on_dev, svd_precision=p), lambda: refs.ref_iso_c(ref_in)),
+                "subspace_boost": (lambda p: total.double() + spectral.subspace_boost(total, 0.2, svd_precision=p),
                                    lambda: refs.ref_boost(sum(ref_in), 0.2)),
-                "tsv_m": (lambda p: spectral.tsv_merge(on_dev, precision=p), lambda: refs.ref_tsv(ref_in)),
-                "iso_cts": (lambda p: spectral.iso_cts(on_dev, 0.8, precision=p),
+                "tsv_m": (lambda p: spectral.tsv_m(on_dev, svd_precision=p), lambda: refs.ref_tsv(ref_in)),
+                "iso_cts": (lambda p: spectral.iso_cts(on_dev, 0.8, svd_precision=p),
                             lambda: refs.ref_iso_cts(ref_in, 0.8)),
             }
             label = f"{shape[0]}x{shape[1]} {'full' if r is None else f'rank {r} per task'}"
@@ -280,21 +280,23 @@ def kernels_table(report, device, shapes, n_tasks, before):
              (f"{n_tasks} Gram + eigh float64, batched", batched_gram_eigh(torch.float64), 3),
              (f"{n_tasks} torch.svd_lowrank, q = r/K + 8", lambda ds: [torch.svd_lowrank(d, q=r // n_tasks + 8)
                                                                       for d in ds], 3)]
-    kernels = {
-        "isotropic": lambda mod, ds, **kw: mod.isotropic(sum(ds), **kw),
-        "subspace_boost": lambda mod, ds, **kw: mod.subspace_boost(sum(ds), 0.2, **kw),
-        "tsv_merge": lambda mod, ds, **kw: mod.tsv_merge(ds, **kw),
-        "iso_cts": lambda mod, ds, **kw: mod.iso_cts(ds, 0.8, **kw),
+    kernels = {  # name: (the call in a --before spectral.py, which has the names it had before the split; ours)
+        "iso_c": (lambda mod, ds: mod.isotropic(sum(ds)), spectral.iso_c),
+        "subspace_boost": (lambda mod, ds: mod.subspace_boost(sum(ds), 0.2),
+                           lambda ds, **kw: spectral.subspace_boost(sum(ds), 0.2, **kw)),
+        "tsv_m": (lambda mod, ds: mod.tsv_merge(ds), spectral.tsv_m),
+        "iso_cts": (lambda mod, ds: mod.iso_cts(ds, 0.8), lambda ds, **kw: spectral.iso_cts(ds, 0.8, **kw)),
     }
-    for name, fn in kernels.items():
+    for name, (old, ours) in kernels.items():
+        heavy = name in ("tsv_m", "iso_cts")
         if before is not None:
-            heavy = name in ("tsv_merge", "iso_cts")
-            rows.append((f"before: {name}{' *' if heavy else ''}", lambda ds, fn=fn: fn(before, ds), 1 if heavy else 3))
-        rows.append((f"after: {name} (float64, default)", lambda ds, fn=fn: fn(spectral, ds, precision="float64"), 3))
-        rows.append((f"after: {name} (float32, opt-in)", lambda ds, fn=fn: fn(spectral, ds, precision="float32"), 3))
-        if name in ("tsv_merge", "iso_cts"):
+            rows.append((f"before: {name}{' *' if heavy else ''}", lambda ds, old=old: old(before, ds),
+                         1 if heavy else 3))
+        rows.append((f"after: {name} (float64, default)", lambda ds, f=ours: f(ds, svd_precision="float64"), 3))
+        rows.append((f"after: {name} (float32, opt-in)", lambda ds, f=ours: f(ds, svd_precision="float32"), 3))
+        if heavy:
             rows.append((f"after: {name} (randomized top-k, opt-in)",
-                         lambda ds, fn=fn: fn(spectral, ds, topk_solver="randomized"), 3))
+                         lambda ds, f=ours: f(ds, topk_solver="randomized"), 3))
     for label, fn, reps in rows:
         try:
             fn(data[0][:2])  # warm-up: handles, workspaces
@@ -316,7 +318,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench-spectral-gpu")
     parser.add_argument("--before", default=None, help="path of the previous spectral.py, for the 'before' rows")
-    parser.add_argument("--refs", default=str(ROOT / "tests" / "test_spectral_kernels.py"),
+    parser.add_argument("--refs", default=str(ROOT / "tests" / "plugins" / "test_spectral_kernels.py"),
                         help="the float64 references (the kernel tests)")
     parser.add_argument("--parts", nargs="+", default=["exactness", "methods", "kernels"])
     parser.add_argument("--experts", type=int, nargs="+", default=[2, 6, 12])

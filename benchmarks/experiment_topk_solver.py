@@ -39,7 +39,7 @@ def task_vectors(info, names):
 
 
 def kernel_report(info, names) -> None:
-    from wildmerge.plugins import spectral
+    from wildmerge.plugins import linalg, spectral
 
     deltas = task_vectors(info, names)
     print(f"\n## Kernels on the demo family's task vectors ({len(names)} experts, {len(deltas)} matrices)\n")
@@ -50,9 +50,9 @@ def kernel_report(info, names) -> None:
     for ds in deltas.values():
         for d in ds:
             s_opt = torch.linalg.svdvals(d)[:k]
-            _, s_rand, _ = spectral._randomized_svds([d], k, None, torch.float64)
+            _, s_rand, _ = linalg.randomized_svds([d], k, None, torch.float64)
             kept.append(float((s_rand[0] ** 2).sum() / (s_opt ** 2).sum()))
-    for name, kernel in (("tsv_m", spectral.tsv_merge), ("iso_cts", spectral.iso_cts)):
+    for name, kernel in (("tsv_m", spectral.tsv_m), ("iso_cts", spectral.iso_cts)):
         diffs, times = [], {"exact": 0.0, "randomized": 0.0}
         for ds in deltas.values():
             outs = {}

@@ -1,5 +1,6 @@
 """Our methods inside mergekit: the in-memory API, full run_merge on tiny Llama/Qwen3, the stock CLI, bad input."""
 
+import inspect
 import os
 import subprocess
 import sys
@@ -57,8 +58,18 @@ def test_iso_c_in_mergekit_equals_base_plus_lambda_times_kernel():
     out = merge_tensors([base, *experts], "iso_c", base_index=0, name="w.weight",
                         parameters={"lambda": 0.7, "weight": weights})
     deltas = [w * (e.double() - base.double()) for w, e in zip(weights, experts)]
-    expected = base.double() + 0.7 * spectral.isotropic(sum(deltas))
+    expected = base.double() + 0.7 * spectral.iso_c(deltas)
     assert torch.allclose(out.double(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", [methods.ISO_C, methods.ISO_CTS, methods.TSV_M])
+def test_kernels_take_the_recipes_parameter_names(method):
+    # a method hands its parameters to its kernel as they are: no adapter renames them
+    kernel_args = set(inspect.signature(method.kernel).parameters) - {"deltas"}
+    recipe_names = set(method.params.fields_by_name()) - {"weight", "lambda", "spectral_vocab", "exclude"}
+    assert kernel_args == recipe_names
+    boost_args = set(inspect.signature(spectral.subspace_boost).parameters) - {"delta"}
+    assert boost_args == {"beta", "rank_tol", "svd_precision"} <= set(methods.TaskArithmeticSBParams.fields_by_name())
 
 
 @pytest.mark.parametrize("mergekit_method,ours", [("task_arithmetic", "task_arithmetic_sb"), ("ties", "ties_sb")])
@@ -137,7 +148,7 @@ def test_methods_are_registered_with_card_metadata():
 def test_a_builtin_with_our_name_wins_and_ours_gets_an_alias(monkeypatch, caplog):
     from wildmerge.plugins.registration import register_all
 
-    impostor = methods.SpectralMerge("iso_c", "Upstream Iso-C", "https://example.org", methods._iso_c)
+    impostor = methods.SpectralMerge("iso_c", "Upstream Iso-C", "https://example.org", spectral.iso_c)
     object.__setattr__(impostor, "__wildmerge__", False)
     monkeypatch.setattr(registry, "_METHODS", {"iso_c": impostor})
     names = register_all()
@@ -179,7 +190,7 @@ def test_merged_matrix_equals_reference_from_checkpoints(tiny_family, tmp_path):
     base = load_file(f"{tiny_family['base']}/model.safetensors")[key].double()
     deltas = [load_file(f"{p}/model.safetensors")[key].double() - base for p in tiny_family["experts"]]
     merged = load_file(f"{out}/model.safetensors")[key].double()
-    assert torch.allclose(merged, base + 0.6 * spectral.isotropic(sum(deltas)), atol=1e-6)
+    assert torch.allclose(merged, base + 0.6 * spectral.iso_c(deltas), atol=1e-6)
     # embeddings have a vocabulary axis: plain task arithmetic (mean)
     key = "model.embed_tokens.weight"
     base = load_file(f"{tiny_family['base']}/model.safetensors")[key].double()
@@ -272,7 +283,7 @@ def test_topk_solver_is_a_validated_recipe_parameter(method):
     fast = merge_tensors([base, *experts], method, base_index=0, name="w.weight",
                          parameters={"topk_solver": "randomized"})
     deltas = [e - base for e in experts]
-    kernel = spectral.tsv_merge if method == "tsv_m" else spectral.iso_cts
+    kernel = spectral.tsv_m if method == "tsv_m" else spectral.iso_cts
     assert torch.allclose(fast.double(), base.double() + kernel(deltas, topk_solver="randomized").double(), atol=1e-5)
     assert not torch.allclose(fast, exact)  # noise-like task vectors: the approximate top-k is not the exact one
     with pytest.raises(ValueError, match="'exact' or 'randomized'"):  # mergekit's own check of the declared type

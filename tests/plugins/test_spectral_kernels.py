@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from wildmerge.plugins import randomized_svd, spectral
+from wildmerge.plugins import linalg, linalg_randomized, spectral
 
 F32_EPS = np.finfo(np.float32).eps
 
@@ -108,7 +108,7 @@ PRECISIONS = pytest.mark.parametrize("precision,rtol", [("float64", 1e-7)])
 @PRECISIONS
 def test_thin_svd_matches_lapack(name, shape, rank, precision, rtol):
     a = make_deltas(shape, 1, rank)[0]
-    u, s, v = spectral.thin_svd(a, precision=precision)
+    u, s, v = linalg.thin_svd(a, precision=precision)
     ru, rs, rv = ref_svd(a.numpy())
     r = len(rs)
     assert int((s > 0).sum()) == r
@@ -121,7 +121,7 @@ def test_thin_svd_matches_lapack(name, shape, rank, precision, rtol):
 @PRECISIONS
 def test_iso_c_matches_reference(name, shape, rank, n_tasks, precision, rtol):
     deltas = make_deltas(shape, n_tasks, rank)
-    ours = spectral.isotropic(torch.stack(deltas).sum(0), precision=precision)
+    ours = spectral.iso_c(deltas, svd_precision=precision)
     assert close(ours, ref_iso_c([d.numpy() for d in deltas]), rtol)
 
 
@@ -130,7 +130,7 @@ def test_iso_c_matches_reference(name, shape, rank, n_tasks, precision, rtol):
 @PRECISIONS
 def test_tsv_matches_reference(name, shape, rank, n_tasks, precision, rtol):
     deltas = make_deltas(shape, n_tasks, rank)
-    ours = spectral.tsv_merge(deltas, precision=precision)
+    ours = spectral.tsv_m(deltas, svd_precision=precision)
     assert close(ours, ref_tsv([d.numpy() for d in deltas]), rtol)
 
 
@@ -139,7 +139,7 @@ def test_tsv_matches_reference(name, shape, rank, n_tasks, precision, rtol):
 @PRECISIONS
 def test_subspace_boost_matches_reference(name, shape, rank, beta, precision, rtol):
     delta = make_deltas(shape, 1, rank)[0]
-    ours = delta + spectral.subspace_boost(delta, beta, precision=precision)
+    ours = delta + spectral.subspace_boost(delta, beta, svd_precision=precision)
     assert close(ours, ref_boost(delta.numpy(), beta), rtol)
 
 
@@ -148,7 +148,7 @@ def test_subspace_boost_matches_reference(name, shape, rank, beta, precision, rt
 @PRECISIONS
 def test_iso_cts_matches_reference(name, shape, rank, fraction, precision, rtol):
     deltas = make_deltas(shape, 3, rank)
-    ours = spectral.iso_cts(deltas, common_fraction=fraction, precision=precision)
+    ours = spectral.iso_cts(deltas, common_space_fraction=fraction, svd_precision=precision)
     assert close(ours, ref_iso_cts([d.numpy() for d in deltas], fraction), rtol)
 
 
@@ -158,7 +158,7 @@ def test_iso_cts_matches_reference(name, shape, rank, fraction, precision, rtol)
 @pytest.mark.parametrize("rank", [None, 4])
 def test_iso_c_spectrum_is_flat_and_rank_is_kept(rank):
     delta = make_deltas((40, 24), 1, rank)[0]
-    s = torch.linalg.svdvals(spectral.isotropic(delta, precision="float64"))
+    s = torch.linalg.svdvals(spectral.iso_c([delta], svd_precision="float64"))
     r = 24 if rank is None else rank
     assert torch.allclose(s[:r], s[:r].mean().expand(r), rtol=1e-9)
     assert float(torch.cat([s[r:], s.new_zeros(1)]).max()) < 1e-9 * float(s[0])
@@ -169,18 +169,18 @@ def test_iso_c_spectrum_is_flat_and_rank_is_kept(rank):
 def test_boost_beta_one_is_identity_and_beta_zero_raises_all_to_s1():
     delta = make_deltas((30, 18), 1)[0]
     assert not bool(spectral.subspace_boost(delta, 1.0).any())
-    s = torch.linalg.svdvals(delta + spectral.subspace_boost(delta, 0.0, precision="float64"))
+    s = torch.linalg.svdvals(delta + spectral.subspace_boost(delta, 0.0, svd_precision="float64"))
     assert torch.allclose(s, s[0].expand_as(s), rtol=1e-9)
 
 
 def test_boost_keeps_rank_of_low_rank_update():
     delta = make_deltas((30, 18), 1, rank=3)[0]
-    assert torch.linalg.matrix_rank(delta + spectral.subspace_boost(delta, 0.0, precision="float64")) == 3
+    assert torch.linalg.matrix_rank(delta + spectral.subspace_boost(delta, 0.0, svd_precision="float64")) == 3
 
 
 def test_polar_factor_has_orthonormal_columns():
     m = torch.randn(40, 12, dtype=torch.float64)
-    p = spectral.polar(m)
+    p = linalg.polar(m)
     assert torch.allclose(p.T @ p, torch.eye(12, dtype=torch.float64), atol=1e-10)
     # it is the closest such matrix: same column space, and p^T m is symmetric positive definite
     sym = p.T @ m
@@ -189,9 +189,9 @@ def test_polar_factor_has_orthonormal_columns():
 
 def test_tsv_single_task_is_identity_and_bases_are_orthogonal():
     delta = make_deltas((36, 20), 1)[0]
-    assert close(spectral.tsv_merge([delta], precision="float64"), delta.numpy(), 1e-9)
+    assert close(spectral.tsv_m([delta], svd_precision="float64"), delta.numpy(), 1e-9)
     deltas = make_deltas((36, 20), 4)
-    merged = spectral.tsv_merge(deltas, precision="float64")
+    merged = spectral.tsv_m(deltas, svd_precision="float64")
     # the merged update has orthonormal singular vectors whose singular values are exactly the kept sigmas
     kept = torch.cat([torch.linalg.svdvals(d)[: 20 // 4] for d in deltas]).sort(descending=True).values
     assert torch.allclose(torch.linalg.svdvals(merged)[: len(kept)], kept, rtol=1e-9)
@@ -199,20 +199,20 @@ def test_tsv_single_task_is_identity_and_bases_are_orthogonal():
 
 def test_iso_cts_with_full_common_space_is_iso_c():
     deltas = make_deltas((32, 24), 3)
-    assert close(spectral.iso_cts(deltas, common_fraction=1.0, precision="float64"),
-                 spectral.isotropic(sum(deltas), precision="float64").numpy(), 1e-9)
+    assert close(spectral.iso_cts(deltas, common_space_fraction=1.0, svd_precision="float64"),
+                 spectral.iso_c(deltas, svd_precision="float64").numpy(), 1e-9)
 
 
 def test_iso_cts_rejects_bad_fraction():
-    with pytest.raises(ValueError, match="common_fraction"):
-        spectral.iso_cts(make_deltas((8, 8), 2), common_fraction=0.0)
+    with pytest.raises(ValueError, match="common_space_fraction"):
+        spectral.iso_cts(make_deltas((8, 8), 2), common_space_fraction=0.0)
 
 
 def test_zero_matrix_gives_zero():
     zero = torch.zeros(10, 6, dtype=torch.float64)
-    assert not bool(spectral.isotropic(zero).any())
+    assert not bool(spectral.iso_c([zero]).any())
     assert not bool(spectral.subspace_boost(zero, 0.2).any())
-    assert not bool(spectral.tsv_merge([zero, zero]).any())
+    assert not bool(spectral.tsv_m([zero, zero]).any())
 
 
 # ---------------------------------------------------------------- Iso-CTS subspace sizes
@@ -232,7 +232,7 @@ def test_iso_cts_on_a_shape_where_the_old_size_rule_differs():
     r, t, f = 20, 3, 0.6
     assert (r - int(round(f * r))) // t != spectral.iso_cts_sizes(r, t, f)[1]
     deltas = make_deltas((48, 20), t)
-    ours = spectral.iso_cts(deltas, common_fraction=f)
+    ours = spectral.iso_cts(deltas, common_space_fraction=f)
     assert close(ours, ref_iso_cts([d.numpy() for d in deltas], f), 1e-7)
     # the merged update has rank 11 + 3 * 3 = 20 with a flat spectrum
     s = torch.linalg.svdvals(ours)
@@ -246,8 +246,8 @@ def test_float32_inputs_match_float64_reference_to_1e4():
     # the methods pass float32 task vectors: the default route still matches the float64 reference to 1e-4
     deltas = [d.to(torch.float32) for d in make_deltas((64, 40), 4, seed=3)]
     ref = [d.double().numpy() for d in deltas]
-    assert close(spectral.isotropic(sum(deltas)), ref_iso_c(ref), 1e-4)
-    assert close(spectral.tsv_merge(deltas), ref_tsv(ref), 1e-4)
+    assert close(spectral.iso_c(deltas), ref_iso_c(ref), 1e-4)
+    assert close(spectral.tsv_m(deltas), ref_tsv(ref), 1e-4)
     assert close(spectral.iso_cts(deltas, 0.8), ref_iso_cts(ref, 0.8), 1e-4)
     boosted = deltas[0].double() + spectral.subspace_boost(deltas[0], 0.3)
     assert close(boosted, ref_boost(ref[0], 0.3), 1e-4)
@@ -273,17 +273,17 @@ def test_float32_route_error_on_well_conditioned_input(shape):
     # measured: ~1e-5 relative on these inputs (condition number 30); bound asserted with margin
     deltas = decaying(shape, 3)
     ref = [d.numpy() for d in deltas]
-    assert close(spectral.isotropic(sum(deltas), precision="float32"), ref_iso_c(ref), 1e-3)
-    assert close(spectral.tsv_merge(deltas, precision="float32"), ref_tsv(ref), 1e-3)
-    boosted = deltas[0] + spectral.subspace_boost(deltas[0], 0.3, precision="float32")
+    assert close(spectral.iso_c(deltas, svd_precision="float32"), ref_iso_c(ref), 1e-3)
+    assert close(spectral.tsv_m(deltas, svd_precision="float32"), ref_tsv(ref), 1e-3)
+    boosted = deltas[0] + spectral.subspace_boost(deltas[0], 0.3, svd_precision="float32")
     assert close(boosted, ref_boost(ref[0], 0.3), 1e-3)
 
 
 def test_float32_route_keeps_the_rank_of_low_rank_updates():
     delta = make_deltas((60, 30), 1, rank=3)[0]
     for precision in ("float32", "float64"):
-        assert int((spectral.thin_svd(delta, precision=precision)[1] > 0).sum()) == 3
-        merged = spectral.isotropic(delta, precision=precision)
+        assert int((linalg.thin_svd(delta, precision=precision)[1] > 0).sum()) == 3
+        merged = spectral.iso_c([delta], svd_precision=precision)
         assert torch.linalg.matrix_rank(merged.double(), rtol=1e-4) == 3
 
 
@@ -296,10 +296,10 @@ def test_no_general_svd_on_any_route(monkeypatch):
     monkeypatch.setattr(torch.linalg, "svd", refuse)
     deltas = make_deltas((40, 24), 3)
     for precision in ("float32", "float64"):
-        spectral.isotropic(sum(deltas), precision=precision)
-        spectral.subspace_boost(deltas[0], 0.2, precision=precision)
-        spectral.tsv_merge(deltas, precision=precision)
-        spectral.iso_cts(deltas, 0.8, precision=precision)
+        spectral.iso_c(deltas, svd_precision=precision)
+        spectral.subspace_boost(deltas[0], 0.2, svd_precision=precision)
+        spectral.tsv_m(deltas, svd_precision=precision)
+        spectral.iso_cts(deltas, 0.8, svd_precision=precision)
 
 
 # ---------------------------------------------------------------- the opt-in randomized top-k (TSV-M, Iso-CTS)
@@ -318,13 +318,13 @@ def test_randomized_range_error_is_within_the_halko_martinsson_tropp_bound(shape
     # a slowly decaying spectrum (s_j = 1 / sqrt(j)): no gap at k, the case the power iterations are there for
     s = 1.0 / np.sqrt(np.arange(1, min(shape) + 1))
     a = with_spectrum(shape, s)
-    q = randomized_svd.sketch_basis(lambda y: a @ y, lambda y: a.T @ y, shape[1], k + randomized_svd.OVERSAMPLE,
+    q = linalg_randomized.sketch_basis(lambda y: a @ y, lambda y: a.T @ y, shape[1], k + linalg_randomized.OVERSAMPLE,
                                     torch.float64, torch.device("cpu"))
     residual = np.linalg.norm((a - q @ (q.T @ a)).numpy(), 2)
-    assert residual <= randomized_svd.range_error_bound(k, min(shape)) * s[k]
-    assert residual >= s[k + randomized_svd.OVERSAMPLE] * (1 - 1e-9)  # Eckart-Young: no basis of k + p beats this
+    assert residual <= linalg_randomized.range_error_bound(k, min(shape)) * s[k]
+    assert residual >= s[k + linalg_randomized.OVERSAMPLE] * (1 - 1e-9)  # Eckart-Young: no basis of k + p beats this
     # and the kept rank-k approximation captures nearly the optimal energy (and never more: Eckart-Young)
-    u, sk, v = randomized_svd.top_triplets(lambda y: a @ y, lambda y: a.T @ y, shape, k, torch.float64,
+    u, sk, v = linalg_randomized.top_triplets(lambda y: a @ y, lambda y: a.T @ y, shape, k, torch.float64,
                                            torch.device("cpu"))
     captured = np.linalg.norm(((u * sk) @ v.T).numpy()) ** 2 / float((s[:k] ** 2).sum())
     assert 0.99 <= captured <= 1 + 1e-9  # measured 0.996 and 0.994 on these two cases
@@ -340,7 +340,7 @@ def gapped(shape, n, k, seed=0):
 @pytest.mark.parametrize("shape", [(60, 36), (36, 60)])
 def test_randomized_tsv_matches_the_reference_when_the_top_k_is_well_determined(shape):
     deltas = gapped(shape, 3, k=min(shape) // 3)
-    ours = spectral.tsv_merge(deltas, topk_solver="randomized")
+    ours = spectral.tsv_m(deltas, topk_solver="randomized")
     assert close(ours, ref_tsv([d.numpy() for d in deltas]), 1e-6)
 
 
@@ -349,7 +349,7 @@ def test_randomized_projected_top_k_matches_an_svd_of_the_formed_projection():
     g = torch.Generator().manual_seed(1)
     basis, _ = torch.linalg.qr(torch.randn(50, 12, generator=g, dtype=torch.float64))
     d = gapped((50, 30), 1, k=4)[0]
-    u, s, v = (x[0] for x in spectral._randomized_svds([d], 4, None, torch.float64, basis=basis))
+    u, s, v = (x[0] for x in linalg.randomized_svds([d], 4, None, torch.float64, basis=basis))
     ru, rs, rv = ref_svd((d - basis @ (basis.T @ d)).numpy())
     assert close(s, rs[:4], 1e-8)
     assert close((u * s) @ v.T, (ru[:, :4] * rs[:4]) @ rv[:, :4].T, 1e-6)
@@ -358,17 +358,17 @@ def test_randomized_projected_top_k_matches_an_svd_of_the_formed_projection():
 
 def test_randomized_route_keeps_the_rank_rule_and_is_deterministic():
     deltas = make_deltas((60, 40), 3, rank=2)  # rank 2 < k = 13: the rest must come back as exact zeros
-    _, s, _ = spectral._randomized_svds(deltas, 13, None, torch.float64)
+    _, s, _ = linalg.randomized_svds(deltas, 13, None, torch.float64)
     assert all(int((x > 0).sum()) == 2 for x in s)
-    a = spectral.tsv_merge(deltas, topk_solver="randomized")
-    assert torch.equal(a, spectral.tsv_merge(deltas, topk_solver="randomized"))
+    a = spectral.tsv_m(deltas, topk_solver="randomized")
+    assert torch.equal(a, spectral.tsv_m(deltas, topk_solver="randomized"))
     assert close(a, ref_tsv([d.numpy() for d in deltas]), 1e-7)  # rank <= k: nothing to approximate
     b = spectral.iso_cts(deltas, 0.8, topk_solver="randomized")
     assert close(b, ref_iso_cts([d.numpy() for d in deltas], 0.8), 1e-7)
     with pytest.raises(ValueError, match="topk_solver"):
-        spectral.tsv_merge(deltas, topk_solver="lanczos")
+        spectral.tsv_m(deltas, topk_solver="lanczos")
 
 
 def test_cpu_gram_from_syrk_matches_a_product():
     for x in (torch.randn(30, 7, dtype=torch.float64), torch.randn(7, 30).T, torch.randn(30, 14)[:, ::2]):
-        assert torch.allclose(torch.triu(spectral.upper_gram(x)), torch.triu(x.T @ x), atol=1e-5)
+        assert torch.allclose(torch.triu(linalg.upper_gram(x)), torch.triu(x.T @ x), atol=1e-5)

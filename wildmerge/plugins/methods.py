@@ -128,7 +128,7 @@ def spectral_eligible(group: TensorGroup, spectral_vocab: bool, exclude: str) ->
     return not (exclude and re.search(exclude, name))
 
 
-# A spectral kernel maps the weighted task vectors (float, base-shaped) and the options to the merged update.
+# A spectral kernel (spectral.py) maps the weighted task vectors (float, base-shaped) to the merged update.
 Kernel = Callable[..., torch.Tensor]
 
 
@@ -136,7 +136,8 @@ Kernel = Callable[..., torch.Tensor]
 class SpectralMerge(TaskVectorMethod, GroupMergeMethod):
     """``theta = theta_0 + lambda * kernel(w_1 delta_1, ..., w_T delta_T)`` on eligible matrices.
 
-    The kernel gets the options of ``parameters`` beyond Iso-C's (e.g. Iso-CTS's ``common_space_fraction``).
+    The kernel gets the method's parameters by their recipe names, less the weights, ``lambda`` and the tensor
+    selection (``spectral_vocab``, ``exclude``): e.g. ``rank_tol``, ``svd_precision``, ``common_space_fraction``.
     """
 
     method_name: str
@@ -153,30 +154,17 @@ class SpectralMerge(TaskVectorMethod, GroupMergeMethod):
             return base
         if all(not bool(d.any()) for d in deltas):
             return base.clone()  # a zero task vector gives the base exactly
-        options = {k: parameters[k] for k in ("svd_precision", "rank_tol")}
         if spectral_eligible(group, parameters["spectral_vocab"], parameters["exclude"]):
-            extra = {k: parameters[k] for k in self.params.fields_by_name() if k not in _COMMON_SPECTRAL}
-            update = self.kernel(deltas, tol=options["rank_tol"], precision=options["svd_precision"], **extra)
+            update = self.kernel(deltas, **{k: parameters[k] for k in self.params.fields_by_name()
+                                            if k not in _NOT_KERNEL})
         else:
             total = sum(weights)
             update = sum(deltas) / (total if abs(total) > 1e-12 else 1.0)
         return (base.to(update.dtype) + parameters["lambda"] * update).to(base.dtype)
 
 
-_COMMON_SPECTRAL = IsoCParams.fields_by_name()
-
-
-def _iso_c(deltas, tol, precision):
-    return spectral.isotropic(sum(deltas), tol=tol, precision=precision)  # no stacked copy of all K
-
-
-def _iso_cts(deltas, tol, precision, common_space_fraction, topk_solver):
-    return spectral.iso_cts(deltas, common_fraction=common_space_fraction, tol=tol, precision=precision,
-                            topk_solver=topk_solver)
-
-
-def _tsv_m(deltas, tol, precision, topk_solver):
-    return spectral.tsv_merge(deltas, tol=tol, precision=precision, topk_solver=topk_solver)
+# What picks and scales the tensors; every other parameter is the kernel's keyword of the same name.
+_NOT_KERNEL = (*ScaledTaskVectors.fields_by_name(), "spectral_vocab", "exclude")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,7 +198,8 @@ class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
         update = merged.to(torch.float32) - base.to(torch.float32)
         if not bool(update.any()):
             return merged
-        correction = spectral.subspace_boost(update, own["beta"], tol=own["rank_tol"], precision=own["svd_precision"])
+        correction = spectral.subspace_boost(update, beta=own["beta"], rank_tol=own["rank_tol"],
+                                             svd_precision=own["svd_precision"])
         return (merged.to(correction.dtype) + correction).to(base.dtype)
 
 
@@ -221,9 +210,9 @@ def _boosted(params: Type[TaskArithmeticSBParams], **kwargs) -> BoostedTaskArith
                                  params=params, method_reference_url=SB_URL, **kwargs)
 
 
-ISO_C = SpectralMerge("iso_c", "Iso-C", ISO_URL, _iso_c, IsoCParams)
-ISO_CTS = SpectralMerge("iso_cts", "Iso-CTS", ISO_URL, _iso_cts, IsoCTSParams)
-TSV_M = SpectralMerge("tsv_m", "TSV-Merge", TSV_URL, _tsv_m, TSVMParams)
+ISO_C = SpectralMerge("iso_c", "Iso-C", ISO_URL, spectral.iso_c, IsoCParams)
+ISO_CTS = SpectralMerge("iso_cts", "Iso-CTS", ISO_URL, spectral.iso_cts, IsoCTSParams)
+TSV_M = SpectralMerge("tsv_m", "TSV-Merge", TSV_URL, spectral.tsv_m, TSVMParams)
 TASK_ARITHMETIC_SB = _boosted(
     TaskArithmeticSBParams, consensus_method=None, sparsification_method=None,
     method_name="task_arithmetic_sb", method_pretty_name="Task Arithmetic + Subspace Boosting",
