@@ -13,7 +13,7 @@ from mergekit.sparsify import SparsificationMethod
 
 from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.plugins import methods
-from wildmerge.plugins.layerwise.driver import _params
+from wildmerge.plugins.layerwise.driver import recipe_params
 from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS, ChainOfMergesParams, RegMeanParams
 from wildmerge.plugins.method_params import interval
 from wildmerge.plugins.recipes import list_method_recipes, load_method_recipe
@@ -91,13 +91,13 @@ def test_negative_weight_and_lambda_keep_mergekits_ta_meaning():
 
 
 def test_layerwise_methods_have_their_own_defaults():
-    assert _params("chain_of_merges", None) == ChainOfMergesParams()
-    assert _params("regmean", None) == RegMeanParams()
+    assert recipe_params("chain_of_merges", None) == ChainOfMergesParams()
+    assert recipe_params("regmean", None) == RegMeanParams()
     assert ChainOfMergesParams().model_dump() == {
         "norm": "token", "sim": True, "ridge": "delta", "lam_rel": 0.01, "diagnostics": True}
     assert RegMeanParams().model_dump() == {
         "norm": "none", "sim": False, "ridge": "delta", "lam_rel": 0.01, "diagnostics": True}
-    assert _params("regmean", {"sim": True}).norm == "none"
+    assert recipe_params("regmean", {"sim": True}).norm == "none"
 
 
 @pytest.mark.parametrize("raw,message", [
@@ -108,7 +108,7 @@ def test_layerwise_methods_have_their_own_defaults():
 ])
 def test_layerwise_parameter_errors(raw, message):
     with pytest.raises(ConfigError) as err:
-        _params("regmean", raw)
+        recipe_params("regmean", raw)
     assert str(err.value).startswith(message)
 
 
@@ -168,7 +168,7 @@ def test_readme_chain_of_merges_example_uses_the_defaults():
 
 
 def test_non_finite_layerwise_solve_says_to_raise_lam_rel():
-    from wildmerge.plugins.layerwise.chain import ChainJob, _solve_group
+    from wildmerge.plugins.layerwise.chain import ChainJob, solve_group
     from wildmerge.plugins.layerwise.regmean import GramAccumulator
 
     job = ChainJob(chain=False, experts=[], base=None, batches=[], config=None, sim=False, ridge="per_task",
@@ -179,4 +179,4 @@ def test_non_finite_layerwise_solve_says_to_raise_lam_rel():
     weights = [{"w": torch.ones(2, 4)}, {"w": torch.ones(2, 4)}]
     weights[1]["w"][0, 0] = float("inf")
     with pytest.raises(WildmergeError, match=r"regmean: the closed-form solve for w gave NaN/Inf.*raise lam_rel"):
-        _solve_group(job, 0, "qkv", ["w"], weights, {}, grams, None, {})
+        solve_group(job, 0, "qkv", ["w"], weights, {}, grams, None, {})

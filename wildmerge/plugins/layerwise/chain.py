@@ -122,7 +122,8 @@ def _initial_batches(job: ChainJob, skeleton: DecoderSkeleton, need_own: bool, n
     return out
 
 
-def _solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry):
+def solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry):
+    """Solve the layers of group ``g`` in closed form (Eq. 7) from the models' Gram matrices, into ``merged``."""
     grams = [a.result() for a in accs]
     omegas = None
     if job.sim:
@@ -146,112 +147,165 @@ def _solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry)
         merged[n] = Wm.to(job.compute_dtype)
 
 
+@dataclass
+class _Block:
+    """Decoder block k while it is merged: every model's weights, the merged ones, and what is measured on it."""
+
+    k: int
+    layer: torch.nn.Module
+    params: List[Dict[str, torch.Tensor]]  # per model: {weight name: tensor}
+    merged: Dict[str, torch.Tensor]  # starts as the average, the solved groups replace their layers
+    groups: Dict[str, List[str]]  # linear group -> its weight names
+    changed: Dict[str, bool]  # False: the group is identical in all models, nothing to solve
+    entries: Dict[str, Dict]  # the report row of each group
+    diag_groups: List[str]  # groups whose merging covariate shift is measured
+    own_m: Dict[str, list]  # per group, per model: moments of the inputs inside the model's own block
+    hat_m: Dict[str, list]  # per group, per model: moments of the inputs inside the merged block
+
+    def new_accs(self, job: ChainJob, g: str):
+        """Gram accumulators of group ``g``, one per model (and token-normalised ones for Sim when norm is none)."""
+        d = self.layer.get_submodule(FIRST_MODULE[g]).in_features
+        accs = [GramAccumulator(d, job.norm, job.device) for _ in self.params]
+        with_tok = job.sim and job.norm == "none"
+        tok = [GramAccumulator(d, "token", job.device) for _ in self.params] if with_tok else None
+        return accs, tok
+
+    def moments(self, job: ChainJob, g: str) -> MomentAccumulator:
+        """Moments of group ``g``'s inputs for one model (the merging covariate shift)."""
+        return MomentAccumulator(self.layer.get_submodule(FIRST_MODULE[g]).in_features, job.device)
+
+
+def _open_block(job: ChainJob, skeleton: DecoderSkeleton, k: int, names: List[str]) -> _Block:
+    """Read block k of every model and start the merged block as their average."""
+    layer = skeleton.make_layer(k)
+    params = [{n: e.get(n, job.device, job.compute_dtype) for n in names} for e in job.experts]
+    merged = {n: _average([p[n] for p in params]) for n in names}
+    groups = linear_weight_names(k)
+    changed = {g: not all(all_equal([p[n] for p in params]) for n in groups[g]) for g in groups}
+    entries = {g: {"layer": k, "group": g, "merged": changed[g]} for g in groups}
+    diag_groups = [g for g in DIAGNOSTIC_GROUPS if job.diagnostics]
+    own_m = {g: [None] * len(params) for g in diag_groups}
+    hat_m = {g: [None] * len(params) for g in diag_groups}
+    return _Block(k, layer, params, merged, groups, changed, entries, diag_groups, own_m, hat_m)
+
+
+def _own_stream(job: ChainJob, block: _Block, data: List[List[_Batch]]) -> None:
+    """Each model's inputs inside its own block: RegMean's statistics (then its solve) and the MCS reference."""
+    k, layer = block.k, block.layer
+    own_accs = {g: block.new_accs(job, g) for g in block.groups if block.changed[g] and not job.chain}
+    for i, p in enumerate(block.params):
+        load_block(layer, p, k)
+        for g in block.diag_groups:
+            block.own_m[g][i] = block.moments(job, g)
+        for b in data[i]:
+            def on_input(g, x, i=i, b=b):
+                rows = _rows(x, b.valid)
+                if g in own_accs:
+                    own_accs[g][0][i].add(rows)
+                    if own_accs[g][1] is not None:
+                        own_accs[g][1][i].add(rows)
+                if g in block.own_m:
+                    block.own_m[g][i].add(rows)
+
+            with input_hooks(layer, FIRST_MODULE, on_input):
+                b.own = run_layer(layer, b.own.to(job.device), b.kwargs[k]).to(HOST)
+    for g, (accs, tok) in own_accs.items():
+        solve_group(job, k, g, block.groups[g], block.params, block.merged, accs, tok, block.entries[g])
+
+
+def _chain_stream(job: ChainJob, block: _Block, data: List[List[_Batch]]) -> None:
+    """Chain of Merges: group by group, the statistics of the merged block on each model's data, then the solve."""
+    k, layer = block.k, block.layer
+    for g, _mods in GROUPS:
+        if not block.changed[g] and g not in block.diag_groups:
+            continue
+        load_block(layer, block.merged, k)
+        accs, tok = block.new_accs(job, g) if block.changed[g] else (None, None)
+        for i in range(len(block.params)):
+            if g in block.diag_groups:
+                block.hat_m[g][i] = block.moments(job, g)
+            for b in data[i]:
+                def on_input(_g, x, i=i, b=b):
+                    rows = _rows(x, b.valid)
+                    if accs is not None:
+                        accs[i].add(rows)
+                        if tok is not None:
+                            tok[i].add(rows)
+                    if g in block.hat_m:
+                        block.hat_m[g][i].add(rows)
+
+                with input_hooks(layer, {g: FIRST_MODULE[g]}, on_input, stop_at=g):
+                    forward_until(layer, b.hat.to(job.device), b.kwargs[k])
+        if block.changed[g]:
+            solve_group(job, k, g, block.groups[g], block.params, block.merged, accs, tok, block.entries[g])
+
+
+def _propagate(job: ChainJob, block: _Block, data: List[List[_Batch]]) -> None:
+    """Push every model's data through the finished merged block (RegMean: measuring the MCS on the way)."""
+    k, layer = block.k, block.layer
+    load_block(layer, block.merged, k)
+    watch = {g: FIRST_MODULE[g] for g in block.diag_groups} if not job.chain else {}
+    for i in range(len(block.params)):
+        for g in watch:
+            block.hat_m[g][i] = block.moments(job, g)
+        for b in data[i]:
+            def on_input(g, x, i=i, b=b):
+                block.hat_m[g][i].add(_rows(x, b.valid))
+
+            with input_hooks(layer, watch, on_input):
+                b.hat = run_layer(layer, b.hat.to(job.device), b.kwargs[k]).to(HOST)
+
+
+def _covariate_shift(block: _Block) -> None:
+    """The merging covariate shift (Eq. 8) of the diagnostic groups, into their report rows."""
+    for g in block.diag_groups:
+        per_model = [mcs(block.own_m[g][i], block.hat_m[g][i]) for i in range(len(block.params))]
+        block.entries[g]["mcs"] = sum(per_model)
+        block.entries[g]["mcs_per_model"] = per_model
+
+
+def _merge_block(job: ChainJob, skeleton: DecoderSkeleton, k: int, names: List[str], data: List[List[_Batch]],
+                 save_tensor: Callable[[str, torch.Tensor], None]) -> List[Dict]:
+    """Merge decoder block k (steps 1-4 above), hand its tensors to ``save_tensor``; returns its report rows."""
+    block = _open_block(job, skeleton, k, names)
+    if _needs_own(job):
+        _own_stream(job, block, data)
+    if job.chain:
+        _chain_stream(job, block, data)
+    if _needs_hat(job):
+        _propagate(job, block, data)
+    _covariate_shift(block)
+    for n in names:
+        save_tensor(n, block.merged[n].cpu())
+    return list(block.entries.values())
+
+
+def _needs_own(job: ChainJob) -> bool:
+    """Whether each model's hidden states inside its own blocks are kept (RegMean's statistics, the MCS)."""
+    return (not job.chain) or job.diagnostics
+
+
+def _needs_hat(job: ChainJob) -> bool:
+    """Whether each model's data is pushed through the merged blocks (CoM's statistics, the MCS)."""
+    return job.chain or job.diagnostics
+
+
 def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:
     """Merge all tensors of ``job`` and hand them to ``save_tensor`` as they are ready; returns the report."""
-    config, dev, dt = job.config, job.device, job.compute_dtype
-    n_layers = config.num_hidden_layers
+    n_layers = job.config.num_hidden_layers
     names = job.experts[0].names()
-    in_block = lambda n, k: n.startswith(block_prefix(k))  # noqa: E731
-    block_names = [[n for n in names if in_block(n, k)] for k in range(n_layers)]
+    block_names = [[n for n in names if n.startswith(block_prefix(k))] for k in range(n_layers)]
     blocked = {n for b in block_names for n in b}
-    need_own = (not job.chain) or job.diagnostics
-    need_hat = job.chain or job.diagnostics
-
     with torch.no_grad():
         for n in tqdm([n for n in names if n not in blocked], desc="average embeddings/norms/head",
                       disable=not job.progress, leave=False):
             save_tensor(n, _stream_average(job.experts, n))
-
         _release(job)
-        skeleton = DecoderSkeleton.build(config, dev)
-        data = _initial_batches(job, skeleton, need_own, need_hat)
+        skeleton = DecoderSkeleton.build(job.config, job.device)
+        data = _initial_batches(job, skeleton, _needs_own(job), _needs_hat(job))
         _release(job)
         layers_report = []
         for k in tqdm(range(n_layers), desc=f"{'CoM' if job.chain else 'RegMean'} layers", disable=not job.progress):
-            layer = skeleton.make_layer(k)
-            params = [{n: e.get(n, dev, dt) for n in block_names[k]} for e in job.experts]
-            merged = {n: _average([p[n] for p in params]) for n in block_names[k]}
-            groups = linear_weight_names(k)
-            changed = {g: not all(all_equal([p[n] for p in params]) for n in groups[g]) for g in groups}
-            entries = {g: {"layer": k, "group": g, "merged": changed[g]} for g in groups}
-            diag_groups = [g for g in DIAGNOSTIC_GROUPS if job.diagnostics]
-            own_m = {g: [None] * len(params) for g in diag_groups}
-            hat_m = {g: [None] * len(params) for g in diag_groups}
-
-            def new_accs(g):
-                d = layer.get_submodule(FIRST_MODULE[g]).in_features
-                accs = [GramAccumulator(d, job.norm, dev) for _ in params]
-                tok = [GramAccumulator(d, "token", dev) for _ in params] if (job.sim and job.norm == "none") else None
-                return accs, tok
-
-            # Own stream: each model's inputs inside its own block (RegMean statistics, MCS reference).
-            if need_own:
-                own_accs = {g: new_accs(g) for g in groups if changed[g] and not job.chain}
-                for i, p in enumerate(params):
-                    load_block(layer, p, k)
-                    for g in diag_groups:
-                        own_m[g][i] = MomentAccumulator(layer.get_submodule(FIRST_MODULE[g]).in_features, dev)
-                    for b in data[i]:
-                        def on_input(g, x, i=i, b=b):
-                            rows = _rows(x, b.valid)
-                            if g in own_accs:
-                                own_accs[g][0][i].add(rows)
-                                if own_accs[g][1] is not None:
-                                    own_accs[g][1][i].add(rows)
-                            if g in own_m:
-                                own_m[g][i].add(rows)
-
-                        with input_hooks(layer, FIRST_MODULE, on_input):
-                            b.own = run_layer(layer, b.own.to(dev), b.kwargs[k]).to(HOST)
-                for g, (accs, tok) in own_accs.items():
-                    _solve_group(job, k, g, groups[g], params, merged, accs, tok, entries[g])
-
-            # Chain: group by group, statistics of the merged block on each model's data.
-            if job.chain:
-                for g, _mods in GROUPS:
-                    if not changed[g] and g not in diag_groups:
-                        continue
-                    load_block(layer, merged, k)
-                    accs, tok = new_accs(g) if changed[g] else (None, None)
-                    for i in range(len(params)):
-                        if g in diag_groups:
-                            hat_m[g][i] = MomentAccumulator(layer.get_submodule(FIRST_MODULE[g]).in_features, dev)
-                        for b in data[i]:
-                            def on_input(_g, x, i=i, b=b):
-                                rows = _rows(x, b.valid)
-                                if accs is not None:
-                                    accs[i].add(rows)
-                                    if tok is not None:
-                                        tok[i].add(rows)
-                                if g in hat_m:
-                                    hat_m[g][i].add(rows)
-
-                            with input_hooks(layer, {g: FIRST_MODULE[g]}, on_input, stop_at=g):
-                                forward_until(layer, b.hat.to(dev), b.kwargs[k])
-                    if changed[g]:
-                        _solve_group(job, k, g, groups[g], params, merged, accs, tok, entries[g])
-
-            # Propagate every model's data through the finished merged block.
-            if need_hat:
-                load_block(layer, merged, k)
-                watch = {g: FIRST_MODULE[g] for g in diag_groups} if not job.chain else {}
-                for i in range(len(params)):
-                    for g in watch:
-                        hat_m[g][i] = MomentAccumulator(layer.get_submodule(FIRST_MODULE[g]).in_features, dev)
-                    for b in data[i]:
-                        def on_input(g, x, i=i, b=b):
-                            hat_m[g][i].add(_rows(x, b.valid))
-
-                        with input_hooks(layer, watch, on_input):
-                            b.hat = run_layer(layer, b.hat.to(dev), b.kwargs[k]).to(HOST)
-
-            for g in diag_groups:
-                per_model = [mcs(own_m[g][i], hat_m[g][i]) for i in range(len(params))]
-                entries[g]["mcs"] = sum(per_model)
-                entries[g]["mcs_per_model"] = per_model
-            layers_report.extend(entries.values())
-            for n in block_names[k]:
-                save_tensor(n, merged[n].cpu())
-            del params, merged, layer
+            layers_report.extend(_merge_block(job, skeleton, k, block_names[k], data, save_tensor))
             _release(job)
     return {"layers": layers_report}

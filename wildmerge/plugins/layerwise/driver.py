@@ -5,9 +5,10 @@ activations, so they have their own driver. mergekit's ``run_merge`` (wrapped in
 those recipes here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work;
 ``merge_layerwise`` is the Python door.
 
-Everything is checked before any heavy work (parameters, models, architecture, calibration data); the output is
-an ordinary Hugging Face checkpoint written atomically, with a model card, the recipe, and the per-layer merging
-covariate shift and importance weights in ``layerwise_diagnostics.json``.
+Everything is checked before any heavy work, in phases (the recipe, the models and their architecture, the
+calibration data, the engine's job); then the output is written: an ordinary Hugging Face checkpoint, atomically,
+with a model card, the recipe, and the per-layer merging covariate shift and importance weights in
+``layerwise_diagnostics.json``.
 """
 
 import json
@@ -15,7 +16,8 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import yaml
 from pydantic import ValidationError
@@ -29,7 +31,7 @@ log = logging.getLogger("wildmerge")
 DIAGNOSTICS_FILE = "layerwise_diagnostics.json"
 
 
-def _params(method: str, raw_params: Optional[Dict[str, Any]]) -> LayerwiseParams:
+def recipe_params(method: str, raw_params: Optional[Dict[str, Any]]) -> LayerwiseParams:
     """The method's own parameter model, from the recipe's top-level ``parameters:`` (single values only)."""
     model = LAYERWISE_METHODS[method].params
     valid = model.fields_by_name()
@@ -81,20 +83,44 @@ def _load_tokenizer(paths):
     return None, None
 
 
-def _card(method, base_ref, expert_refs, specs, params, dims) -> str:
+@dataclass
+class _Inputs:
+    """What the checks resolve, phase by phase, before any weight is read: the recipe, the models, the data."""
+
+    method: str
+    params: LayerwiseParams
+    raw: Dict[str, Any]  # the recipe as a plain dict
+    base_ref: Any  # mergekit ModelReference, or None
+    expert_refs: List[Any]
+    base_path: Optional[str] = None
+    expert_paths: List[str] = field(default_factory=list)
+    config: Any = None  # transformers config of the base (else of the first expert)
+    specs: List[Any] = field(default_factory=list)  # per expert: its calibration spec
+    batches: List[list] = field(default_factory=list)  # per expert: [(input_ids, attention_mask)]
+    tokenizer: Any = None
+    tok_path: Optional[str] = None
+
+    @property
+    def paths(self) -> List[str]:
+        """Base first (when there is one), then the experts."""
+        return ([self.base_path] if self.base_path else []) + self.expert_paths
+
+
+def _card(inputs: _Inputs, out: Path) -> str:
+    method = inputs.method
     info = LAYERWISE_METHODS[method]
     lines = [
         "---", "library_name: transformers", "tags: [merge, mergekit, wildmerge, " + method + "]", "---",
-        f"# {Path(dims['out']).name}", "",
+        f"# {out.name}", "",
         f"This model was merged with **{info.label}** by wildmerge's layer-wise driver (a mergekit recipe).",
         "", f"Paper: {info.paper}", "",
-        f"Base model: `{base_ref}`" if base_ref else "Base model: none", "",
+        f"Base model: `{inputs.base_ref}`" if inputs.base_ref else "Base model: none", "",
         "## Merged models and their calibration data", "",
         "| model | calibration data | samples | sequence length |", "|---|---|---|---|",
     ]
     lines += [f"| `{r}` | `{s.data}` | {sum(len(ids) for ids, _ in b)} | {s.seq_len} |"
-              for r, s, b in zip(expert_refs, specs, dims["batches"])]
-    lines += ["", "## Settings", "", "```json", json.dumps(params.model_dump(), indent=2), "```", "",
+              for r, s, b in zip(inputs.expert_refs, inputs.specs, inputs.batches)]
+    lines += ["", "## Settings", "", "```json", json.dumps(inputs.params.model_dump(), indent=2), "```", "",
               f"Linear layers of every decoder block are merged in closed form from input Gram matrices "
               f"({'layer by layer through the already merged prefix' if method == 'chain_of_merges' else 'from each model’s own activations'}); "
               "every other tensor is the mean of the merged models. The merging covariate shift (Eq. 8) per layer "
@@ -113,33 +139,19 @@ def _check_out_empty(out: Path, method: str) -> None:
                           f"replace it on purpose)")
 
 
-def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[str, Any]] = None,
-                      config_source: Optional[str] = None, recipe_dir: Optional[Path] = None,
-                      device: Optional[str] = None, trace: Optional[Callable] = None, progress: bool = True) -> Path:
-    """Validate everything, then merge; ``raw`` is the recipe as a plain dict (for the ``calibration`` keys)."""
-    import torch
-    from transformers import AutoConfig
-
-    from wildmerge.atomic import atomic_dir, write_json, write_text
-    from wildmerge.checkpoints import check_compatible
-    from wildmerge.plugins.layerwise.calibration import apply_seq_len, load_token_batches, resolve_calibration, warn_if_shared
-    from wildmerge.plugins.layerwise.arch import check_supported
-    from wildmerge.plugins.layerwise.chain import ChainJob, run_chain
-    from wildmerge.plugins.layerwise.io import Checkpoint, resolve_model_path
-
-    started = time.time()
+def _check_recipe(merge_config, raw: Optional[Dict[str, Any]], out_path) -> _Inputs:
+    """Phase 1: the recipe alone (method, parameters, sections, per-model settings, output folder)."""
     method = merge_config.merge_method
     if method not in LAYERWISE_METHODS:
         raise ConfigError(f"the layer-wise driver runs {', '.join(LAYERWISE_METHODS)}, not {method!r}")
     raw = raw if raw is not None else merge_config.model_dump(mode="json", exclude_none=True)
-    params = _params(method, merge_config.parameters)
+    params = recipe_params(method, merge_config.parameters)
     if merge_config.slices or merge_config.modules or not merge_config.models:
         raise ConfigError(f"{method} recipes list their inputs under 'models:' (slices and modules are not supported)")
     if merge_config.tokenizer or merge_config.tokenizer_source:
         raise ConfigError(f"{method} merges experts that share the base's vocabulary and does not support a "
                           f"'tokenizer:' / 'tokenizer_source:' section; remove it (and any expert with added tokens), "
                           f"or use a per-tensor method such as ties, which mergekit aligns by tokenizer")
-    cache = getattr(options, "transformers_cache", None)
     base_ref = merge_config.base_model
     expert_refs = [m.model for m in merge_config.models if m.model != base_ref]
     for m in merge_config.models:
@@ -152,79 +164,141 @@ def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[s
     if params.ridge == "delta" and base_ref is None:
         raise ConfigError("ridge 'delta' shrinks towards the base model: set base_model, or use ridge: per_task")
     _check_out_empty(Path(out_path), method)
+    return _Inputs(method, params, raw, base_ref, expert_refs)
 
-    # Models and architecture.
-    expert_paths = [resolve_model_path(r, cache) for r in expert_refs]
-    base_path = resolve_model_path(base_ref, cache) if base_ref is not None else None
-    configs = [AutoConfig.from_pretrained(p) for p in ([base_path] if base_path else []) + expert_paths]
-    config = configs[0]
-    check_supported(config)
-    reference = (str(base_ref), base_path) if base_path else (str(expert_refs[0]), expert_paths[0])
-    check_compatible(reference[1], {str(r): p for r, p in zip(expert_refs, expert_paths) if p != reference[1]},
+
+def _resolve_models(inputs: _Inputs, cache: Optional[str]) -> None:
+    """Phase 2: local folders of the models, one supported architecture, compatible shapes and vocabulary."""
+    from transformers import AutoConfig
+
+    from wildmerge.checkpoints import check_compatible
+    from wildmerge.plugins.layerwise.arch import check_supported
+    from wildmerge.plugins.layerwise.io import resolve_model_path
+
+    base_ref, expert_refs = inputs.base_ref, inputs.expert_refs
+    inputs.expert_paths = [resolve_model_path(r, cache) for r in expert_refs]
+    inputs.base_path = resolve_model_path(base_ref, cache) if base_ref is not None else None
+    configs = [AutoConfig.from_pretrained(p) for p in inputs.paths]
+    inputs.config = configs[0]
+    check_supported(inputs.config)
+    reference = ((str(base_ref), inputs.base_path) if inputs.base_path
+                 else (str(expert_refs[0]), inputs.expert_paths[0]))
+    check_compatible(reference[1], {str(r): p for r, p in zip(expert_refs, inputs.expert_paths) if p != reference[1]},
                      base_name=reference[0], same_vocab=True)
 
-    # Calibration data: validated and tokenised before any weight is read.
-    raw_models = [m for m in (raw.get("models") or [])]
-    raw_models = [m for m in raw_models if not (isinstance(m, dict) and str(m.get("model")) == str(base_ref))]
-    specs = resolve_calibration({**raw, "models": raw_models}, [str(r) for r in expert_refs], recipe_dir)
-    specs = apply_seq_len(specs, [str(r) for r in expert_refs], getattr(config, "max_position_embeddings", None))
-    if method == "chain_of_merges":
-        warn_if_shared(specs, "Chain of Merges")
-    tokenizer, tok_path = _load_tokenizer(([base_path] if base_path else []) + expert_paths)
-    batches = [load_token_batches(s, tokenizer, str(r), config.vocab_size) for r, s in zip(expert_refs, specs)]
-    experts = [Checkpoint(p, str(r)) for p, r in zip(expert_paths, expert_refs)]
-    base = Checkpoint(base_path, str(base_ref)) if base_path else None
 
+def _load_calibration(inputs: _Inputs, recipe_dir: Optional[Path]) -> None:
+    """Phase 3: each expert's calibration data, validated and tokenised before any weight is read."""
+    from wildmerge.plugins.layerwise.calibration import (
+        apply_seq_len,
+        load_token_batches,
+        resolve_calibration,
+        warn_if_shared,
+    )
+
+    raw, expert_refs = inputs.raw, inputs.expert_refs
+    raw_models = [m for m in (raw.get("models") or [])]
+    raw_models = [m for m in raw_models if not (isinstance(m, dict) and str(m.get("model")) == str(inputs.base_ref))]
+    specs = resolve_calibration({**raw, "models": raw_models}, [str(r) for r in expert_refs], recipe_dir)
+    specs = apply_seq_len(specs, [str(r) for r in expert_refs],
+                          getattr(inputs.config, "max_position_embeddings", None))
+    if inputs.method == "chain_of_merges":
+        warn_if_shared(specs, "Chain of Merges")
+    inputs.specs = specs
+    inputs.tokenizer, inputs.tok_path = _load_tokenizer(inputs.paths)
+    inputs.batches = [load_token_batches(s, inputs.tokenizer, str(r), inputs.config.vocab_size)
+                      for r, s in zip(expert_refs, specs)]
+
+
+def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], progress: bool,
+               trace: Optional[Callable]):
+    """Phase 4: the engine's job (checkpoints opened, dtypes and device chosen) and the output dtype."""
+    import torch
+
+    from wildmerge.plugins.layerwise.chain import ChainJob
+    from wildmerge.plugins.layerwise.io import Checkpoint
+
+    experts = [Checkpoint(p, str(r)) for p, r in zip(inputs.expert_paths, inputs.expert_refs)]
+    base = Checkpoint(inputs.base_path, str(inputs.base_ref)) if inputs.base_path else None
+    config = inputs.config
     fallback = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
     fallback = _dtype(fallback, torch.float32) if isinstance(fallback, str) else fallback
     compute_dtype = _dtype(merge_config.dtype, fallback)
     out_dtype = _dtype(merge_config.out_dtype, compute_dtype)
     dev = _device(options, device)
-    job = ChainJob(chain=method == "chain_of_merges", experts=experts, base=base, batches=batches, config=config,
-                   norm=params.norm, sim=params.sim, ridge=params.ridge, lam_rel=params.lam_rel,
+    params = inputs.params
+    job = ChainJob(chain=inputs.method == "chain_of_merges", experts=experts, base=base, batches=inputs.batches,
+                   config=config, norm=params.norm, sim=params.sim, ridge=params.ridge, lam_rel=params.lam_rel,
                    diagnostics=params.diagnostics, compute_dtype=compute_dtype, device=dev, progress=progress,
                    trace=trace)
+    return job, out_dtype
 
+
+def _diagnostics(inputs: _Inputs, job, out_dtype, started: float, report: Dict) -> Dict[str, Any]:
+    """``layerwise_diagnostics.json``: the settings, the data, the costs and the per-layer report of the engine."""
+    return {
+        "method": inputs.method,
+        "parameters": inputs.params.model_dump(),
+        "base_model": str(inputs.base_ref) if inputs.base_ref else None,
+        "models": [str(r) for r in inputs.expert_refs],
+        "calibration": [dict(s.model_dump(), samples=sum(len(ids) for ids, _ in b),
+                             tokens=int(sum(int(m.sum()) for _, m in b)))
+                        for s, b in zip(inputs.specs, inputs.batches)],
+        "tokenizer_from": inputs.tok_path,
+        "device": job.device, "compute_dtype": str(job.compute_dtype), "out_dtype": str(out_dtype),
+        "wall_seconds": round(time.time() - started, 3),
+        "peak_rss_mib": round(peak_rss_mib(), 1),
+        "mcs_definition": "Eq. 8 of Buzzega et al. (arXiv 2508.21421): sum over models of the Frechet distance "
+                          "between Gaussian fits of the layer inputs inside each fine-tuned model and inside the "
+                          "merged model (groups qkv = q/k/v input, o = o_proj input)",
+        **report,
+    }
+
+
+def _write(inputs: _Inputs, job, out_dtype, out_path: Path, options, config_source: Optional[str],
+           started: float) -> None:
+    """Phase 5: run the engine into a new folder, written atomically: the weights, the config, the tokenizer,
+    the recipe, the model card and the diagnostics."""
     from mergekit.io.tensor_writer import TensorWriter
+    from transformers import AutoConfig
 
-    out_path = Path(out_path)
+    from wildmerge.atomic import atomic_dir, write_json, write_text
+    from wildmerge.plugins.layerwise.chain import run_chain
+
+    source = inputs.base_path or inputs.expert_paths[0]
     shard = getattr(options, "out_shard_size", None) or 5 * 1000**3
     with atomic_dir(out_path) as tmp:
         writer = TensorWriter(str(tmp), max_shard_size=shard, safe_serialization=True)
         report = run_chain(job, lambda n, t: writer.save_tensor(n, t.to(out_dtype) if t.is_floating_point() else t))
         writer.finalize()
-        out_config = AutoConfig.from_pretrained(base_path or expert_paths[0])
+        out_config = AutoConfig.from_pretrained(source)
         out_config.dtype = out_dtype
         out_config.save_pretrained(str(tmp))
-        gen = Path(base_path or expert_paths[0]) / "generation_config.json"
+        gen = Path(source) / "generation_config.json"
         if gen.is_file():
             write_text(tmp / "generation_config.json", gen.read_text())
-        if tokenizer is not None and getattr(options, "copy_tokenizer", True):
-            tokenizer.save_pretrained(str(tmp))
-        write_text(tmp / "mergekit_config.yml", config_source or yaml.safe_dump(raw, sort_keys=False))
+        if inputs.tokenizer is not None and getattr(options, "copy_tokenizer", True):
+            inputs.tokenizer.save_pretrained(str(tmp))
+        write_text(tmp / "mergekit_config.yml", config_source or yaml.safe_dump(inputs.raw, sort_keys=False))
         if getattr(options, "write_model_card", True):
-            write_text(tmp / "README.md", _card(method, base_ref, expert_refs, specs, params,
-                                                     {"out": out_path, "batches": batches}))
-        write_json(tmp / DIAGNOSTICS_FILE, {
-            "method": method,
-            "parameters": params.model_dump(),
-            "base_model": str(base_ref) if base_ref else None,
-            "models": [str(r) for r in expert_refs],
-            "calibration": [dict(s.model_dump(), samples=sum(len(ids) for ids, _ in b),
-                                 tokens=int(sum(int(m.sum()) for _, m in b)))
-                            for s, b in zip(specs, batches)],
-            "tokenizer_from": tok_path,
-            "device": dev, "compute_dtype": str(compute_dtype), "out_dtype": str(out_dtype),
-            "wall_seconds": round(time.time() - started, 3),
-            "peak_rss_mib": round(peak_rss_mib(), 1),
-            "mcs_definition": "Eq. 8 of Buzzega et al. (arXiv 2508.21421): sum over models of the Frechet distance "
-                              "between Gaussian fits of the layer inputs inside each fine-tuned model and inside the "
-                              "merged model (groups qkv = q/k/v input, o = o_proj input)",
-            **report,
-        })
-    for ck in experts + ([base] if base else []):
+            write_text(tmp / "README.md", _card(inputs, out_path))
+        write_json(tmp / DIAGNOSTICS_FILE, _diagnostics(inputs, job, out_dtype, started, report))
+
+
+def merge_from_config(merge_config, out_path, options=None, raw: Optional[Dict[str, Any]] = None,
+                      config_source: Optional[str] = None, recipe_dir: Optional[Path] = None,
+                      device: Optional[str] = None, trace: Optional[Callable] = None, progress: bool = True) -> Path:
+    """Validate everything, then merge; ``raw`` is the recipe as a plain dict (for the ``calibration`` keys)."""
+    started = time.time()
+    inputs = _check_recipe(merge_config, raw, out_path)
+    _resolve_models(inputs, getattr(options, "transformers_cache", None))
+    _load_calibration(inputs, recipe_dir)
+    job, out_dtype = _chain_job(inputs, merge_config, options, device, progress, trace)
+    out_path = Path(out_path)
+    _write(inputs, job, out_dtype, out_path, options, config_source, started)
+    for ck in job.experts + ([job.base] if job.base else []):
         ck.close()
-    log.info("%s merge written to %s", method, out_path)
+    log.info("%s merge written to %s", inputs.method, out_path)
     return out_path
 
 
