@@ -114,7 +114,8 @@ def _fmt(v) -> str:
 
 
 def load_methods(names) -> Dict[str, MethodRecipe]:
-    """{name: recipe}, in the order given; an unknown name fails with the list of valid ones."""
+    """{name: recipe} in the order given (a recipe file's path works too); an unknown name fails with the list of
+    valid ones."""
     return {n: load_method_recipe(n) for n in names}
 
 
