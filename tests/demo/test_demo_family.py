@@ -229,7 +229,7 @@ def test_cli_build_reuses_the_cache_and_refuses_bad_options(family, cache, capsy
 def test_report_scores_every_model_and_resumes(family, tmp_path, capsys):
     """The honest-signal report through the real pipeline: base, experts and their average (the `ta` recipe with
     normalised weights, checked against a float64 mean), scored by the harness, resumable like any run."""
-    from wildmerge.commands.demo import family_report
+    from wildmerge.protocol import family_report
     from wildmerge.run import RunFolder
 
     table = family_report(family, out_dir=tmp_path, limit=4)

@@ -4,21 +4,17 @@ A model whose result is missing, failed, corrupt or lacks a task of the suite ge
 scores: it is listed, never averaged in.
 """
 
-import functools
 import json
 from typing import Dict, List, Optional, Tuple
 
 import yaml
 
-from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.errors import WildmergeError
 from wildmerge.eval.store import OK, ResultStore
+from wildmerge.plugins.recipes import LABELS, display_rank, method_label
 from wildmerge.run import RunFolder
 
-METHOD_ORDER = ["ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c", "iso_cts", "regmean", "com"]
 MAIN, ABLATION, TUNED = "main", "ablation", "tuned"  # which part of the study a merge belongs to
-FALLBACK_LABELS = {"ta": "TA", "model_stock": "Model Stock", "ties": "TIES", "ta_sb": "TA+SB", "ties_sb": "TIES+SB",
-                   "tsv_m": "TSV-M", "iso_c": "Iso-C", "iso_cts": "Iso-CTS", "regmean": "RegMean", "com": "CoM",
-                   "ensemble": "Ensemble", "composer": "Composer"}
 
 
 def pick_suite(run_dir, suite: Optional[str]) -> str:
@@ -35,18 +31,6 @@ def pick_suite(run_dir, suite: Optional[str]) -> str:
     return suites[0]
 
 
-@functools.lru_cache(maxsize=None)  # one YAML read per method, not per model (545 models: 7 s -> 0)
-def method_label(method: Optional[str]) -> str:
-    if not method:
-        return ""
-    from wildmerge.plugins.recipes import load_method_recipe
-
-    try:
-        return load_method_recipe(method).label
-    except ConfigError:  # a method recipe that is no longer shipped
-        return FALLBACK_LABELS.get(method, method)
-
-
 def _variants(rows: List[Dict]) -> None:
     """Name each (method, hyperparameters) pair; hyperparameters appear only where a method has several.
 
@@ -58,7 +42,7 @@ def _variants(rows: List[Dict]) -> None:
             by_method.setdefault(r["method"], set()).add(r["hparams"])
     for r in rows:
         if r["kind"] != "merge":
-            r["variant"] = FALLBACK_LABELS.get(r["method"], r["method"]) if r["kind"] == "composition" else r["kind"]
+            r["variant"] = LABELS.get(r["method"], r["method"]) if r["kind"] == "composition" else r["kind"]
             continue
         label = method_label(r["method"])
         if r["group"] != MAIN and len(by_method[r["method"]]) > 1:
@@ -151,9 +135,8 @@ def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List
             df[col] = float("nan")
     df["screened"] = df["screened"].map(lambda v: v is True) if "screened" in df else False
     df["n"] = pd.to_numeric(df["n"], errors="coerce")
-    order = {m: i for i, m in enumerate(METHOD_ORDER)}
     df["_kind"] = df["kind"].map({"base": 0, "expert": 1, "merge": 2, "composition": 3})
-    df["_method"] = df["method"].map(lambda m: order.get(m, len(order)))
+    df["_method"] = df["method"].map(display_rank)
     df = df.sort_values(["_kind", "_method", "variant", "n", "model_id"], kind="stable").drop(columns=["_kind",
                                                                                                        "_method"])
     return df.reset_index(drop=True), tasks, notes
