@@ -9,7 +9,7 @@ import hashlib
 import time
 from collections import Counter
 from pathlib import Path
-from typing import List, Literal, Optional
+from typing import List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,7 +35,7 @@ class EvalOptions(BaseModel):
     record_items: bool = False
     screen: Optional[float] = None
     allow_pickle: bool = False
-    limit: Optional[float] = None
+    limit: Optional[Union[int, float, str]] = None  # checked by ``overrides`` (1.0 and 1.5 are errors)
     dtype: Optional[str] = None
     batch_size: Optional[str] = None
     device: Optional[str] = None
@@ -56,8 +56,13 @@ class EvalOptions(BaseModel):
 
     def overrides(self) -> dict:
         out = {k: getattr(self, k) for k in OVERRIDES if getattr(self, k) is not None}
-        if "limit" in out and out["limit"] >= 1:
-            out["limit"] = int(out["limit"])
+        if "limit" in out:
+            from wildmerge.eval.suites import parse_limit
+
+            try:
+                out["limit"] = parse_limit(out["limit"])
+            except ValueError as exc:
+                raise ConfigError(f"--limit {exc.args[0].split(' ', 1)[1]}") from None
         if "batch_size" in out and out["batch_size"] != "auto":
             try:
                 out["batch_size"] = int(out["batch_size"])
