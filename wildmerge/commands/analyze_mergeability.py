@@ -35,7 +35,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def pool_models(args):
     """(pool name, base path, {expert: path}, {expert: calibration spec}) from --run or --pool, all resolved."""
-    from wildmerge.checkpoints import check_compatible
+    from wildmerge.checkpoints import check_compatible, check_weights
     from wildmerge.hub import resolve_all
 
     excluded = {n for group in args.exclude for n in group}
@@ -67,6 +67,7 @@ def pool_models(args):
                 spec = str(rel / spec)
             specs[e.label] = spec
     check_compatible(base, experts, allow_pickle=args.allow_pickle, same_vocab=True)  # task vectors need one shape
+    check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
     return name, base, experts, specs
 
 

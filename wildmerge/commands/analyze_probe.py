@@ -108,6 +108,9 @@ def run(args) -> int:
         models = [ProbeModel(ref, resolve_path(ref, download=False)) for ref in args.model]
         out = Path(args.out or Path("wildmerge-probe") / suite.name)
     probed = [m for m in models if m.kind != "composition"]
+    from wildmerge.checkpoints import check_weights
+
+    check_weights({m.model_id: m.path for m in probed} | ({"reference": reference} if reference else {}))  # NaN / Inf
     rows = run_probe(probed, tasks, skipped, out / "features", reference=reference, seeds=args.seeds,
                      device=args.device, batch_size=args.batch_size, max_memory_gib=args.max_memory_gib)
     if args.run and any(m.kind == "composition" for m in models):

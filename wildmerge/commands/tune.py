@@ -25,8 +25,27 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
 
 
+def _check_pool_weights(args) -> None:
+    """The pool's checkpoints complete and free of NaN / Inf before any merge is built (as the sampler checks)."""
+    from pathlib import Path
+
+    from wildmerge.checkpoints import check_weights
+    from wildmerge.hub import resolve_all
+    from wildmerge.sampling.pools import load_pool
+
+    pool = load_pool(args.pool)
+    if args.exclude:
+        pool = pool.without(args.exclude)
+    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
+    resolved = resolve_all(refs, relative_to=Path(pool.source).parent if pool.source else None,
+                           allow_pickle=args.allow_pickle)
+    check_weights({name: r.path for (name, _, _), r in zip(refs, resolved)}, allow_pickle=args.allow_pickle)
+
+
 def run(args) -> int:
     from wildmerge.analysis.tas.tune import tune_pool
+
+    _check_pool_weights(args)
 
     tune_pool(args.pool, ablations=[n for a in args.ablation for n in a.split(",") if n], grid_file=args.grid,
               exclude=args.exclude, out=args.out, samples=args.samples, seq_len=args.seq_len, distance=args.distance,

@@ -110,7 +110,7 @@ def per_task_vs_n(df, tasks: List[str], out_dir, title: str) -> Dict[str, Path]:
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(6, len(labels)), fontsize=9,
+    fig.legend(handles, labels, loc="upper center", ncol=max(1, min(6, len(labels))), fontsize=9,
                bbox_to_anchor=(0.5, 1.0 + 0.04 / rows))
     fig.suptitle(title, y=1.0 + 0.1 / rows)
     fig.tight_layout()
