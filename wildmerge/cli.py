@@ -49,6 +49,13 @@ def main(argv=None) -> int:
     except WildmergeError as exc:
         print(f"wildmerge {command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk, a read-only run folder: one line naming the path
+        from wildmerge.atomic import storage_error
+
+        if storage_error(exc) is None:
+            raise
+        print(f"wildmerge {command}: error: {storage_error(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"wildmerge {command}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

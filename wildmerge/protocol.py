@@ -169,6 +169,9 @@ def run_sample(s: SampleSettings) -> int:
     pool = load_pool(s.pool)
     if s.exclude:
         pool = pool.without(s.exclude)
+        if not pool.experts:
+            raise ConfigError(f"--exclude {','.join(s.exclude)} leaves no expert in pool {pool.name!r}: keep at least "
+                              f"one")
     select, scorer = _predicted(s)
     sampling = s.sampling(pool, select)
     if sampling.k < 1:
@@ -186,6 +189,9 @@ def run_sample(s: SampleSettings) -> int:
         raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
     if evaluate:
         s.evaluation.check()  # a misplaced option fails before any merge
+    elif s.evaluation.screen is not None:
+        raise ConfigError(f"--screen {s.evaluation.screen} screens the evaluation, but this run is not evaluated "
+                          f"(--no-evaluate, or a pool other than demo): add --evaluate --suite NAME, or drop --screen")
     run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run
@@ -238,7 +244,12 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, grids: dict, *, s
     manifest, models = prepare(run_dir, pool, sampling, scorer=scorer, allow_pickle=allow_pickle, download=download)
     entries = build_entries(run_dir, manifest.subsets, models, methods, grids)
     if run.has_plan():
-        kept = [e for e in run.read_plan().entries if e.kind in ("merge", "composition")]  # and added baselines
+        from wildmerge.run import read_record
+
+        plan = read_record(run.plan_path, Plan, "delete it and run this command again: the plan is rebuilt from "
+                                                "manifest.json and merges already on disk are not redone (baselines "
+                                                "added later, e.g. compositions, must be added again)")
+        kept = [e for e in plan.entries if e.kind in ("merge", "composition")]  # and added baselines
         entries = merged_with_previous(kept, entries)
     run.write_plan(Plan(run=run.name, run_dir=str(run.root), pool=pool.name, methods=list(methods),
                         ablations=list(grids), entries=entries))

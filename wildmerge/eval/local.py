@@ -128,8 +128,9 @@ class Worker:
         if record["status"] in (OK, FAILED) and record.get("started", 0) >= started:
             return record  # it died after writing the result
         if rc < 0:
-            return lost_record(job, started, "", killed=-rc)
-        return lost_record(job, started, f"the worker exited with code {rc} while scoring this model")
+            return lost_record(job, started, "", killed=-rc, worker_log=self.log_path)
+        return lost_record(job, started, f"the worker exited with code {rc} while scoring this model",
+                           worker_log=self.log_path)
 
 
 _IDLE: List[Worker] = []  # started workers kept between calls (``--keep-models none`` evaluates one model a call)
