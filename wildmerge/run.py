@@ -178,6 +178,7 @@ class MergeInfo(Record):
     mergekit: str = ""
     finished: str = ""
     weights_pruned: bool = False  # --keep-models none removed the weights after evaluation
+    device: str = ""  # mergekit's math device for this merge (cpu, cuda)
 
 
 # --- eval/<suite>/index.json ----------------------------------------------------------------------------------

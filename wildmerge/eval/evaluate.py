@@ -137,7 +137,8 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     todo, skipped = [], 0
     for job_id, job in jobs.items():
         status = store.load(job_id)
-        if not needs_run(status, retry_failed):
+        lacks_items = record_items and status["status"] == OK and "items" not in status  # asked for now: rerun
+        if not needs_run(status, retry_failed) and not lacks_items:
             skipped += 1
         else:
             if status["status"] == "corrupt":

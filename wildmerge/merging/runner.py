@@ -128,7 +128,7 @@ def merge_one(entry: PlanEntry, recipe: dict, digest: str, text: str, options, m
         write_merge_info(tmp, MergeInfo(
             model_id=entry.model_id, method=entry.method, label=entry.label, n=entry.n, subset_id=entry.subset_id,
             hparams=entry.hparams, experts=entry.experts, recipe_sha256=digest, seconds=round(seconds, 3),
-            mergekit=version("mergekit"), finished=time.strftime("%Y-%m-%dT%H:%M:%S%z")))
+            mergekit=version("mergekit"), finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), device=str(options.device)))
     return seconds
 
 
