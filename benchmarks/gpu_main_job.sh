@@ -7,7 +7,7 @@
 #   benchmarks/gpu_main_job.sh [--accept-cpu] [--out RUN] [-- extra `wildmerge sample` options]
 #
 # --accept-cpu: the rehearsal on a machine without a GPU (merges and jobs on the CPU pass); e.g.
-#   benchmarks/gpu_main_job.sh --accept-cpu --out /tmp/gpu-rehearsal -- --methods ta --sizes 1 --k 1 --no-full
+#   benchmarks/gpu_main_job.sh --accept-cpu --out /tmp/gpu-rehearsal -- --methods ta --sizes 2 --k 1 --no-full --limit 4
 # The demo family is built on first use (about 5 minutes on a CPU; WILDMERGE_DEMO_CACHE picks its folder,
 # WILDMERGE_DEMO_QUICK=1 builds the smaller quick family).
 set -euo pipefail
@@ -62,6 +62,11 @@ if not merges or not jobs or bad:
     sys.exit(1)
 EOF
 
-"$py" -m wildmerge.cli eval "$out" --suite demo --no-report | tee /dev/stderr | grep -q " 0 to run" \
+eval_args=()  # the evaluation overrides given to sample (a rehearsal's --limit) apply to the check as well
+for i in "${!extra[@]}"; do
+  case "${extra[$i]}" in --limit|--batch-size|--dtype|--eval-device) eval_args+=("${extra[$i]}" "${extra[$((i + 1))]}") ;; esac
+done
+[[ ${#eval_args[@]} -gt 0 && "${eval_args[0]}" == "--eval-device" ]] && eval_args[0]="--device"
+"$py" -m wildmerge.cli eval "$out" --suite demo --no-report "${eval_args[@]}" | tee /dev/stderr | grep -q " 0 to run" \
   || { echo "gpu_main_job.sh: wildmerge eval after sample ran jobs again (job ids differ)" >&2; exit 1; }
 echo "gpu_main_job.sh: OK (every merge and every job on ${accept}; eval after sample ran 0 jobs)"
