@@ -64,9 +64,13 @@ EOF
 
 eval_args=()  # the evaluation overrides given to sample (a rehearsal's --limit) apply to the check as well
 for i in "${!extra[@]}"; do
-  case "${extra[$i]}" in --limit|--batch-size|--dtype|--eval-device) eval_args+=("${extra[$i]}" "${extra[$((i + 1))]}") ;; esac
+  case "${extra[$i]}" in
+    --limit|--batch-size|--dtype) eval_args+=("${extra[$i]}" "${extra[$((i + 1))]}") ;;
+    --eval-device) eval_args+=(--device "${extra[$((i + 1))]}") ;;
+  esac
 done
-[[ ${#eval_args[@]} -gt 0 && "${eval_args[0]}" == "--eval-device" ]] && eval_args[0]="--device"
-"$py" -m wildmerge.cli eval "$out" --suite demo --no-report "${eval_args[@]}" | tee /dev/stderr | grep -q " 0 to run" \
+again="$("$py" -m wildmerge.cli eval "$out" --suite demo --no-report "${eval_args[@]}" 2>/dev/null)"
+echo "$again" | grep "distinct job"
+grep -q " 0 to run" <<<"$again" \
   || { echo "gpu_main_job.sh: wildmerge eval after sample ran jobs again (job ids differ)" >&2; exit 1; }
 echo "gpu_main_job.sh: OK (every merge and every job on ${accept}; eval after sample ran 0 jobs)"
