@@ -104,3 +104,21 @@ def test_no_analysis_runs_on_a_nan_expert(family, tmp_path, capsys, command):
     err = capsys.readouterr().err
     assert "Traceback" not in err and "broken" in err and name in err and "NaN" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_stock_mergekit_yaml_warns_naming_a_damaged_index(family, tmp_path):
+    """The stock command keeps mergekit's behaviour (its own failure) and our objection is a warning that names the
+    file, printed before mergekit reads a tensor."""
+    import os
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad"
+    shutil.copytree(family["sharded"], bad)
+    (bad / "model.safetensors.index.json").write_text('{"weight_map": {')
+    exe = Path(sys.executable).parent / "mergekit-yaml"
+    done = subprocess.run([str(exe), _recipe(tmp_path, family["base"], [family["experts"][0], str(bad)]),
+                           str(tmp_path / "out")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    warning = [line for line in done.stderr.splitlines() if line.startswith("wildmerge: warning")]
+    assert warning and str(bad / "model.safetensors.index.json") in warning[0], done.stderr[-2000:]
