@@ -185,7 +185,10 @@ def run_sample(s: SampleSettings) -> int:
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run
 
-        return print_dry_run(run_dir, pool, sampling, methods, grids, s.keep_models, scorer)
+        return print_dry_run(run_dir, pool, sampling, methods, grids, s.keep_models, scorer, tune=s.tune)
+    from wildmerge.sampling.preflight import check_expert_data
+
+    check_expert_data(pool, methods, grids, s.tune)  # RegMean / CoM / --tune data, before any model is resolved
     if s.keep_models == "none" and not evaluate:
         raise ConfigError("--keep-models none deletes each merged model's weights once it is evaluated: add "
                           "--evaluate --suite NAME, or use --keep-models all")
