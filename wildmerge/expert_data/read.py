@@ -77,7 +77,7 @@ def _read_lm_eval(source: Source) -> list:
         from wildmerge.hub import resolve_path
 
         include = resolve_path(include)
-    tm = TaskManager(include_path=include) if include else TaskManager()
+    tm = TaskManager(include_path=include, include_defaults=False) if include else TaskManager()
     loaded = tm.load_task_or_group([source.lm_eval_task])
     task = loaded.get(source.lm_eval_task)
     if task is None or isinstance(task, dict):
@@ -107,8 +107,7 @@ def read_records(source: Source, *, relative_to=None, model_path=None, generated
     if kind == "file":
         path = local_path(source, relative_to)
         if not path.is_file():
-            raise ConfigError(f"data file {path} of {expert!r} not found (a relative path starts at the pool file's "
-                              f"folder)")
+            raise ConfigError(f"data file {path} not found (a relative path starts at the pool file's folder)")
         return cache.remembered(cache.key_of("file", cache.file_digest(path), path.suffix),
                                 lambda: _read_file(path))
     if kind == "demo":

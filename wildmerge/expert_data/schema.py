@@ -125,8 +125,10 @@ def parse_source(value, where: str) -> Source:
         first = exc.errors()[0]
         loc = ".".join(map(str, first["loc"]))
         if first["type"] == "extra_forbidden":
-            raise ConfigError(f"{where}: unknown key {loc!r}{did_you_mean(loc, Source.model_fields)}; valid keys: "
-                              f"{', '.join(Source.model_fields)}") from None
+            fields = GenerateSpec.model_fields if first["loc"][0] == "generate" else Source.model_fields
+            key = str(first["loc"][-1])
+            raise ConfigError(f"{where}: unknown key {loc!r}{did_you_mean(key, fields)}; valid keys: "
+                              f"{', '.join(fields)}") from None
         raise ConfigError(f"{where}: {loc + ': ' if loc else ''}{first['msg'].removeprefix('Value error, ')}") from None
 
 

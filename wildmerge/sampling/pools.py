@@ -130,8 +130,22 @@ def load_pool(name_or_path) -> Pool:
         pool = Pool.model_validate({**data, "source": str(path.resolve())})
     except ValidationError as exc:
         raise ConfigError(f"pool file {path} is invalid:\n{_explain(exc)}") from None
+    pool = _quick_demo(pool)
     check_pool_data(pool)
     return pool
+
+
+def _quick_demo(pool: Pool) -> Pool:
+    """With WILDMERGE_DEMO_QUICK=1 the shipped demo pool is cut to the quick family's experts (3 of 12), so the
+    documented ``--pool demo`` / ``--base demo`` commands run on it as written."""
+    from wildmerge.demo.family import quick_forced
+    from wildmerge.demo.spec import experts_for
+
+    if not quick_forced() or not all(e.model.startswith("demo:") for e in [pool.base, *pool.experts]):
+        return pool
+    quick = {f"demo:{e.name}" for e in experts_for(True)}
+    gone = [e.label for e in pool.experts if e.model not in quick]
+    return pool.without(gone).model_copy(update={"description": pool.description + " (quick family)"}) if gone else pool
 
 
 def check_pool_data(pool: Pool) -> None:
