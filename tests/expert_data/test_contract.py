@@ -12,7 +12,7 @@ from wildmerge.expert_data.read import expert_items, expert_texts, texts
 from wildmerge.expert_data.schema import ExpertData, parse_data, parse_source
 from wildmerge.sampling.pools import load_pool
 
-RECORDS = [{"question": f"What is {i} + {i}?", "answer": str(2 * i), "text": f"note {i}"} for i in range(12)]
+RECORDS = [{"question": f"What is {i} + {i}?", "answer": str(2 * i), "text": f"note {i}"} for i in range(80)]
 
 
 def write_pool(tmp_path, experts, data=None, name="p"):
@@ -75,7 +75,7 @@ def test_pool_load_checks_files_fields_and_sizes(tmp_path):
     cases = [({"file": "nothere.jsonl"}, "nothere.jsonl not found"),
              ({"file": "x1.jsonl", "field": "body"}, "no 'body' field.*answer"),
              ({"file": "x1.jsonl", "template": "{question} {solution}"}, "names field 'solution'"),
-             ({"file": "x1.jsonl", "n": 50}, "12 item.*at least 50")]
+             ({"file": "x1.jsonl", "n": 500}, "80 item.*at least 500")]
     for source, message in cases:
         with pytest.raises(ConfigError, match=message):
             load_pool(write_pool(tmp_path, [{"model": "org/x1", "data": source}]))

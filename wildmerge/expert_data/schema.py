@@ -14,6 +14,7 @@ part is one source::
 A pool-level ``data:`` is every expert's default, part by part; ``{name}`` in a file path is the expert's name.
 """
 
+from pathlib import Path
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -112,9 +113,11 @@ def parse_source(value, where: str) -> Source:
         old = value.pop("data")
         if not isinstance(old, str):
             raise ConfigError(f"{where}: 'data' must be a string")
-        kind = parse_source(old, where).kind if (old == "generate" or old.startswith("demo:")
-                                                 or old.endswith(FILE_SUFFIXES) or old.startswith((".", "/", "~"))
-                                                 ) else "dataset"
+        looks_local = old.endswith(FILE_SUFFIXES) or old.startswith((".", "/", "~"))
+        if old == "generate" or old.startswith("demo:") or (looks_local and not Path(old).expanduser().is_dir()):
+            kind = parse_source(old, where).kind
+        else:
+            kind = "dataset"  # a hub id, or a dataset folder datasets.load_dataset reads
         value[kind] = {} if kind == "generate" else old
     for old, new in LEGACY.items():
         if new and old in value:

@@ -37,8 +37,11 @@ def _calibration_data(entry: PlanEntry, expert):
     source = text_source(parse_data(expert.calibration, f"data of {expert.name!r}"))
     if source is None:
         return None
-    return recipe_entry(materialise(source, model_path=expert.path, expert=expert.name,
-                                    generated_dir=generated_calibration_dir(entry.path)))
+    out = recipe_entry(materialise(source, model_path=expert.path, expert=expert.name,
+                                   generated_dir=generated_calibration_dir(entry.path)))
+    if source.kind == "generate":
+        out.setdefault("n_samples", None)  # use what was generated (up to the method's default count)
+    return out
 
 
 def _logical_calibration(expert):
