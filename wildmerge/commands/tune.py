@@ -1,7 +1,8 @@
 """``wildmerge tune``: hyperparameters chosen by the task alignment score (the reality-check paper), with no evaluation.
 
-For every grid point the merge is built in memory, run over each expert's unlabelled data (the pool's
-``calibration:`` entries) and compared with that expert's own features; the lowest mean TAS wins. Outputs per grid:
+For every grid point the merge is built in memory, run over each expert's unlabelled data (its ``data:`` in the
+pool, or the pool's default; read through wildmerge.expert_data) and compared with that expert's own features; the
+lowest mean TAS wins. Outputs per grid:
 ``tas.csv``, ``selected.json`` and ``recipe.yml`` (the selected configuration for the stock ``mergekit-yaml``).
 """
 
@@ -9,7 +10,8 @@ import argparse
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pool", default="demo", help="pool name or YAML path; every expert needs 'calibration:'")
+    p.add_argument("--pool", default="demo", help="pool name or YAML path; every expert needs text data "
+                                                     "('data:', its own or the pool's)")
     p.add_argument("--grid", help="YAML of sweeps, as for `wildmerge sample --grid`: "
                                   "{name: {method: ta, grid: {lambda: [0.5, 1.0]}}} (method: a name or recipe path)")
     p.add_argument("--ablation", action="append", default=[],
