@@ -110,7 +110,7 @@ def test_composer_centroids_from_a_file_and_generated_text(lm_family, tmp_path):
     assert list((tmp_path / "run" / "calibration").glob("x1.generated-*.jsonl"))
 
 
-def test_dry_run_and_preflight_list_missing_data_before_loading(lm_family, tmp_path, capsys):  # noqa: F811
+def test_dry_run_and_preflight_list_missing_data_before_loading(lm_family, tmp_path, capsys, monkeypatch):  # noqa: F811
     pool = _pool(tmp_path, lm_family, [str(_files(tmp_path)["parquet"]), None])
     assert main(["sample", "--base", pool, "--methods", "com,ta", "--dry-run", "--out", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
@@ -119,6 +119,13 @@ def test_dry_run_and_preflight_list_missing_data_before_loading(lm_family, tmp_p
     assert main(["sample", "--base", pool, "--methods", "com", "--no-evaluate", "--out", str(tmp_path / "r")]) == 2
     assert "missing expert data of pool 'c':\n  chain_of_merges" in capsys.readouterr().err
     assert not (tmp_path / "r" / "manifest.json").exists()  # stopped before anything was resolved or written
+    uncached = _pool(tmp_path, lm_family, [{"dataset": "org/never-cached", "revision": "abc"}, "generate"])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    assert main(["sample", "--base", uncached, "--methods", "com", "--no-evaluate", "--out", str(tmp_path / "u")]) == 2
+    err = capsys.readouterr().err
+    assert "expert data cannot be read:\n  text data of expert 'x0' (org/never-cached@abc:train)" in err
+    assert not (tmp_path / "u" / "manifest.json").exists()
     # the shipped hub pools: CoM has data for every expert; the gradient metrics say who lacks labelled items,
     # before any (uncached) model is resolved
     assert main(["sample", "--base", "qwen3-4b", "--methods", "com", "--dry-run", "--out", str(tmp_path / "q")]) == 0

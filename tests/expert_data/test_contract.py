@@ -75,7 +75,7 @@ def test_pool_load_checks_files_fields_and_sizes(tmp_path):
     cases = [({"file": "nothere.jsonl"}, "nothere.jsonl not found"),
              ({"file": "x1.jsonl", "field": "body"}, "no 'body' field.*answer"),
              ({"file": "x1.jsonl", "template": "{question} {solution}"}, "names field 'solution'"),
-             ({"file": "x1.jsonl", "n": 500}, "80 item.*at least 500")]
+             ({"file": "x1.jsonl", "n": 500}, "80 non-empty item.*at least 500")]
     for source, message in cases:
         with pytest.raises(ConfigError, match=message):
             load_pool(write_pool(tmp_path, [{"model": "org/x1", "data": source}]))

@@ -30,10 +30,41 @@ def check_local(name: str, data: Optional[ExpertData], relative_to=None) -> None
             records = read_records(source, relative_to=relative_to, expert=name)
         except WildmergeError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-        for r in records:
-            text_of(r, source, where) if part == "text" else item_of(r, source, where)
-        if len(records) < (source.n or 1):
-            raise ConfigError(f"{where}: {len(records)} item(s), at least {source.n or 1} needed; add data or lower n")
+        usable = _usable(records, source, part, where)
+        if usable < (source.n or 1):
+            raise ConfigError(f"{where}: {usable} non-empty item(s), at least {source.n or 1} needed; add data or "
+                              f"lower n")
+
+
+def _usable(records, source, part: str, where: str) -> int:
+    """Items with text (every record checked for its fields or template)."""
+    if part == "text":
+        return sum(1 for r in records if text_of(r, source, where))
+    return sum(1 for r in records if item_of(r, source, where)["prompt"])
+
+
+def check_remote(data: Dict[str, Optional[ExpertData]], features: List[str]) -> None:
+    """Hub datasets and lm-eval tasks the features read, read now (once, then from the cache): an uncached or
+    misnamed dataset fails before any model is resolved, every one listed with how to fetch it."""
+    problems = []
+    for name, d in data.items():
+        if d is None:
+            continue
+        parts = {NEEDS[f] for f in features}
+        sources = [("text", d.text or d.labelled)] if "text" in parts else []
+        sources += [("labelled", d.labelled)] if "labelled" in parts else []
+        for part, source in sources:
+            if source is None or source.kind not in ("dataset", "lm_eval_task"):
+                continue
+            where = f"{part} data of expert {name!r} ({source.describe()})"
+            try:
+                records = read_records(source, expert=name)
+                if _usable(records, source, part, where) < (source.n or 1):
+                    problems.append(f"  {where}: fewer than {source.n or 1} non-empty items")
+            except WildmergeError as exc:
+                problems.append(f"  {where}: {str(exc).splitlines()[0]}")
+    if problems:
+        raise WildmergeError("expert data cannot be read:\n" + "\n".join(problems))
 
 
 def has(data: Optional[ExpertData], what: str) -> bool:
@@ -82,3 +113,4 @@ def require_data(data: Dict[str, Optional[ExpertData]], features: List[str], poo
         pool = f" of pool {pool_name!r}" if pool_name else ""
         raise ConfigError(f"missing expert data{pool}:\n" + "\n".join(f"  {l}" for l in lines)
                           + "\n(or leave those experts out with --exclude NAME)")
+    check_remote(data, features)
