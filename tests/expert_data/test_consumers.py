@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from helpers import lm_family  # noqa: F401  (fixture)
-from test_contract import RECORDS, hub_like_folder, lm_eval_task_folder  # noqa: F401
 from wildmerge.cli import main
 
 SMALL = {"n_samples": 4, "max_new_tokens": 6, "prompts": ["", "The"]}
@@ -29,18 +28,19 @@ def _pool(tmp_path, fam, experts_data, default=None):
     return str(path)
 
 
-def _files(tmp_path):
+@pytest.fixture
+def files(tmp_path, records, hub_folder, task_folder):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.Table.from_pylist(RECORDS), tmp_path / "x0.parquet")
-    return {"parquet": str(tmp_path / "x0.parquet"), "hub": str(hub_like_folder(tmp_path / "hub_set")),
-            "tasks": str(lm_eval_task_folder(tmp_path / "tasks"))}
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "x0.parquet")
+    return {"parquet": str(tmp_path / "x0.parquet"), "hub": str(hub_folder), "tasks": str(task_folder)}
 
 
-def test_com_merges_from_a_parquet_file_and_a_hub_dataset(lm_family, tmp_path):  # noqa: F811
-    f = _files(tmp_path)
-    pool = _pool(tmp_path, lm_family, [f["parquet"], {"text": {"dataset": f["hub"], "template": "{question} {answer}"}}])
+def test_com_merges_from_a_parquet_file_and_a_hub_dataset(lm_family, tmp_path, files):  # noqa: F811
+    f = files
+    hub = {"text": {"dataset": f["hub"], "template": "{question} {answer}"}}
+    pool = _pool(tmp_path, lm_family, [f["parquet"], hub])
     run = tmp_path / "run"
     assert main(["sample", "--base", pool, "--out", str(run), "--methods", "com", "--no-evaluate", "--sizes", "2"]) == 0
     diag = json.loads(next(run.glob("models/com__*/layerwise_diagnostics.json")).read_text())
@@ -49,8 +49,8 @@ def test_com_merges_from_a_parquet_file_and_a_hub_dataset(lm_family, tmp_path): 
     assert all(c["samples"] > 0 for c in diag["calibration"])
 
 
-def test_com_merges_from_lm_eval_items_and_generated_text(lm_family, tmp_path):  # noqa: F811
-    f = _files(tmp_path)
+def test_com_merges_from_lm_eval_items_and_generated_text(lm_family, tmp_path, files):  # noqa: F811
+    f = files
     pool = _pool(tmp_path, lm_family, [{"text": {"lm_eval_task": "adder", "tasks": f["tasks"]}}, None],
                  default={"generate": SMALL})  # x1 inherits the pool default
     run = tmp_path / "run"
@@ -77,9 +77,9 @@ def test_tune_honours_the_pool_default(lm_family, tmp_path):  # noqa: F811
     assert json.loads((out / "sweep" / "selected.json").read_text())["hparams"]["lambda"] in (0.5, 1.0)
 
 
-def test_all_metric_groups_from_text_and_lm_eval_labelled_items(lm_family, tmp_path, capsys):  # noqa: F811
-    f = _files(tmp_path)
-    (tmp_path / "notes.txt").write_text("".join(r["text"] + "\n" for r in RECORDS))
+def test_all_metric_groups_from_text_and_lm_eval_items(lm_family, tmp_path, files, records):  # noqa: F811
+    f = files
+    (tmp_path / "notes.txt").write_text("".join(r["text"] + "\n" for r in records))
     labelled = {"lm_eval_task": "adder", "tasks": f["tasks"]}
     pool = _pool(tmp_path, lm_family, [{"text": "notes.txt", "labelled": labelled},
                                        {"text": {"dataset": f["hub"]}, "labelled": labelled}])
@@ -95,12 +95,12 @@ def test_all_metric_groups_from_text_and_lm_eval_labelled_items(lm_family, tmp_p
     assert "lm-eval task adder:train" in side["calibration"]["x0"]
 
 
-def test_composer_centroids_from_a_file_and_generated_text(lm_family, tmp_path):  # noqa: F811
+def test_composer_centroids_from_a_file_and_generated_text(lm_family, tmp_path, files):  # noqa: F811
     from safetensors.torch import load_file
 
     from wildmerge.eval.composition import CENTROIDS_FILE, CompositionSpec, write_composition
 
-    f = _files(tmp_path)
+    f = files
     spec = CompositionSpec(kind="composer", experts={"x0": lm_family["experts"][0], "x1": lm_family["experts"][1]},
                            router=lm_family["base"],
                            calibration={"x0": f["parquet"], "x1": {"text": {"generate": SMALL}}})
@@ -110,8 +110,8 @@ def test_composer_centroids_from_a_file_and_generated_text(lm_family, tmp_path):
     assert list((tmp_path / "run" / "calibration").glob("x1.generated-*.jsonl"))
 
 
-def test_dry_run_and_preflight_list_missing_data_before_loading(lm_family, tmp_path, capsys, monkeypatch):  # noqa: F811
-    pool = _pool(tmp_path, lm_family, [str(_files(tmp_path)["parquet"]), None])
+def test_dry_run_and_preflight_list_missing_data_first(lm_family, tmp_path, capsys, monkeypatch, files):  # noqa: F811
+    pool = _pool(tmp_path, lm_family, [files["parquet"], None])
     assert main(["sample", "--base", pool, "--methods", "com,ta", "--dry-run", "--out", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     assert "MISSING DATA: chain_of_merges needs each expert's text data; none for x1. Add" in out

@@ -12,8 +12,6 @@ from wildmerge.expert_data.read import expert_items, expert_texts, texts
 from wildmerge.expert_data.schema import ExpertData, parse_data, parse_source
 from wildmerge.sampling.pools import load_pool
 
-RECORDS = [{"question": f"What is {i} + {i}?", "answer": str(2 * i), "text": f"note {i}"} for i in range(80)]
-
 
 def write_pool(tmp_path, experts, data=None, name="p"):
     pool = {"name": name, "base": {"model": "org/base"}, "experts": experts, **({"data": data} if data else {})}
@@ -21,32 +19,7 @@ def write_pool(tmp_path, experts, data=None, name="p"):
     path.write_text(yaml.safe_dump(pool, sort_keys=False))
     return path
 
-
-def hub_like_folder(root):
-    """A dataset folder laid out as on the hub (data/<split>-*.parquet), read by datasets.load_dataset."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    (root / "data").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(RECORDS), root / "data" / "train-00000-of-00001.parquet")
-    return root
-
-
-def lm_eval_task_folder(root):
-    """A local lm-eval task with a train split (labelled items come from train, never a scored split)."""
-    root.mkdir(parents=True)
-    (root / "train.jsonl").write_text("".join(json.dumps({"q": r["question"], "a": r["answer"]}) + "\n"
-                                              for r in RECORDS))
-    task = {"task": "adder", "dataset_path": "json",
-            "dataset_kwargs": {"data_files": {"train": str(root / "train.jsonl"), "test": str(root / "train.jsonl")}},
-            "training_split": "train", "test_split": "test", "output_type": "generate_until",
-            "doc_to_text": "Q: {{q}}\nA:", "doc_to_target": "{{a}}",
-            "metric_list": [{"metric": "exact_match"}], "metadata": {"version": 1.0}}
-    (root / "adder.yaml").write_text(yaml.safe_dump(task))
-    return root
-
-
-def test_forms_alias_and_pool_default(tmp_path):
+def test_forms_alias_and_pool_default(tmp_path, records):
     assert parse_data("generate", "d").text.kind == "generate"
     assert parse_data("demo:unlabelled/expert_01", "d").text.demo == "demo:unlabelled/expert_01"
     old = parse_data({"data": "org/set", "text_field": "body", "n_samples": 5}, "d").text  # the old recipe keys
@@ -58,7 +31,7 @@ def test_forms_alias_and_pool_default(tmp_path):
     with pytest.raises(ConfigError, match="unknown key 'feild'.*did you mean 'field'"):
         parse_source({"file": "a.jsonl", "feild": "x"}, "d")
     for n in ("x1", "x2", "x3"):
-        (tmp_path / f"{n}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+        (tmp_path / f"{n}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     path = write_pool(tmp_path, [{"model": "org/x1", "calibration": "x1.jsonl"},  # the old key still works
                                  {"model": "org/x2"},
                                  {"model": "org/x3", "data": {"labelled": {"lm_eval_task": "t"}}}],
@@ -70,8 +43,8 @@ def test_forms_alias_and_pool_default(tmp_path):
     assert d["x3"].text.kind == "generate" and d["x3"].labelled.lm_eval_task == "t"
 
 
-def test_pool_load_checks_files_fields_and_sizes(tmp_path):
-    (tmp_path / "x1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+def test_pool_load_checks_files_fields_and_sizes(tmp_path, records):
+    (tmp_path / "x1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     cases = [({"file": "nothere.jsonl"}, "nothere.jsonl not found"),
              ({"file": "x1.jsonl", "field": "body"}, "no 'body' field.*answer"),
              ({"file": "x1.jsonl", "template": "{question} {solution}"}, "names field 'solution'"),
@@ -85,18 +58,18 @@ def test_pool_load_checks_files_fields_and_sizes(tmp_path):
                                                                                    "answer": "solution"}}}]))
 
 
-def test_every_file_kind_and_a_hub_dataset_in_a_local_cache(tmp_path, monkeypatch):
+def test_every_file_kind_and_a_hub_dataset_in_a_local_cache(tmp_path, monkeypatch, records, hub_folder):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     monkeypatch.setenv("WILDMERGE_DATA_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    (tmp_path / "a.json").write_text(json.dumps({"data": RECORDS}))
-    (tmp_path / "a.txt").write_text("".join(r["text"] + "\n\n" for r in RECORDS))
-    pq.write_table(pa.Table.from_pylist(RECORDS), tmp_path / "a.parquet")
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "a.json").write_text(json.dumps({"data": records}))
+    (tmp_path / "a.txt").write_text("".join(r["text"] + "\n\n" for r in records))
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "a.parquet")
     for name in ("a.jsonl", "a.json", "a.txt", "a.parquet"):
-        assert texts(parse_source(str(tmp_path / name), "t"), "t") == [r["text"] for r in RECORDS], name
-    folder = hub_like_folder(tmp_path / "org_set")
+        assert texts(parse_source(str(tmp_path / name), "t"), "t") == [r["text"] for r in records], name
+    folder = hub_folder
     source = parse_source({"dataset": str(folder), "template": "{question} {answer}"}, "t")
     assert texts(source, "t")[3] == "What is 3 + 3? 6"
     import shutil
@@ -112,9 +85,9 @@ def test_every_file_kind_and_a_hub_dataset_in_a_local_cache(tmp_path, monkeypatc
         texts(missing, "t")
 
 
-def test_labelled_items_from_an_lm_eval_train_split(tmp_path, monkeypatch):
+def test_labelled_items_from_an_lm_eval_train_split(tmp_path, monkeypatch, task_folder):
     monkeypatch.setenv("WILDMERGE_DATA_CACHE", str(tmp_path / "cache"))
-    folder = lm_eval_task_folder(tmp_path / "tasks")
+    folder = task_folder
     data = parse_data({"labelled": {"lm_eval_task": "adder", "tasks": str(folder)}}, "d")
     items = expert_items(data, "x")
     assert items[5] == {"prompt": "Q: What is 5 + 5?\nA:", "answer": "10"}

@@ -35,7 +35,7 @@ class ModelRef(BaseModel):
 class Expert(ModelRef):
     name: str | None = None
     domain: str | None = None
-    # the expert's own data (expert_data/schema.py): unlabelled text and labelled items; ``calibration:`` is the old name
+    # the expert's own data (expert_data/schema.py): unlabelled text, labelled items; ``calibration:`` is the old name
     data: Optional[ExpertData] = Field(None, validation_alias=AliasChoices("data", "calibration"))
 
     @field_validator("data", mode="before")

@@ -8,7 +8,6 @@ import yaml
 from wildmerge.analysis.tas.sweep import DEFAULT_SAMPLES, TASSweep, check_fits, check_points, select, sweep, \
     write_tas_csv
 from wildmerge.atomic import write_json, write_text
-from wildmerge.errors import ConfigError
 
 
 def check_calibration(pool) -> None:
