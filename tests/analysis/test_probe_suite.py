@@ -45,3 +45,14 @@ def test_probe_suite_tasks_have_three_splits_and_fixed_labels():
         assert cfg["output_type"] == "multiple_choice", t.task
         choices = cfg["doc_to_choice"]
         assert isinstance(choices, list) and len(choices) >= 2, f"{t.task}: label set is not one constant list"
+
+
+def test_without_a_joint_reference_the_j_r_u_cells_say_why():
+    from wildmerge.analysis.probe.run import ProbeModel, row_for, to_markdown
+
+    row = row_for(ProbeModel("m", "/x"), "task", {"native": 0.5, "fh": [0.6, 0.7], "matched": True, "epoch": [1, 2]},
+                  None, [0, 1])
+    table = to_markdown([row], [0, 1])
+    line = next(l for l in table.splitlines() if l.startswith("| m "))
+    assert line.count("no joint reference J: pass --reference") == 4  # J, R (per seed), R (ratio), U
+    assert "0.500" in line and "0.650" in line  # N and FH are there
