@@ -39,11 +39,7 @@ ALL_MARKDOWN = PAGES + [REPO / "benchmarks" / "README.md"]
 MARKERS = {"", "hub", "gpu", "cluster", "slow", "setup"}
 SAMPLE = re.compile(r"(python sample_and_merge\.py|wildmerge sample)(?=\s|$)")
 
-KNOWN_FAILURES = {
-    "wildmerge analyze mergeability --pool demo --out runs/mm":
-        "the demo pool's calibration 'demo:unlabelled/<expert>' is not read by the mergeability metrics "
-        "(they want local .jsonl files); fixed in another issue",
-}
+KNOWN_FAILURES = {}
 
 
 @dataclass
