@@ -74,7 +74,7 @@ class Universe:
         if self.merger is None:  # base and experts loaded once; it merges and saves, the harness scores
             self.merger = LiveEvaluator(self.out / "search", self.base, self.experts, self.specs, load_suite(self.suite))
         start = time.perf_counter()
-        paths = {i: self.merger.model_path(i) for i in todo}
+        paths = {i: self.experts[i[2:]] if i.startswith("x_") else self.merger.model_path(i) for i in todo}
         self.seconds["merge"] += time.perf_counter() - start
         start = time.perf_counter()
         ev = evaluate_models(list(paths.values()), self.suite, self.out / "eval", executor="local",
@@ -98,13 +98,14 @@ def protocol(u: Universe, methods: dict, seed: int, per_size: int, sizes) -> dic
     order: the best suite mean after each evaluation."""
     rng = np.random.default_rng(seed)
     names = list(u.experts)
-    ids = []
+    ids, members = [], {}
     for k in sizes:
         combos = list(itertools.combinations(names, k))
         for j in rng.choice(len(combos), min(per_size, len(combos)), replace=False):
             for name, method in methods.items():
                 cid = "p_" + candidate_id({"method": name, "experts": list(combos[j])})
                 ids.append(u.add(cid, method, combos[j]))
+                members[cid] = list(combos[j])
     u.score(ids + ["base"])
     order = [ids[i] for i in rng.permutation(len(ids))]
     best = np.maximum.accumulate([u.full(i) for i in order])
@@ -112,16 +113,19 @@ def protocol(u: Universe, methods: dict, seed: int, per_size: int, sizes) -> dic
     spent = per_model * (1 + np.arange(1, len(order) + 1))  # the base, then one merge after another
     winner = order[int(np.argmax([u.full(i) for i in order]))]
     return {"merges": len(ids), "items_per_model": per_model, "curve": [[int(s), float(b)] for s, b in zip(spent, best)],
-            "best": float(best[-1]), "winner": winner, "items_spent": int(spent[-1])}
+            "best": float(best[-1]), "winner": winner, "items_spent": int(spent[-1]), "members": members}
 
 
-def guided(u: Universe, methods: dict, budget: float, seed: int, first: float, eta: float, geometry: dict) -> dict:
-    """The search's own rule (``halving.halve``) replayed on the recorded items."""
+def guided(u: Universe, methods: dict, budget: float, seed: int, first: float, eta: float, geometry: dict,
+           score=None, prefix: str = "g_") -> dict:
+    """The search's own rule (``halving.halve``) replayed on the recorded items; ``score``: a fitted predictor's
+    ranking instead of the proxy's."""
     names = geometry["experts"]
-    ranked = ranked_subsets(names, geometry["cosine"], geometry["norms"], range(2, len(names) + 1), seed=0)
+    ranked = ranked_subsets(names, geometry["cosine"], geometry["norms"], range(2, len(names) + 1), seed=0,
+                            score=score)
     n = candidates_for(budget, first, eta, sum(len(v) for v in ranked.values()) * len(methods))
     chosen = interleave(ranked, list(methods), n)
-    ids = [u.add("g_" + candidate_id(c), methods[c["method"]], c["experts"]) for c in chosen]
+    ids = [u.add(prefix + candidate_id(c), methods[c["method"]], c["experts"]) for c in chosen]
     u.score(ids + ["base"])
     sizes = {t: len(v) for t, v in u.items["base"].items()}
 
@@ -138,9 +142,42 @@ def guided(u: Universe, methods: dict, budget: float, seed: int, first: float, e
     curve = [[r["items_spent"], max(d["score"] for d in r["decisions"].values()) if r["fraction"] >= 1 else None]
              for r in trace]
     return {"candidates": len(ids), "winner": result["winner"], "score": result["score"],
+            "candidates_best": max(u.full(i) for i in ids),  # what a perfect selection among them would find
             "full_score_check": u.full(result["winner"]), "vs_base": result["vs_base"],
             "items_spent": result["items_spent"], "rungs": [[r["fraction"], len(r["decisions"])] for r in trace],
             "curve": curve}
+
+
+def predicted(u: Universe, geometry: dict, train: dict):
+    """A ranking by the search's predictor (``search.predictor``) fitted on the protocol merges of other seeds."""
+    from wildmerge.search.predictor import features, fit, scorer, target
+
+    names = geometry["experts"]
+    where = {n: i for i, n in enumerate(names)}
+    cosine, norms = np.asarray(geometry["cosine"]), np.asarray(geometry["norms"])
+    u.score(["x_" + n for n in names] + ["base"])
+    experts = {n: u.full("x_" + n) for n in names}
+    x = [features([where[e] for e in m], cosine, norms, len(names)) for m in train.values()]
+    y = [target(u.full(cid), [experts[e] for e in m], u.full("base")) for cid, m in train.items()]
+    model = fit(np.array(x), np.array(y))
+    return scorer(model, cosine, norms, len(names)), {"rows": model.rows, "r2": model.r2,
+                                                      "weights": model.weights.tolist()}
+
+
+def proxy_spearman(u: Universe, geometry: dict, members: dict) -> dict:
+    """How well the weight-only proxy ranks the protocol's merges: Spearman with their full suite mean, per size
+    (the search ranks within a size) averaged over sizes, and over all merges."""
+    from wildmerge.analysis.tas.check import spearman
+    from wildmerge.search.candidates import proxy
+
+    where = {n: i for i, n in enumerate(geometry["experts"])}
+    cosine, norms = np.asarray(geometry["cosine"]), np.asarray(geometry["norms"])
+    rows = [(len(m), proxy([where[e] for e in m], cosine, norms), u.full(c)) for c, m in members.items()]
+    per_size = [spearman([r[1] for r in rows if r[0] == k], [r[2] for r in rows if r[0] == k])
+                for k in sorted({r[0] for r in rows})]
+    per_size = [v for v in per_size if v == v]
+    return {"all": spearman([r[1] for r in rows], [r[2] for r in rows]),
+            "within_size_mean": float(np.mean(per_size)) if per_size else float("nan")}
 
 
 def main() -> None:
@@ -159,6 +196,8 @@ def main() -> None:
     p.add_argument("--tune-samples", type=int, default=32)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--predictor", action="store_true",
+                   help="also rank subsets by a predictor fitted on the other seeds' protocol merges")
     args = p.parse_args()
     import torch
 
@@ -179,12 +218,21 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(range(2, len(u.experts) + 1))
     results = {"args": vars(args), "tas_seconds": tas_seconds, "tuned": {k: v["hparams"] for k, v in choice.items()},
                "seeds": {}}
-    for seed in (int(s) for s in args.seeds.split(",")):
-        prot = protocol(u, defaults, seed, args.per_size, sizes)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    protocols = {seed: protocol(u, defaults, seed, args.per_size, sizes) for seed in seeds}
+    all_members = {c: m for p in protocols.values() for c, m in p["members"].items()}
+    results["proxy_spearman"] = proxy_spearman(u, geometry, all_members)
+    for seed in seeds:
+        prot = protocols[seed]
         runs = {}
         for frac in (float(f) for f in args.fractions_of_protocol.split(",")):
             budget = frac * prot["items_spent"] / prot["items_per_model"]
             runs[str(frac)] = guided(u, tuned, budget, seed, args.first, args.eta, geometry)
+            if args.predictor and len(seeds) > 1:
+                train = {c: m for other in seeds if other != seed for c, m in protocols[other]["members"].items()}
+                score, fitted = predicted(u, geometry, train)
+                runs[f"{frac} predictor"] = {**guided(u, tuned, budget, seed, args.first, args.eta, geometry,
+                                                      score=score, prefix="f_"), "fit": fitted}
         results["seeds"][seed] = {"protocol": prot, "guided": runs}
         print(json.dumps({"seed": seed, "protocol_best": prot["best"], "protocol_items": prot["items_spent"],
                           **{f"guided@{k}": [g["score"], g["items_spent"]] for k, g in runs.items()}}))
@@ -199,7 +247,7 @@ def main() -> None:
 def table(results: dict) -> str:
     lines = ["| seed | protocol merges | protocol best | protocol items | guided budget | guided candidates | "
              "guided winner (full eval) | vs base, points [95 % CI] | guided items | items / protocol's | gap to "
-             "protocol best, points |", "|" + "---|" * 11]
+             "protocol best, points | best of its candidates |", "|" + "---|" * 12]
     for seed, r in results["seeds"].items():
         prot = r["protocol"]
         for frac, g in r["guided"].items():
@@ -207,7 +255,7 @@ def table(results: dict) -> str:
             lines.append(f"| {seed} | {prot['merges']} | {prot['best']:.4f} | {prot['items_spent']} | {frac} | "
                          f"{g['candidates']} | {g['score']:.4f} ({g['winner']}) | {d:+.2f} [{lo:+.2f}, {hi:+.2f}] | "
                          f"{g['items_spent']} | {g['items_spent'] / prot['items_spent']:.3f} | "
-                         f"{100 * (g['score'] - prot['best']):+.2f} |")
+                         f"{100 * (g['score'] - prot['best']):+.2f} | {g['candidates_best']:.4f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -223,8 +271,9 @@ def plot(results: dict, stem: Path) -> None:
         ax.step(np.array(xs) / per, ys, where="post", color=f"C{i}", alpha=0.7,
                 label=f"protocol, seed {seed}" if i < 10 else None)
         for frac, g in r["guided"].items():
-            ax.scatter([g["items_spent"] / per], [g["score"]], color=f"C{i}", marker="*", s=120, zorder=3,
-                       edgecolor="black", label=f"guided ({frac} of the protocol's budget), seed {seed}")
+            ax.scatter([g["items_spent"] / per], [g["score"]], color=f"C{i}", s=120, zorder=3,
+                       marker="P" if "predictor" in frac else "*", edgecolor="black",
+                       label=f"guided ({frac} of the protocol's budget), seed {seed}")
     ax.set_xlabel("item evaluations spent (full evaluations of the suite)")
     ax.set_ylabel("best suite mean found (full evaluation)")
     ax.set_xscale("log")

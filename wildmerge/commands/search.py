@@ -16,13 +16,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tune", action="store_true", help="keep the recipes' hyperparameters (no TAS tuning)")
     p.add_argument("--tune-samples", type=int, default=32, help="unlabelled samples per expert for TAS")
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
+    p.add_argument("--fit-from", metavar="RUN", help="rank subsets by a predictor fitted on this evaluated run of the "
+                                                     "pool (default: a weight-only proxy)")
     p.add_argument("--out", help="run folder (default runs/search-<pool>); rerun the same command to resume")
 
 
 def run(args) -> int:
     from wildmerge.search.guided import search_pool
 
-    search_pool(args.pool, args.budget, out=args.out, suite_name=args.suite, methods=[m for m in args.methods.split(",") if m],
+    methods = [m for m in args.methods.split(",") if m]
+    search_pool(args.pool, args.budget, out=args.out, suite_name=args.suite, methods=methods,
                 first=args.first_fraction, eta=args.eta, seed=args.seed, tune=not args.no_tune,
-                tune_samples=args.tune_samples, limit=args.limit, exclude=args.exclude)
+                tune_samples=args.tune_samples, limit=args.limit, exclude=args.exclude, fit_from=args.fit_from)
     return 0

@@ -8,7 +8,7 @@ methods so a small budget still tries every size and every method once before a 
 """
 
 import itertools
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -24,17 +24,21 @@ def proxy(subset: Sequence[int], cosine: np.ndarray, norms: np.ndarray) -> float
     return -float(np.mean(pairs)) - spread
 
 
-def ranked_subsets(names: List[str], cosine, norms, sizes: Sequence[int], seed: int = 0) -> Dict[int, List[dict]]:
-    """{size: [{"experts": [...], "proxy": p}, ...] best first}; ties keep the lexicographic order."""
+def ranked_subsets(names: List[str], cosine, norms, sizes: Sequence[int], seed: int = 0,
+                   score: Optional[Callable] = None) -> Dict[int, List[dict]]:
+    """{size: [{"experts": [...], "proxy": p}, ...] best first}; ties keep the lexicographic order. ``score``
+    (subset indices -> higher is better) replaces the proxy, e.g. a fitted predictor (``predictor.py``)."""
     cosine, norms = np.asarray(cosine, dtype=np.float64), np.asarray(norms, dtype=np.float64)
+    score = score or (lambda c: proxy(c, cosine, norms))
     rng = np.random.default_rng(seed)
     out = {}
     for k in sizes:
         combos = list(itertools.combinations(range(len(names)), k))
         if len(combos) > MAX_PER_SIZE:
             combos = [combos[i] for i in sorted(rng.choice(len(combos), MAX_PER_SIZE, replace=False))]
-        scored = sorted(combos, key=lambda c: -proxy(c, cosine, norms))
-        out[k] = [{"experts": [names[i] for i in c], "proxy": proxy(c, cosine, norms)} for c in scored]
+        values = {c: score(c) for c in combos}
+        scored = sorted(combos, key=lambda c: -values[c])
+        out[k] = [{"experts": [names[i] for i in c], "proxy": values[c]} for c in scored]
     return out
 
 

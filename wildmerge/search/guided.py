@@ -1,7 +1,8 @@
 """``wildmerge search``: the best merge of a pool that a budget of evaluations can find.
 
 1. Methods are tuned by the task alignment score on the whole pool (no evaluation; the reality-check paper).
-2. Subsets are ranked by a weight-only proxy (``candidates.py``) and as many (method, subset) candidates are taken
+2. Subsets are ranked by a weight-only proxy (``candidates.py``), or by a predictor fitted on an evaluated run of
+   the pool (``predictor.py``, ``--fit-from RUN``), and as many (method, subset) candidates are taken
    as successive halving can afford within the budget (counted in full evaluations of the suite).
 3. Successive halving on nested item subsets (``halving.py``) stops weak merges early; the winner is scored on every
    item and reported with its paired interval to the base.
@@ -21,11 +22,13 @@ from wildmerge.search.live import LiveEvaluator, subset_recipe
 from wildmerge.search.log import SearchLog
 
 DEFAULT_METHODS = ("ta", "ties")
+PROXY = "proxy: minus mean pairwise task-vector cosine minus the coefficient of variation of the norms"
 
 
 def check_settings(budget: float, first: float, eta: float, methods: List[str]) -> None:
-    if budget < 1:
-        raise ConfigError(f"--budget {budget}: give at least 1 (full evaluations of the suite)")
+    if budget < 2:
+        raise ConfigError(f"--budget {budget}: give at least 2 full evaluations of the suite (the winner and the base "
+                          f"are each scored on every item)")
     try:
         fractions(first, eta)
     except ValueError as exc:
@@ -36,7 +39,7 @@ def check_settings(budget: float, first: float, eta: float, methods: List[str]) 
 
 def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo", methods=DEFAULT_METHODS,
                 first: float = 0.125, eta: float = 2.0, seed: int = 0, tune: bool = True, tune_samples: int = 32,
-                limit: Optional[int] = None, executor: str = "local", exclude=()) -> dict:
+                limit: Optional[int] = None, executor: str = "local", exclude=(), fit_from=None) -> dict:
     """Run (or resume) the search; returns what ``search.json`` records."""
     from wildmerge.analysis.pool.geometry import task_vector_geometry
     from wildmerge.eval.evaluate import apply_overrides
@@ -62,14 +65,24 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     base = resolved[0].path
     experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
 
+    geometry = _geometry(folder, base, experts, task_vector_geometry)
+    names = geometry["experts"]
+    score, ranking = None, PROXY
+    if fit_from:  # a predictor fitted on an evaluated run of this pool ranks the subsets instead of the proxy
+        from wildmerge.search.predictor import fit_from_run, scorer
+
+        predictor = fit_from_run(fit_from, names, geometry["cosine"], geometry["norms"], suite.name)
+        score = scorer(predictor, geometry["cosine"], geometry["norms"], len(names))
+        ranking = (f"predictor fitted on {fit_from} ({predictor.rows} merges, in-sample R^2 {predictor.r2:.2f}): "
+                   f"suite mean minus the better of the base and its experts' mean")
+        print(f"subsets ranked by the {ranking}")
     tuned = {}
     if tune:
         from wildmerge.analysis.tas.tune import tune_methods
 
         recipes, tuned = tune_methods(pool, recipes, folder.tune_dir, samples=tune_samples)
-    geometry = _geometry(folder, base, experts, task_vector_geometry)
-    names = geometry["experts"]
-    ranked = ranked_subsets(names, geometry["cosine"], geometry["norms"], range(2, len(names) + 1), seed=seed)
+    ranked = ranked_subsets(names, geometry["cosine"], geometry["norms"], range(2, len(names) + 1), seed=seed,
+                            score=score)
     available = sum(len(v) for v in ranked.values()) * len(methods)
     n = candidates_for(budget, first, eta, available)
     chosen = interleave(ranked, methods, n)
@@ -78,7 +91,7 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
              for c in chosen}
     settings = {"pool": pool.name, "suite": suite.name, "limit": limit, "budget_full_evaluations": budget,
                 "first_fraction": first, "eta": eta, "seed": seed, "methods": methods, "tuned": tuned,
-                "proxy": "minus mean pairwise task-vector cosine minus the coefficient of variation of the norms"}
+                "ranking": ranking}
     plan = {"settings": settings, "candidates": [{"id": k, **{f: v[f] for f in ("method", "experts", "size", "rank",
                                                                             "proxy", "hparams")}}
                                                  for k, v in specs.items()]}

@@ -9,6 +9,7 @@ rerun after a kill finds them and scores nothing twice.
 """
 
 import copy
+import json
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -17,8 +18,12 @@ import numpy as np
 from wildmerge.atomic import atomic_dir
 from wildmerge.eval.screening.parts import SCREEN, counted, item_vector
 from wildmerge.eval.screening.stats import Items
+from wildmerge.eval.fingerprint import FingerprintCache
 from wildmerge.eval.store import OK
 from wildmerge.errors import WildmergeError
+
+
+RECIPE_STAMP = "search_recipe.json"  # written last into a candidate's folder: the recipe it was merged from
 
 
 class LiveEvaluator:
@@ -27,33 +32,34 @@ class LiveEvaluator:
     def __init__(self, folder, base_path: str, experts: Dict[str, str], candidates: Dict[str, dict], suite,
                  seed: int = 0, executor: str = "local", **options):
         from wildmerge.eval.store import ResultStore
-        from wildmerge.merging.inmemory import CandidateMerger
 
         self.folder, self.base_path, self.experts = Path(folder), base_path, experts
         self.candidates, self.suite, self.seed, self.executor = candidates, suite, seed, executor
         self.options = options or ({"workers": 1} if executor == "local" else {})
         self.store = ResultStore(self.folder / "eval" / suite.name).prepare()
-        self._merger = None
-        self._merger_args = (CandidateMerger, base_path, experts)
-        self._model = None
+        self._merger = self._model = None  # loaded on the first merge: a resumed search may need none
+        self.fingerprints = FingerprintCache(self.store.root / "fingerprints.json")
 
     def model_path(self, candidate: str) -> str:
         if candidate == "base":
             return self.base_path
         path = self.folder / "models" / candidate
-        if not (path / "config.json").is_file():
-            self._write(candidate, path)
+        recipe = json.dumps(self.candidates[candidate]["recipe"], sort_keys=True)
+        stamp = path / RECIPE_STAMP
+        if not stamp.is_file() or stamp.read_text() != recipe:  # absent, or merged from other settings
+            self._write(candidate, path, recipe)
         return str(path)
 
-    def _write(self, candidate: str, path: Path) -> None:
+    def _write(self, candidate: str, path: Path, recipe_text: str) -> None:
         """Merge in memory, load into one model object, save it with the base's tokenizer (complete or absent)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from wildmerge.merging.inmemory import CandidateMerger
+
         if self._merger is None:
-            cls, base, experts = self._merger_args
-            self._merger = cls(base, experts)
-            self._model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+            self._merger = CandidateMerger(self.base_path, self.experts)
+            self._model = AutoModelForCausalLM.from_pretrained(self.base_path, dtype=torch.float32).eval()
         spec = self.candidates[candidate]
         merger = copy.copy(self._merger)
         merger.expert_names = list(spec["recipe"]["models_order"])
@@ -62,6 +68,7 @@ class LiveEvaluator:
         with atomic_dir(path) as tmp:
             self._model.save_pretrained(tmp)
             AutoTokenizer.from_pretrained(self.base_path).save_pretrained(tmp)
+            (Path(tmp) / RECIPE_STAMP).write_text(recipe_text)
 
     def job(self, candidate: str, fraction: float) -> dict:
         from wildmerge.eval.fingerprint import fingerprint_model
@@ -69,7 +76,7 @@ class LiveEvaluator:
         from wildmerge.eval.suites import check_tasks
 
         path = self.model_path(candidate)
-        job = make_job(path, fingerprint_model(path), self.suite, self.suite.resolved_include_path(),
+        job = make_job(path, fingerprint_model(path, self.fingerprints), self.suite, self.suite.resolved_include_path(),
                        check_tasks(self.suite), screen={"fraction": fraction, "seed": self.seed, "part": SCREEN})
         job = job.to_dict()
         job["result_path"] = str(self.store.result_path(job["job_id"]))
@@ -82,6 +89,7 @@ class LiveEvaluator:
         from wildmerge.eval.executors import run_jobs
 
         jobs = {c: self.job(c, fraction) for c in candidates}
+        self.fingerprints.save()
         todo = [j for j in jobs.values() if self.store.load(j["job_id"])["status"] != OK]
         if todo:
             run_jobs(todo, self.executor, **self.options)

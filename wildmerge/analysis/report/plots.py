@@ -147,7 +147,7 @@ def cost_vs_performance(points, out_dir, title: str) -> Optional[Dict[str, Path]
         ax.set_xscale("log")
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("mean accuracy of its merges (%)")
+    axes[0].set_ylabel("mean accuracy (%) of its merges")
     axes[0].legend(fontsize=8, loc="best")
     fig.suptitle(f"{title}: cost against performance")
     fig.tight_layout()
