@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from wildmerge.atomic import write_json, write_text
-from wildmerge.eval.screening.stats import screen_items, suite_score
+from wildmerge.eval.screening.stats import paired_interval, screen_items, suite_score
 from wildmerge.plugins.recipes import safe_name
 from wildmerge.search.candidates import candidate_id, interleave, ranked_subsets
 from wildmerge.search.halving import candidates_for, halve
@@ -91,6 +91,10 @@ class Universe:
 
     def full(self, cid: str) -> float:
         return suite_score(self.items[cid])
+
+
+def _all(items: dict) -> dict:
+    return {t: np.arange(len(v)) for t, v in items.items()}
 
 
 def protocol(u: Universe, methods: dict, seed: int, per_size: int, sizes) -> dict:
@@ -196,6 +200,8 @@ def main() -> None:
     p.add_argument("--tune-samples", type=int, default=32)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--untuned", action="store_true",
+                   help="also run the guided search with the recipes' own settings (what TAS tuning changes)")
     p.add_argument("--predictor", action="store_true",
                    help="also rank subsets by a predictor fitted on the other seeds' protocol merges")
     args = p.parse_args()
@@ -228,11 +234,17 @@ def main() -> None:
         for frac in (float(f) for f in args.fractions_of_protocol.split(",")):
             budget = frac * prot["items_spent"] / prot["items_per_model"]
             runs[str(frac)] = guided(u, tuned, budget, seed, args.first, args.eta, geometry)
+            if args.untuned:
+                runs[f"{frac} untuned"] = guided(u, defaults, budget, seed, args.first, args.eta, geometry,
+                                                 prefix="d_")
             if args.predictor and len(seeds) > 1:
                 train = {c: m for other in seeds if other != seed for c, m in protocols[other]["members"].items()}
                 score, fitted = predicted(u, geometry, train)
                 runs[f"{frac} predictor"] = {**guided(u, tuned, budget, seed, args.first, args.eta, geometry,
                                                       score=score, prefix="f_"), "fit": fitted}
+        for g in runs.values():  # is the gap to the protocol's best larger than the items' noise?
+            gap = paired_interval(u.items[g["winner"]], u.items[prot["winner"]], _all(u.items["base"]))
+            g["vs_protocol_best"] = [100 * x for x in gap]
         results["seeds"][seed] = {"protocol": prot, "guided": runs}
         print(json.dumps({"seed": seed, "protocol_best": prot["best"], "protocol_items": prot["items_spent"],
                           **{f"guided@{k}": [g["score"], g["items_spent"]] for k, g in runs.items()}}))
@@ -247,7 +259,7 @@ def main() -> None:
 def table(results: dict) -> str:
     lines = ["| seed | protocol merges | protocol best | protocol items | guided budget | guided candidates | "
              "guided winner (full eval) | vs base, points [95 % CI] | guided items | items / protocol's | gap to "
-             "protocol best, points | best of its candidates |", "|" + "---|" * 12]
+             "protocol best, points [paired 95 % CI] | best of its candidates |", "|" + "---|" * 12]
     for seed, r in results["seeds"].items():
         prot = r["protocol"]
         for frac, g in r["guided"].items():
@@ -255,8 +267,12 @@ def table(results: dict) -> str:
             lines.append(f"| {seed} | {prot['merges']} | {prot['best']:.4f} | {prot['items_spent']} | {frac} | "
                          f"{g['candidates']} | {g['score']:.4f} ({g['winner']}) | {d:+.2f} [{lo:+.2f}, {hi:+.2f}] | "
                          f"{g['items_spent']} | {g['items_spent'] / prot['items_spent']:.3f} | "
-                         f"{100 * (g['score'] - prot['best']):+.2f} | {g['candidates_best']:.4f} |")
+                         f"{_ci(g.get('vs_protocol_best'))} | {g['candidates_best']:.4f} |")
     return "\n".join(lines) + "\n"
+
+
+def _ci(v) -> str:
+    return f"{v[0]:+.2f} [{v[1]:+.2f}, {v[2]:+.2f}]" if v else ""
 
 
 def plot(results: dict, stem: Path) -> None:
