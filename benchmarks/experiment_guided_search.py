@@ -202,9 +202,15 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--untuned", action="store_true",
                    help="also run the guided search with the recipes' own settings (what TAS tuning changes)")
+    p.add_argument("--replot", action="store_true", help="redraw table and figure from --out's results.json")
     p.add_argument("--predictor", action="store_true",
                    help="also rank subsets by a predictor fitted on the other seeds' protocol merges")
     args = p.parse_args()
+    if args.replot:
+        results = json.loads((Path(args.out) / "results.json").read_text())
+        write_text(Path(args.out) / "table.md", table(results))
+        plot(results, Path(args.out) / "best_vs_cost")
+        return
     import torch
 
     torch.set_num_threads(args.threads)
@@ -276,25 +282,32 @@ def _ci(v) -> str:
 
 
 def plot(results: dict, stem: Path) -> None:
+    """Colour = seed (protocol: its best-so-far curve); marker = guided variant, one per budget."""
     from wildmerge.analysis.report.plots import _plt, _save
 
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    markers = {"": "*", "untuned": "s", "predictor": "P"}
+    labelled = set()
     for i, (seed, r) in enumerate(results["seeds"].items()):
         prot = r["protocol"]
         per = prot["items_per_model"]
         xs, ys = zip(*prot["curve"])
-        ax.step(np.array(xs) / per, ys, where="post", color=f"C{i}", alpha=0.7,
-                label=f"protocol, seed {seed}" if i < 10 else None)
-        for frac, g in r["guided"].items():
-            ax.scatter([g["items_spent"] / per], [g["score"]], color=f"C{i}", s=120, zorder=3,
-                       marker="P" if "predictor" in frac else "*", edgecolor="black",
-                       label=f"guided ({frac} of the protocol's budget), seed {seed}")
-    ax.set_xlabel("item evaluations spent (full evaluations of the suite)")
+        ax.step(np.array(xs) / per, ys, where="post", color=f"C{i}", alpha=0.8, label=f"protocol, seed {seed}")
+        for key, g in r["guided"].items():
+            frac, _, variant = key.partition(" ")
+            label = f"guided{' ' + variant if variant else ''} (TAS-tuned)" if not variant else f"guided, {variant}"
+            label = "guided (TAS-tuned methods, proxy)" if not variant else label
+            ax.scatter([g["items_spent"] / per], [g["score"]], color=f"C{i}", s=90, zorder=3, alpha=0.85,
+                       marker=markers.get(variant, "o"), edgecolor="black",
+                       label=label if label not in labelled else None)
+            labelled.add(label)
+    ax.set_xlabel("item evaluations spent (in full evaluations of the suite)")
     ax.set_ylabel("best suite mean found (full evaluation)")
     ax.set_xscale("log")
-    ax.legend(fontsize=7)
-    ax.set_title("guided search vs the protocol")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title("guided search (budgets 1/10 and 1/5 of the protocol's) vs the protocol")
     fig.tight_layout()
     _save(fig, stem)
 
