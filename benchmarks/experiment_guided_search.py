@@ -51,7 +51,8 @@ class Universe:
         self.specs, self.items = {}, {}
         self.cache = out / "items.json"
         if self.cache.is_file():
-            self.items = {k: {t: np.asarray(v) for t, v in d.items()} for k, d in json.loads(self.cache.read_text()).items()}
+            cached = json.loads(self.cache.read_text())
+            self.items = {k: {t: np.asarray(v) for t, v in d.items()} for k, d in cached.items()}
         self.seconds = {"merge": 0.0, "eval": 0.0}
         self.merger = None
 
@@ -72,7 +73,8 @@ class Universe:
         if not todo:
             return
         if self.merger is None:  # base and experts loaded once; it merges and saves, the harness scores
-            self.merger = LiveEvaluator(self.out / "search", self.base, self.experts, self.specs, load_suite(self.suite))
+            self.merger = LiveEvaluator(self.out / "search", self.base, self.experts, self.specs,
+                                        load_suite(self.suite))
         start = time.perf_counter()
         paths = {i: self.experts[i[2:]] if i.startswith("x_") else self.merger.model_path(i) for i in todo}
         self.seconds["merge"] += time.perf_counter() - start
@@ -116,7 +118,8 @@ def protocol(u: Universe, methods: dict, seed: int, per_size: int, sizes) -> dic
     per_model = sum(len(v) for v in u.items["base"].values())
     spent = per_model * (1 + np.arange(1, len(order) + 1))  # the base, then one merge after another
     winner = order[int(np.argmax([u.full(i) for i in order]))]
-    return {"merges": len(ids), "items_per_model": per_model, "curve": [[int(s), float(b)] for s, b in zip(spent, best)],
+    return {"merges": len(ids), "items_per_model": per_model,
+            "curve": [[int(s), float(b)] for s, b in zip(spent, best)],
             "best": float(best[-1]), "winner": winner, "items_spent": int(spent[-1]), "members": members}
 
 
@@ -296,8 +299,7 @@ def plot(results: dict, stem: Path) -> None:
         ax.step(np.array(xs) / per, ys, where="post", color=f"C{i}", alpha=0.8, label=f"protocol, seed {seed}")
         for key, g in r["guided"].items():
             frac, _, variant = key.partition(" ")
-            label = f"guided{' ' + variant if variant else ''} (TAS-tuned)" if not variant else f"guided, {variant}"
-            label = "guided (TAS-tuned methods, proxy)" if not variant else label
+            label = f"guided, {variant}" if variant else "guided (TAS-tuned methods, proxy)"
             ax.scatter([g["items_spent"] / per], [g["score"]], color=f"C{i}", s=90, zorder=3, alpha=0.85,
                        marker=markers.get(variant, "o"), edgecolor="black",
                        label=label if label not in labelled else None)
