@@ -34,6 +34,8 @@ class Expert(ModelRef):
     # the expert's own calibration data for RegMean / CoM: a data path (relative to the pool file) or a
     # calibration section ({data, text_field, n_samples, ...}); copied into each rendered recipe's models entry
     calibration: str | dict | None = None
+    # the suite task labels this expert was fine-tuned for: its normalized accuracy in the report (merge / expert)
+    tasks: list[str] | None = None
 
     @property
     def label(self) -> str:
