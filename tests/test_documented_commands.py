@@ -25,6 +25,7 @@ once the bug is fixed, so the entry gets removed).
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -182,6 +183,8 @@ def check_help(text: str, folder, env) -> None:
 
 
 def check_setup(text: str) -> None:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
     words = _words(text)
     if words[0] == "make":
         result = subprocess.run(["make", "-n", *words[1:]], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -37,6 +37,8 @@ class Expert(ModelRef):
     domain: str | None = None
     # the expert's own data (expert_data/schema.py): unlabelled text, labelled items; ``calibration:`` is the old name
     data: Optional[ExpertData] = Field(None, validation_alias=AliasChoices("data", "calibration"))
+    # the suite task labels this expert was fine-tuned for: its normalized accuracy in the report (merge / expert)
+    tasks: list[str] | None = None
 
     @field_validator("data", mode="before")
     @classmethod
