@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from wildmerge.atomic import write_json
 from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.run import RunFolder
 
 PAPER_SIZES, PAPER_K = (1, 2, 4, 6, 8, 10), 15  # Hitit et al. 2025; n = N (the full pool) is added
 DEMO_SIZES, DEMO_K = (1, 2, 4), 2  # the demo pool: the protocol in minutes on a CPU
@@ -158,7 +159,6 @@ def run_sample(s: SampleSettings) -> int:
     """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; 1 if a score failed."""
     from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.plugins.recipes import load_methods
-    from wildmerge.run import RunFolder
     from wildmerge.sampling.ablations import load_grids
     from wildmerge.sampling.pools import load_pool
 
@@ -198,7 +198,7 @@ def run_sample(s: SampleSettings) -> int:
     if s.tune:
         from wildmerge.analysis.tas.tune import tune_methods
 
-        methods, tuned = tune_methods(pool, methods, run_dir / "tune", s.tune_grid, samples=s.tune_samples,
+        methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
                                       device=s.device, allow_pickle=s.allow_pickle)
     log = run_protocol(run_dir, pool, sampling, methods, grids, scorer=scorer, merge_device=s.device,
                        merge_workers=s.merge_workers,
@@ -318,7 +318,8 @@ def family_report(info: dict, out_dir=None, limit=None) -> dict:
         label = {"base": "base", "expert": row["experts"], "merge": AVERAGE}[row["kind"]]
         scores[label] = {names[c]: row[c] / 100.0 for c in labels}
     table = family_table(info, scores)
-    write_json(run_dir / "report.json", table)
-    write_text(run_dir / "report.csv", table_csv(table, info["task_names"]))
+    folder = RunFolder(run_dir)
+    write_json(folder.demo_report_json, table)
+    write_text(folder.demo_report_csv, table_csv(table, info["task_names"]))
     print(format_table(table, info["task_names"]))
     return table

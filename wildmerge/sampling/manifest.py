@@ -5,7 +5,6 @@ same expert sets) and these revisions (so a hub repository that moved on is not 
 """
 
 import csv
-import dataclasses
 import io
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,7 +13,7 @@ from wildmerge.atomic import write_text
 from wildmerge.checkpoints import check_compatible
 from wildmerge.errors import ConfigError
 from wildmerge.hub import resolve_all
-from wildmerge.run import Manifest, PoolModels, ResolvedModel, RunFolder
+from wildmerge.run import Manifest, PoolModels, RunFolder
 from wildmerge.sampling.preflight import check_finite
 from wildmerge.sampling.adapters import is_adapter, materialise
 from wildmerge.expert_data.generate import generate_spec
@@ -85,17 +84,18 @@ def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=Fals
         if is_adapter(r.path):
             whole, note = materialise(base.path, r.path)
             print(f"  note: {e.label}: {note}")
-            adapters[e.label], experts[i] = r.path, dataclasses.replace(r, path=str(whole))
+            adapters[e.label], experts[i] = r.path, r.model_copy(update={"path": str(whole)})
     paths = {e.label: r.path for e, r in zip(pool.experts, experts)}
     vocab_differs = check_compatible(base.path, paths, allow_pickle)
     for name, (vocab, base_vocab) in vocab_differs.items():
         print(f"  note: {name}: vocabulary of {vocab} tokens vs base {base_vocab}; its merges keep the base's "
               "tokenizer (mergekit aligns the embeddings); RegMean / CoM cannot merge it")
     models = PoolModels(
-        base=ResolvedModel(name="base", **base.as_dict()),
-        experts=[ResolvedModel(name=e.label, domain=e.domain, **r.as_dict(),
-                               **({"adapter": adapters[e.label]} if e.label in adapters else {}),
-                               calibration=_calibration(calibration[e.label], rel) if calibration[e.label] else None)
+        base=base.model_copy(update={"name": "base"}),
+        experts=[r.model_copy(update={"name": e.label, "domain": e.domain,
+                                      **({"adapter": adapters[e.label]} if e.label in adapters else {}),
+                                      "calibration": _calibration(calibration[e.label], rel) if calibration[e.label]
+                                      else None})
                  for e, r in zip(pool.experts, experts)])
     check_finite(run.root, models, allow_pickle)  # before any merge: NaN in, NaN out
     if existing:

@@ -9,26 +9,14 @@ from typing import Dict, List, Optional, Tuple
 
 import yaml
 
+from wildmerge.analysis.report.run_data import RunData
 from wildmerge.errors import WildmergeError
 from wildmerge.eval.store import OK, ResultStore
 from wildmerge.plugins.recipes import LABELS, display_rank, method_label
-from wildmerge.run import RunFolder
 
 MAIN, ABLATION, TUNED = "main", "ablation", "tuned"  # which part of the study a merge belongs to
 
 
-def pick_suite(run_dir, suite: Optional[str]) -> str:
-    suites = RunFolder(run_dir).evaluated_suites()
-    if suite:
-        if suite not in suites:
-            raise WildmergeError(f"suite {suite!r} was not evaluated in {run_dir} (evaluated: "
-                                 f"{', '.join(suites) or 'none'}); run `wildmerge eval {run_dir} --suite {suite}`")
-        return suite
-    if not suites:
-        raise WildmergeError(f"{run_dir} has no evaluation results; run `wildmerge eval {run_dir} --suite NAME`")
-    if len(suites) > 1:
-        raise WildmergeError(f"{run_dir} has results for several suites ({', '.join(suites)}): pick one with --suite")
-    return suites[0]
 
 
 def _variants(rows: List[Dict]) -> None:
@@ -88,26 +76,27 @@ def screening_columns(info: Optional[Dict]) -> Dict:
     return out
 
 
-def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List[str], List[str]]:
-    """(DataFrame, task column names, notes) for ``suite`` of the run; scores in percent."""
+def collect_scores(run, suite: Optional[str] = None) -> Tuple["object", List[str], List[str]]:
+    """(DataFrame, task column names, notes) for ``suite`` of the run (a folder or its ``RunData``); scores in
+    percent."""
     import pandas as pd
 
-    run = RunFolder(run_dir)
-    suite = pick_suite(run_dir, suite)
-    store = ResultStore(run.eval_dir(suite))
-    stored = store.index()
+    data = RunData.of(run)
+    suite = data.pick_suite(suite)
+    store = ResultStore(data.run.eval_dir(suite))
+    stored = data.indexes[suite]
     index = stored.models
-    rebuild = (f"rerun `wildmerge eval {run.root} --suite {stored.suite_source or suite}` to rewrite it "
+    rebuild = (f"rerun `wildmerge eval {data.root} --suite {stored.suite_source or suite}` to rewrite it "
                f"(finished jobs are not run again)")
     if not index:
-        raise WildmergeError(f"{store.root / 'index.json'} is damaged or empty; {rebuild}")
+        raise WildmergeError(f"{store.index_path} is damaged or empty; {rebuild}")
     try:
-        suite_data = yaml.safe_load((store.root / "suite.yml").read_text())
+        suite_data = yaml.safe_load(store.suite_file.read_text())
         tasks = [t.get("label") or t["task"] for t in suite_data["tasks"]]
     except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as exc:
-        raise WildmergeError(f"{store.root / 'suite.yml'} is damaged ({type(exc).__name__}); {rebuild}") from None
+        raise WildmergeError(f"{store.suite_file} is damaged ({type(exc).__name__}); {rebuild}") from None
     notes, rows = [], []
-    for e in run.read_plan().entries:
+    for e in data.plan.entries:
         row = {"model_id": e.model_id, "kind": e.kind, "method": e.method or "",
                "method_label": method_label(e.method), "n": e.n, "subset_id": e.subset_id,
                "hparams": json.dumps(e.hparams, sort_keys=True), "experts": ";".join(e.experts),
