@@ -73,12 +73,13 @@ def others_load() -> float:
     return max(0.0, load - _own_cpu_rate())
 
 
-def kernel_threads() -> int:
-    """Threads for a CPU kernel now: the override, else the usable cores other processes leave free (at least 1)."""
+def kernel_threads(cap: int = 0) -> int:
+    """Threads for a CPU kernel now: the override, else the usable cores (at most ``cap`` when given) that other
+    processes leave free (at least 1)."""
     wanted = os.environ.get(ENV)
     if wanted:
         return max(1, int(wanted))
-    cores = usable_cores()
+    cores = min(usable_cores(), cap) if cap > 0 else usable_cores()
     return max(1, min(cores, math.floor(cores - others_load() + 0.5)))
 
 

@@ -215,7 +215,7 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
     if workers > 1 and merges:
         from wildmerge.merging.workers import start_helpers
 
-        helpers = start_helpers(workers, str(options.device), (entries, models, methods, options),
+        helpers = start_helpers(workers, str(options.device), run_plan, (entries, models, methods, options),
                                 {"keep_models": "all", "progress": False})
     bar = tqdm(total=len(merges), desc="merging", unit="merge", disable=not progress)
 

@@ -80,8 +80,9 @@ def worker_count(requested: Union[int, str, None], device: str, base_path, max_e
     return requested
 
 
-def start_helpers(count: int, device: str, args: tuple, kwargs: dict) -> list:
-    """Start workers 1..count-1, each running ``run_plan(*args, **kwargs)``; returns (process, result queue) pairs."""
+def start_helpers(count: int, device: str, run, args: tuple, kwargs: dict) -> list:
+    """Start workers 1..count-1, each running ``run(*args, **kwargs)`` (``run_plan``, a module-level function:
+    spawn pickles it by name); returns (process, result queue) pairs."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -91,7 +92,7 @@ def start_helpers(count: int, device: str, args: tuple, kwargs: dict) -> list:
     for i in range(1, count):
         queue = ctx.Queue()
         gpu = gpus[i] if gpus else None
-        proc = ctx.Process(target=_helper, args=(gpu, threads, queue, args, kwargs), name=f"wildmerge-merge-{i}")
+        proc = ctx.Process(target=_helper, args=(gpu, threads, queue, run, args, kwargs), name=f"wildmerge-merge-{i}")
         proc.start()
         started.append((proc, queue))
     for proc, queue in started:  # all start merging together (importing torch and mergekit takes seconds)
@@ -120,7 +121,7 @@ def join_helpers(started: list) -> List[Optional[dict]]:
     return out
 
 
-def _helper(gpu: Optional[str], threads: int, queue, args: tuple, kwargs: dict) -> None:
+def _helper(gpu: Optional[str], threads: int, queue, run, args: tuple, kwargs: dict) -> None:
     """One helper process: its own GPU or its share of the cores, then the plan (claims decide what it merges)."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
@@ -130,12 +131,10 @@ def _helper(gpu: Optional[str], threads: int, queue, args: tuple, kwargs: dict) 
     torch.set_num_threads(threads)
     if not os.environ.get("WILDMERGE_LAPACK_THREADS"):
         os.environ["WILDMERGE_LAPACK_THREADS"] = str(threads)
-    from wildmerge.merging.runner import run_plan
-
     options = args[3]
     if gpu is not None and str(options.device).startswith("cuda:"):
         args = args[:3] + (options.model_copy(update={"device": "cuda"}),) + args[4:]
     import mergekit.merge  # noqa: F401  (the slow imports, before saying ready)
 
     queue.put("ready")
-    queue.put(run_plan(*args, **kwargs))
+    queue.put(run(*args, **kwargs))
