@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "report": ("wildmerge.commands.report", "write leaderboard tables and plots for a run"),
     "analyze": ("wildmerge.commands.analyze", "task-vector geometry and mergeability diagnostics"),
     "tune": ("wildmerge.commands.tune", "hyperparameters chosen by the task alignment score, without evaluation"),
+    "search": ("wildmerge.commands.search", "the best merge a budget of evaluations can find (guided search)"),
 }
 
 

@@ -105,6 +105,7 @@ class SampleSettings(BaseModel):
     tune: bool = False
     tune_grid: Optional[str] = None
     tune_samples: int = 128
+    tune_check: int = 0  # evaluate this many grid points per tuned method: does TAS track accuracy? (manifest)
     dry_run: bool = False
     keep_models: Literal["all", "none"] = "all"
     evaluate: Optional[bool] = None  # default: only the demo pool
@@ -186,7 +187,10 @@ def run_sample(s: SampleSettings) -> int:
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run
 
-        return print_dry_run(run_dir, pool, sampling, methods, grids, s.keep_models, scorer)
+        return print_dry_run(run_dir, pool, sampling, methods, grids, s.keep_models, scorer, tune=s.tune)
+    from wildmerge.sampling.preflight import check_expert_data
+
+    check_expert_data(pool, methods, grids, s.tune)  # RegMean / CoM / --tune data, before any model is resolved
     if s.keep_models == "none" and not evaluate:
         raise ConfigError("--keep-models none deletes each merged model's weights once it is evaluated: add "
                           "--evaluate --suite NAME, or use --keep-models all")
@@ -199,7 +203,8 @@ def run_sample(s: SampleSettings) -> int:
         from wildmerge.analysis.tas.tune import tune_methods
 
         methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
-                                      device=s.device, allow_pickle=s.allow_pickle)
+                                      device=s.device, allow_pickle=s.allow_pickle, check=s.tune_check,
+                                      check_suite=suite or "demo", check_limit=s.evaluation.limit)
     log = run_protocol(run_dir, pool, sampling, methods, grids, scorer=scorer, merge_device=s.device,
                        merge_workers=s.merge_workers,
                        allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,

@@ -36,6 +36,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(every expert needs calibration data; see `wildmerge tune`)")
     p.add_argument("--tune-grid", help="YAML of tuning grids {name: {method, grid}} (default: built-in per method)")
     p.add_argument("--tune-samples", type=int, default=128, help="unlabelled samples per expert for --tune")
+    p.add_argument("--tune-check", type=int, default=0, metavar="K",
+                   help="with --tune: evaluate K grid points per method and record whether TAS tracks accuracy")
     p.add_argument("--select", choices=("random", "predicted"), default="random",
                    help="predicted: take the k best-scored subsets of each size from a fitted mergeability predictor "
                         "(--predictor) instead of random ones; recorded in the manifest")
@@ -73,9 +75,9 @@ def settings(args) -> SampleSettings:
         full=args.full, homogeneous=args.homogeneous, exclude=[n for group in args.exclude for n in group],
         select=args.select, predictor=args.predictor, predictor_method=args.predictor_method,
         ablations=[n for group in args.ablation for n in group], grid=args.grid, tune=args.tune,
-        tune_grid=args.tune_grid, tune_samples=args.tune_samples, dry_run=args.dry_run, keep_models=args.keep_models,
-        evaluate=args.evaluate, suite=args.suite, device=args.device, merge_workers=args.merge_workers,
-        allow_pickle=args.allow_pickle,
+        tune_grid=args.tune_grid, tune_samples=args.tune_samples, tune_check=args.tune_check, dry_run=args.dry_run,
+        keep_models=args.keep_models, evaluate=args.evaluate, suite=args.suite, device=args.device,
+        merge_workers=args.merge_workers, allow_pickle=args.allow_pickle,
         download=False if args.no_download else None, evaluation=eval_options(args))
 
 

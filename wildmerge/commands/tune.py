@@ -1,15 +1,18 @@
 """``wildmerge tune``: hyperparameters chosen by the task alignment score (the reality-check paper), with no evaluation.
 
-For every grid point the merge is built in memory, run over each expert's unlabelled data (the pool's
-``calibration:`` entries) and compared with that expert's own features; the lowest mean TAS wins. Outputs per grid:
+For every grid point the merge is built in memory, run over each expert's unlabelled data (its ``data:`` in the
+pool, or the pool's default; read through wildmerge.expert_data) and compared with that expert's own features; the
+lowest mean TAS wins. Outputs per grid:
 ``tas.csv``, ``selected.json`` and ``recipe.yml`` (the selected configuration for the stock ``mergekit-yaml``).
+``--check K`` evaluates K points spread over the TAS ranking and says whether TAS tracks accuracy on this pool.
 """
 
 import argparse
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pool", default="demo", help="pool name or YAML path; every expert needs 'calibration:'")
+    p.add_argument("--pool", default="demo", help="pool name or YAML path; every expert needs text data "
+                                                     "('data:', its own or the pool's)")
     p.add_argument("--grid", help="YAML of sweeps, as for `wildmerge sample --grid`: "
                                   "{name: {method: ta, grid: {lambda: [0.5, 1.0]}}} (method: a name or recipe path)")
     p.add_argument("--ablation", action="append", default=[],
@@ -23,6 +26,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="where models are held and run: cpu, cuda, cuda:1")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
+    p.add_argument("--check", type=int, default=0, metavar="K",
+                   help="evaluate K grid points spread over the TAS ranking: Spearman, regret and plots in "
+                        "<grid>/check/ (does TAS track accuracy on this pool?)")
+    p.add_argument("--suite", default="demo", help="suite of the --check evaluations")
+    p.add_argument("--limit", type=int, help="items per task for the --check evaluations")
 
 
 def run(args) -> int:
@@ -30,5 +38,6 @@ def run(args) -> int:
 
     tune_pool(args.pool, ablations=[n for a in args.ablation for n in a.split(",") if n], grid_file=args.grid,
               exclude=args.exclude, out=args.out, samples=args.samples, seq_len=args.seq_len, distance=args.distance,
-              device=args.device, threads=args.threads, allow_pickle=args.allow_pickle)
+              device=args.device, threads=args.threads, allow_pickle=args.allow_pickle, check=args.check,
+              check_suite=args.suite, check_limit=args.limit)
     return 0

@@ -20,7 +20,7 @@ from wildmerge.analysis.report import domains
 from wildmerge.analysis.report import leaderboard
 from wildmerge.analysis.report import plots
 from wildmerge.analysis.report.layerwise_plots import layerwise_figures
-from wildmerge.analysis.report.costs import cost_markdown
+from wildmerge.analysis.report.costs import cost_markdown, cost_points, merge_seconds
 from wildmerge.analysis.pool.norms import NormCache
 from wildmerge.analysis.report.page_tables import build_page
 from wildmerge.analysis.report.run_data import RunData
@@ -184,6 +184,7 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
     name = data.run.name
     df, tasks, notes = collect_scores(data, suite)
     _norms(data, df, notes)
+    leaderboard.add_normalized(df, leaderboard.expert_tasks(data.run))  # experts' declared tasks (pool ``tasks:``)
     protocol = protocol_rows(df)
     base, best_id, best = leaderboard.references(protocol)
     title = f"{name} / {suite}"
@@ -197,10 +198,16 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
               f"{', '.join(tasks)}.\n"]
         md += missing_references(df)
         tables = _main_tables(out, protocol, tasks, base, best_id, best, md)
+        if protocol["normalized"].notna().any():
+            md += ["## Normalized accuracy (each expert's own tasks, merge / expert)\n",
+                   leaderboard.summary_markdown(protocol, [], digits=3, columns=["normalized"])]
         if (protocol["kind"] == "merge").any():
             out.plot("Mean accuracy vs n (Fig. 3/6)", plots.accuracy_vs_n(protocol, tmp, title))
             out.plot("Accuracy vs n per task (Figs. 7-10)", plots.per_task_vs_n(protocol, tasks, tmp, title))
             out.plot("Task-vector norm vs n (Fig. 4)", plots.norm_vs_n(protocol, tmp, title))
+            out.plot("Cost against performance (the reality-check paper's Fig. 2)", plots.cost_vs_performance(
+                cost_points(ResultStore(data.run.eval_dir(suite)), protocol, merge_seconds(data.plan.entries)), tmp,
+                title))
         tables["sweeps"] = _sweeps(out, df, base, title, md)
         tables["homogeneous"] = _homogeneous(out, df, base, title, md)
         model_dirs = {e.model_id: Path(e.path) for e in data.plan.entries if e.kind == "merge"}
