@@ -116,6 +116,7 @@ class SampleSettings(BaseModel):
     evaluate: Optional[bool] = None  # default: only the demo pool
     suite: Optional[str] = None  # default: demo for the demo pool
     device: str = "cpu"  # mergekit's math device
+    merge_workers: Union[int, Literal["auto"], None] = None  # None: one per visible GPU on cuda, else 1
     allow_pickle: bool = False
     download: Optional[bool] = None  # False: the local hub cache only
     evaluation: EvalOptions = Field(default_factory=EvalOptions)
@@ -216,6 +217,7 @@ def run_sample(s: SampleSettings) -> int:
                                       device=s.device, allow_pickle=s.allow_pickle, check=s.tune_check,
                                       check_suite=suite or "demo", check_limit=s.evaluation.limit)
     log = run_protocol(run_dir, pool, sampling, methods, grids, scorer=scorer, merge_device=s.device,
+                       merge_workers=s.merge_workers,
                        allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,
                        after_each=evaluate_one if s.keep_models == "none" else None)
     folder = RunFolder(run_dir)
@@ -234,12 +236,13 @@ def run_sample(s: SampleSettings) -> int:
 
 
 def run_protocol(run_dir: Path, pool, sampling, methods: dict, grids: dict, *, scorer=None, merge_device="cpu",
-                 allow_pickle=False, download=None, keep_models="all", after_each=None) -> dict:
+                 allow_pickle=False, download=None, keep_models="all", after_each=None, merge_workers=None) -> dict:
     """Draw (or reuse) the subsets, write the plan, merge what is not done yet; returns the run log.
 
     ``sampling`` is the draw (``wildmerge.sampling.settings.Sampling``); ``scorer`` scores subsets when a predictor
     chooses them."""
     from wildmerge.merging.runner import merge_options, run_plan
+    from wildmerge.merging.workers import worker_count
     from wildmerge.run import Plan, RunFolder, merged_with_previous
     from wildmerge.sampling.manifest import prepare
     from wildmerge.sampling.plan import build_entries
@@ -264,7 +267,11 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, grids: dict, *, s
     for note in manifest.notes:
         print(f"  note: {note}")
     options = merge_options(models, device=merge_device, allow_pickle=allow_pickle, seed=sampling.seed)
-    stats = run_plan(entries, models, methods, options, keep_models=keep_models, after_each=after_each)
+    workers = worker_count(merge_workers, merge_device, models.base.path, max((len(e.experts) for e in merges), default=1))
+    if workers > 1:
+        print(f"merging with {workers} workers")
+    stats = run_plan(entries, models, methods, options, keep_models=keep_models, after_each=after_each,
+                     workers=workers)
     print(f"merges: {stats['merged']} new, {stats['redone']} redone, {stats['skipped']} already done "
           f"({stats['seconds']:.1f} s merging)")
     return {"command": "wildmerge sample", "settings": sampling.record(), "stats": stats,

@@ -55,9 +55,20 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", dest="merge_device", default="cpu",
                    help="mergekit math device for merging: cpu, cuda, auto (default: %(default)s); the evaluation "
                         "device is --eval-device")
+    p.add_argument("--merge-workers", type=_workers, default=None,
+                   help="merges run at once: N or 'auto' (default: one per visible GPU with --device cuda, else 1; "
+                        "auto on the CPU: as many as cores and free memory allow)")
     p.add_argument("--allow-pickle", action="store_true", help="accept checkpoints that ship only pickle weights")
     p.add_argument("--no-download", action="store_true", help="use only the local hub cache, even when online")
     add_eval_options(p, device_flag="--eval-device")
+
+
+def _workers(text: str):
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number or 'auto', got {text!r}")
+    return int(text)
 
 
 def settings(args) -> SampleSettings:
@@ -68,7 +79,7 @@ def settings(args) -> SampleSettings:
         ablations=[n for group in args.ablation for n in group], grid=args.grid, tune=args.tune,
         tune_grid=args.tune_grid, tune_samples=args.tune_samples, tune_check=args.tune_check, dry_run=args.dry_run,
         keep_models=args.keep_models, evaluate=args.evaluate, suite=args.suite, device=args.merge_device,
-        allow_pickle=args.allow_pickle,
+        merge_workers=args.merge_workers, allow_pickle=args.allow_pickle,
         download=False if args.no_download else None, evaluation=eval_options(args))
 
 

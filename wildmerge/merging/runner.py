@@ -9,8 +9,10 @@ shared disk): each merge is claimed first (``wildmerge.locks``), so they split t
 is removed only by whoever holds its merge's claim, so nobody deletes a merge that is still being written.
 """
 
+import contextlib
 import hashlib
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -177,13 +179,36 @@ def clean_leftovers(models_dir) -> int:
     return removed
 
 
+@contextlib.contextmanager
+def _cpu_share(workers: int, device: str):
+    """Worker 0 of several CPU workers uses its share of the cores, as each helper does."""
+    if workers <= 1 or device.startswith("cuda") or device == "auto":
+        yield
+        return
+    import torch
+
+    from wildmerge.cores import usable_cores
+
+    share = max(1, usable_cores() // workers)
+    before, override = torch.get_num_threads(), os.environ.get("WILDMERGE_LAPACK_THREADS")
+    torch.set_num_threads(share)
+    os.environ["WILDMERGE_LAPACK_THREADS"] = override or str(share)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        if override is None:
+            os.environ.pop("WILDMERGE_LAPACK_THREADS", None)
+
+
 def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, options, *, keep_models="all",
-             after_each=None, progress=True) -> dict:
+             after_each=None, progress=True, workers: int = 1) -> dict:
     """Merge every ``kind == "merge"`` entry not already done. ``after_each(entry)`` runs after each model is
     available (merged now or earlier), e.g. to evaluate it before ``keep_models="none"`` prunes its weights.
 
     Merges another process holds are left to it and waited for at the end; if that process died, they are merged
-    here."""
+    here. ``workers > 1`` starts that many minus one helper processes on the same plan (``merging.workers``: one
+    per GPU, or a share of the cores each); this process stays worker 0 and runs ``after_each`` for every entry."""
     from tqdm.auto import tqdm
 
     from wildmerge.plugins.recipes import load_methods
@@ -196,6 +221,12 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
     notes = {e.model_id: tokenizer_plan(e, models, methods[e.method])[1] for e in merges}
     stats = {"merged": 0, "skipped": 0, "redone": 0, "pruned": 0, "seconds": 0.0,
              "tokenizer": {k: v for k, v in notes.items() if v}}
+    helpers = []
+    if workers > 1 and merges:
+        from wildmerge.merging.workers import start_helpers
+
+        helpers = start_helpers(workers, str(options.device), run_plan, (entries, models, methods, options),
+                                {"keep_models": "all", "progress": False})
     bar = tqdm(total=len(merges), desc="merging", unit="merge", disable=not progress)
 
     def handle(entry: PlanEntry) -> None:  # runs while this process holds the entry's claim
@@ -223,7 +254,21 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
     def waiting(entry: PlanEntry, who: str) -> None:
         bar.write(f"{entry.model_id}: claimed by {who}; waiting for it")
 
-    split_work(merges, lambda e: merge_claim_file(e.path), lambda e: False, handle, on_wait=waiting)
+    with _cpu_share(workers if helpers else 1, str(options.device)):
+        split_work(merges, lambda e: merge_claim_file(e.path), lambda e: False, handle, on_wait=waiting)
     bar.close()
+    if helpers:
+        from wildmerge.merging.workers import join_helpers
+
+        stats["by_worker"] = [stats["merged"] + stats["redone"]]  # merges each worker did
+        for other in join_helpers(helpers):  # what worker 0 counted as skipped, a helper merged
+            stats["by_worker"].append(other["merged"] + other["redone"] if other else None)
+            if other:
+                done = other["merged"] + other["redone"]
+                stats["merged"] += other["merged"]
+                stats["redone"] += other["redone"]
+                stats["skipped"] -= done
+                stats["seconds"] += other["seconds"]
+        stats["workers"] = workers
     stats["seconds"] = round(stats["seconds"], 3)
     return stats
