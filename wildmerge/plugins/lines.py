@@ -22,7 +22,7 @@ from pydantic import Field
 
 from wildmerge.plugins.baselines import ConsensusOptions, consensus_sum
 from wildmerge.plugins.method_params import MethodParams, per_model
-from wildmerge.plugins.model_pass import group_folders, layer_index, num_layers, stream_tensors
+from wildmerge.plugins.model_pass import group_folders, layer_index, num_layers, stamp, stream_tensors
 from wildmerge.plugins.task_vector_method import TaskVectorMethod
 
 LINES_URL = "https://arxiv.org/abs/2410.17146"
@@ -56,8 +56,10 @@ def ta_sum(deltas: List[torch.Tensor]) -> torch.Tensor:
 
 
 @lru_cache(maxsize=8)
-def _l1_ratio(base: str, experts: Tuple[str, ...], weights: Tuple[float, ...], tall_lambda: float, k: int) -> float:
-    """``||sum_t w_t tau_t||_1 / ||consensus(...)||_1`` over every tensor of the checkpoints."""
+def _l1_ratio(base: str, experts: Tuple[str, ...], weights: Tuple[float, ...], tall_lambda: float, k: int,
+              _stamp: tuple) -> float:
+    """``||sum_t w_t tau_t||_1 / ||consensus(...)||_1`` over every tensor of the checkpoints (once per set of
+    checkpoints and settings: ``_stamp`` is ``model_pass.stamp`` of the folders)."""
     whole = kept = 0.0
     for _, b, tensors in stream_tensors(base, experts):
         b = b.to(torch.float32)
@@ -107,7 +109,8 @@ class LinesMerge(TaskVectorMethod, GroupMergeMethod):
         if not options:  # TA: the merged vector is the sum itself
             return 1.0 / n
         base, experts = group_folders(self.method_name, group, "alpha's L1 norms (alpha unset)")
-        return _l1_ratio(base, experts, tuple(weights), options["tall_lambda"], options["k"]) / n
+        return _l1_ratio(base, experts, tuple(weights), options["tall_lambda"], options["k"],
+                         stamp([base, *experts])) / n
 
 
 LINES_TA = LinesMerge("lines_ta", "LiNeS + TA", ta_sum, LinesParams)

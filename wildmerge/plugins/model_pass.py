@@ -94,15 +94,27 @@ def stream_tensors(base: str, experts: Sequence[str]) -> Iterator[Tuple[str, tor
         yield name, b, tensors
 
 
+def stamp(folders: Sequence[str]) -> tuple:
+    """(name, size, mtime) of every weight file: part of a cache key, so a checkpoint rewritten in place is read
+    again instead of answered from the cache."""
+    from wildmerge.checkpoints import weight_files
+
+    return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for folder in folders for f in weight_files(folder))
+
+
 def _squares(b: torch.Tensor, tensors: List[torch.Tensor]) -> List[float]:
     b = b.to(torch.float64)
     return [float((t.to(torch.float64) - b).square().sum()) for t in tensors]
 
 
-@lru_cache(maxsize=8)
 def squared_norms(base: str, experts: Tuple[str, ...], scope: str) -> Dict[str, Tuple[float, ...]]:
     """{group: (||tau_1||^2, ..., ||tau_T||^2)} with groups per ``scope``: ``block`` (``layers.<i>`` and every
-    other tensor alone) or ``model`` (one group, key ``model``)."""
+    other tensor alone) or ``model`` (one group, key ``model``). Computed once per set of checkpoints."""
+    return _squared_norms(base, experts, scope, stamp([base, *experts]))
+
+
+@lru_cache(maxsize=8)
+def _squared_norms(base: str, experts: Tuple[str, ...], scope: str, _stamp: tuple) -> Dict[str, Tuple[float, ...]]:
     key: Callable[[str], str] = block_of if scope == "block" else (lambda name: "model")
     sums: Dict[str, List[float]] = {}
     for name, b, tensors in stream_tensors(base, experts):
