@@ -1,0 +1,83 @@
+"""Norm imbalance acted upon (the reality-check paper, Sec. 4.3, Figs. 5-7): whom TIES's sign election follows and how
+close TA's merge is to each expert as lambda grows, against float64 computations from the checkpoint files."""
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from helpers import make_tiny_model
+from wildmerge.analysis.pool.imbalance import layer_grams
+from wildmerge.analysis.pool.lambda_similarity import best_lambda, plot_similarity, similarity_curves
+from wildmerge.analysis.pool.sign_election import sign_election
+
+
+@pytest.fixture(scope="module")
+def unequal(tmp_path_factory):
+    root = tmp_path_factory.mktemp("unequal")
+    base = make_tiny_model(root / "base", seed=0)
+    return base, {"small": make_tiny_model(root / "small", base=base, seed=1, noise=0.002),
+                  "mid": make_tiny_model(root / "mid", base=base, seed=2, noise=0.004),
+                  "big": make_tiny_model(root / "big", base=base, seed=3, noise=0.05)}
+
+
+def taus_by_tensor(base, experts):
+    b = {k: v.astype(np.float64) for k, v in load_file(f"{base}/model.safetensors").items()}
+    e = [load_file(f"{p}/model.safetensors") for p in experts.values()]
+    return {k: np.stack([x[k].astype(np.float64).ravel() - b[k].ravel() for x in e]) for k in b}
+
+
+def ref_election(taus_by_tensor, density):
+    """TIES (Yadav et al. 2023): per tensor keep the top-k |tau_t|; gamma = sign(sum); per-expert shares."""
+    kept = agree = mass = decisive = sq = 0
+    elected = 0
+    for taus in taus_by_tensor.values():
+        k = max(1, int(density * taus.shape[1]))
+        hat = np.zeros_like(taus)
+        for t in range(len(taus)):
+            top = np.argsort(-np.abs(taus[t]), kind="stable")[:k]
+            hat[t, top] = taus[t, top]
+        gamma = np.sign(hat.sum(0))
+        ok = (np.sign(hat) == gamma) & (hat != 0) & (gamma != 0)
+        kept = kept + (hat != 0).sum(1)
+        agree = agree + ok.sum(1)
+        mass = mass + (np.abs(hat) * ok).sum(1)
+        decisive = decisive + ((np.sign(hat.sum(0) - hat) != gamma) & (gamma != 0)).sum(1)
+        elected += (gamma != 0).sum()
+        sq = sq + (hat ** 2).sum(1)
+    return agree / kept, mass / mass.sum(), decisive / elected, np.sqrt(sq)
+
+
+@pytest.mark.parametrize("density", [1.0, 0.2])
+def test_sign_election_attribution_matches_reference_and_follows_the_big_expert(unequal, density):
+    base, experts = unequal
+    rows = sign_election(base, experts, density=density, progress=False)
+    agree, mass, decisive, norms = ref_election(taus_by_tensor(base, experts), density)
+    for i, r in enumerate(rows):
+        assert r["agree_share"] == pytest.approx(agree[i], rel=1e-9)
+        assert r["mass_share"] == pytest.approx(mass[i], rel=1e-9)
+        assert r["decisive_share"] == pytest.approx(decisive[i], rel=1e-9)
+        assert r["norm"] == pytest.approx(norms[i], rel=1e-9)
+    by = {r["expert"]: r for r in rows}
+    assert by["big"]["mass_share"] > 0.8 and by["big"]["agree_share"] > 0.95  # the merge follows "big"
+    if density == 1.0:  # untrimmed, the small experts decide almost no sign
+        assert by["small"]["decisive_share"] < 0.05 < by["big"]["decisive_share"]
+    else:  # trimmed per expert, entries "big" dropped are left to the others: trimming shares the election
+        assert by["small"]["decisive_share"] > 0.05
+
+
+def test_similarity_vs_lambda_matches_direct_computation(unequal, tmp_path):
+    base, experts = unequal
+    names = list(experts)
+    rows = similarity_curves(layer_grams(base, experts, progress=False)["model"], names, lambdas=(0.0, 0.3, 1.0))
+    taus = taus_by_tensor(base, experts)
+    flat = np.concatenate([t for t in taus.values()], axis=1)  # [T, all parameters]
+    total = flat.sum(0)
+    for r in rows:
+        t = names.index(r["expert"])
+        direct = 1 - np.linalg.norm(r["lambda"] * total - flat[t]) / np.linalg.norm(flat[t])
+        assert r["similarity"] == pytest.approx(direct, rel=1e-9, abs=1e-12)
+    assert [r["similarity"] for r in rows if r["lambda"] == 0.0] == pytest.approx([0.0] * 3)  # the base
+    best = best_lambda(similarity_curves(layer_grams(base, experts, progress=False)["model"], names))
+    assert best["big"] >= 0.9 and best["small"] <= 0.05  # no single lambda suits every expert (Fig. 5 right)
+    written = plot_similarity(rows, tmp_path)
+    assert all(p.is_file() for p in written.values())
