@@ -81,3 +81,28 @@ def test_similarity_vs_lambda_matches_direct_computation(unequal, tmp_path):
     assert best["big"] >= 0.9 and best["small"] <= 0.05  # no single lambda suits every expert (Fig. 5 right)
     written = plot_similarity(rows, tmp_path)
     assert all(p.is_file() for p in written.values())
+
+
+def test_balanced_and_unbalanced_subsets_and_their_comparison(unequal):
+    import pandas as pd
+
+    from wildmerge.analysis.pool.balance import balance_scorer, balance_table, expert_norms, subset_imbalance
+    from wildmerge.sampling.sampler import top_subsets
+
+    base, experts = unequal
+    norms = expert_norms(base, experts, progress=False)
+    flat = taus_by_tensor(base, experts)
+    for i, name in enumerate(experts):
+        assert norms[name] == pytest.approx(np.sqrt(sum((t[i] ** 2).sum() for t in flat.values())), rel=1e-9)
+    names = list(experts)
+    balanced = top_subsets(names, sizes=[2], k=1, score=balance_scorer(norms, balanced=True), full=False)
+    unbalanced = top_subsets(names, sizes=[2], k=1, score=balance_scorer(norms, balanced=False), full=False)
+    pair = lambda draw: sorted(next(s.experts for s in draw.subsets if s.n == 2))  # noqa: E731
+    assert pair(balanced) == ["mid", "small"] and pair(unbalanced) == ["big", "small"]
+    assert subset_imbalance(norms, ["big", "small"]) == pytest.approx(norms["big"] / norms["small"])
+    df = pd.DataFrame([{"kind": "merge", "method_label": "TA", "n": 2, "experts": e, "status": "ok", "mean": m}
+                       for e, m in [("small;mid", 60.0), ("small;big", 40.0), ("mid;big", 44.0)]])
+    (row,) = balance_table(df, norms)
+    # ratios ~2 (small, mid), ~12 (mid, big), ~25 (small, big): the median splits off the last one
+    assert row["balanced_mean"] == pytest.approx(52.0) and row["unbalanced_mean"] == pytest.approx(40.0)
+    assert row["diff_pp"] == pytest.approx(12.0) and row["balanced_ratio"] < row["unbalanced_ratio"]
