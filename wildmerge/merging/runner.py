@@ -37,6 +37,8 @@ def _calibration_data(entry: PlanEntry, expert):
     if spec is None:
         return expert.calibration
     path = ensure_generated(expert.name, expert.path, spec, generated_calibration_dir(entry.path))
+    if "n_samples" in entry.overrides:  # a sample-count sweep (Chain of Merges' Table 4): the swept count applies
+        return {"data": str(path)}
     return {"data": str(path), "n_samples": None}  # use what was generated (up to the method's default count)
 
 
