@@ -55,7 +55,7 @@ def in_process_jobs() -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="runs/proof-001")
-    p.add_argument("--methods", default="s001_ta,s001_wa,s001_ties")
+    p.add_argument("--methods", default="zhou2026_ta,zhou2026_wa,zhou2026_ties")
     p.add_argument("--suite", default="demo")
     p.add_argument("--limit", default=None, help="documents per task (lm-eval --limit)")
     p.add_argument("--select-n", type=int, default=3, help="subset size of the selection experiment")

@@ -59,7 +59,7 @@ def _group(module: str) -> str:
 def test_the_layer_table_covers_every_module():
     groups = {_group(m) for m in _graph()}
     assert groups <= set(LEVELS), groups - set(LEVELS)
-    assert {"demo", "plugins", "sampling", "eval", "analysis", "commands"} <= groups
+    assert {"demo", "plugins", "sampling", "merging", "eval", "analysis", "protocol", "commands"} <= groups
 
 
 def _excepted(module: str, target: str) -> bool:
@@ -78,7 +78,7 @@ def upward_imports(graph) -> list:
 
 def test_no_import_runs_upwards_or_sideways():
     graph = _graph()
-    assert "wildmerge.sampling.plan" in graph["wildmerge.commands.sample"]  # the graph sees function-level imports
+    assert "wildmerge.sampling.plan" in graph["wildmerge.protocol"]  # the graph sees function-level imports
     assert upward_imports({"wildmerge.eval.evaluate": {"wildmerge.analysis.report.write"}})  # and the rule bites
     assert upward_imports({"wildmerge.sampling.plan": {"wildmerge.eval.store"}})
     wrong = upward_imports(graph)
@@ -104,6 +104,29 @@ def test_no_import_cycles():
         if node not in state:
             visit(node)
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def commands_importing_commands(graph) -> list:
+    """A command is a leaf: it may share ``commands.options``, never call another command."""
+    shared = {"wildmerge.commands", "wildmerge.commands.options"}
+    return sorted(f"{module} imports {target}" for module, targets in graph.items()
+                  if module.startswith("wildmerge.commands.") and module not in shared
+                  for target in targets if target.startswith("wildmerge.commands.") and target not in shared)
+
+
+def test_no_command_imports_another():
+    assert commands_importing_commands({"wildmerge.commands.demo": {"wildmerge.commands.sample"}})  # the rule bites
+    graph = _graph()
+    assert "wildmerge.commands.options" in graph["wildmerge.commands.sample"]  # sharing options is fine
+    wrong = commands_importing_commands(graph)
+    # `analyze` is the one dispatcher: its sub-analyses are listed as module names, imported with importlib
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_helper_module_of_commands_is_no_subcommand():
+    from wildmerge.cli import SUBCOMMANDS
+
+    assert all(module != "wildmerge.commands.options" for module, _ in SUBCOMMANDS.values())
 
 
 @pytest.mark.parametrize("bottom", ["wildmerge.run", "wildmerge.hub", "wildmerge.checkpoints"])

@@ -9,8 +9,10 @@ before any merge starts.
 """
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict
 
 from wildmerge.errors import WildmergeError
 
@@ -19,17 +21,18 @@ SAFE_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*
 PICKLE_PATTERNS = ["*.bin", "*.pt", "*.pth"]
 
 
-@dataclass(frozen=True)
-class Resolved:
-    """A model reference resolved to a folder on this machine."""
+class ResolvedModel(BaseModel):
+    """A model reference resolved to a folder on this machine; the manifest records the pool's models as these."""
 
-    ref: str  # as written in the pool
-    kind: str  # "local" | "demo" | "hub"
+    model_config = ConfigDict(extra="allow")  # e.g. ``adapter``: the adapter folder a full model was made from
+
+    name: str = ""  # the pool's label (resolve_all), "base"
+    model: str  # the reference as written in the pool
+    kind: str  # local | demo | hub (| unresolved in a dry run)
     path: str  # absolute folder
-    revision: str | None = None  # commit hash for hub models
-
-    def as_dict(self) -> dict:
-        return {"model": self.ref, "kind": self.kind, "path": self.path, "revision": self.revision}
+    revision: Optional[str] = None  # commit hash for hub models
+    domain: Optional[str] = None
+    calibration: Any = None  # per-expert data for RegMean / CoM / diagnostics
 
 
 class Unresolvable(WildmergeError):
@@ -67,18 +70,19 @@ def classify(ref: str, relative_to: Path | None = None) -> tuple[str, str]:
 
 
 def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pickle=False, download=None,
-            cache_dir=None) -> Resolved:
+            cache_dir=None) -> ResolvedModel:
     """Resolve one reference; hub models come from the cache (``cache_dir`` or huggingface_hub's default), and are
     fetched when online and ``download`` (default: unless HF_HUB_OFFLINE is set)."""
     kind, norm = classify(str(ref), relative_to)
     if kind == "local":
-        return Resolved(ref, "local", norm)
+        return ResolvedModel(model=ref, kind="local", path=norm)
     if kind == "demo":
         try:
             from wildmerge.demo import resolve_demo_ref
         except ImportError:
             raise Unresolvable(f"{ref!r}: the demo family (wildmerge.demo) is not available in this install") from None
-        return Resolved(ref, "demo", str(Path(resolve_demo_ref(ref)).resolve()))  # demo/ imports nothing above it
+        path = Path(resolve_demo_ref(ref)).resolve()  # demo/ imports nothing above it
+        return ResolvedModel(model=ref, kind="demo", path=str(path))
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
@@ -92,7 +96,7 @@ def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pi
     except HfHubHTTPError as exc:
         raise Unresolvable(f"{ref!r}: the hub refused it ({exc.__class__.__name__}: {str(exc).splitlines()[0]})") from None
     path = Path(path).resolve()
-    return Resolved(ref, "hub", str(path), revision=path.name)
+    return ResolvedModel(model=ref, kind="hub", path=str(path), revision=path.name)
 
 
 def fetch_command(ref: str, revision: str | None, allow_pickle=False) -> str:
@@ -101,7 +105,7 @@ def fetch_command(ref: str, revision: str | None, allow_pickle=False) -> str:
     return f"hf download {ref}{rev} --include {include}"
 
 
-def resolve_all(refs, *, relative_to=None, allow_pickle=False, download=None) -> list[Resolved]:
+def resolve_all(refs, *, relative_to=None, allow_pickle=False, download=None) -> list[ResolvedModel]:
     """Resolve ``[(label, ref, revision)]``; every failure is collected into one error that says how to fix it."""
     from tqdm.auto import tqdm
 
@@ -109,7 +113,8 @@ def resolve_all(refs, *, relative_to=None, allow_pickle=False, download=None) ->
     hub_refs = sum(1 for _, ref, _ in refs if not ref.startswith("demo:") and not Path(ref).expanduser().exists())
     for label, ref, revision in tqdm(refs, desc="resolving models", unit="model", disable=hub_refs == 0):
         try:
-            out.append(resolve(ref, revision, relative_to=relative_to, allow_pickle=allow_pickle, download=download))
+            out.append(resolve(ref, revision, relative_to=relative_to, allow_pickle=allow_pickle, download=download)
+                       .model_copy(update={"name": label}))
         except Unresolvable as exc:
             problems.append(f"  {label}: {exc}")
             if str(exc).endswith(NOT_CACHED):  # "org/name" may also have been meant as a relative folder

@@ -12,14 +12,3 @@ def recipes_dir() -> Path:
             return candidate
     raise FileNotFoundError("wildmerge's merge_recipes/ folder is missing: reinstall the package")
 
-
-def method_recipes_dir() -> Path:
-    return recipes_dir() / "methods"
-
-
-def pools_dir() -> Path:
-    return recipes_dir() / "pools"
-
-
-def suites_dir() -> Path:
-    return recipes_dir() / "suites"

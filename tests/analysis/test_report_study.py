@@ -56,7 +56,7 @@ def test_sweep_points_stay_out_of_table_1(study):
     assert cell.loc[3, "k"] == 1 and cell.loc[3, "mean_diff_pp"] == pytest.approx(10.0)
     assert "lambda=" not in Path(written["accuracy_vs_n_svg"]).read_text()  # no one-point sweep curves
     md = Path(written["leaderboard_md"]).read_text()
-    assert "| TA | 40.0 | 33 / -1.67 | 100 / +3.00 | 100 / +10.00 |" in md
+    assert "| TA       | 40.0   | 33 / -1.67  | 100 / +3.00 | 100 / +10.00 |" in md
 
 
 def test_sweep_table_and_plot(study):
@@ -160,7 +160,7 @@ def test_homogeneous_merges_are_reported_per_domain(tiny_family, tmp_path):
     # Math-only and Medical-only (both n = 2) are never pooled into a Table 1 cell
     assert pd.read_csv(written["table_vs_base_csv"]).query("n == 2").empty
     md = Path(written["leaderboard_md"]).read_text()
-    assert "| TA | 40.0 | 50.0 (+10.00) | 35.0 (-5.00) | 50.0 (+10.00) |" in md
+    assert "| TA       | 40.0   | 50.0 (+10.00)       | 35.0 (-5.00)           | 50.0 (+10.00)         |" in md
     assert "merge method" in Path(written["homogeneous_bars_svg"]).read_text()
 
 
@@ -181,7 +181,7 @@ def test_combine_average_rows(study, tiny_family, tmp_path, capsys):
     assert avg.loc[2, "pct_beat"] == pytest.approx((100 + 0) / 2) and avg.loc[2, "bases"] == 2
     assert avg.loc[2, "reference_acc"] == pytest.approx(45.0)
     md = (out / "combined.md").read_text()
-    assert "| Average | TA | 45.0 |" in md
+    assert "| Average      | TA       | 45.0   | 17 / -4.17 | 50 / +0.50  | 100 / +7.50  |" in md
     assert main(["report", "--combine", str(run_a), "--out", str(out)]) == 2
     assert "at least two run folders" in capsys.readouterr().err
 

@@ -53,17 +53,17 @@ def test_table_vs_base_hand_computed(report):
     assert t.loc[("TIES", 2), "k"] == 1 and t.loc[("TIES", 2), "mean_diff_pp"] == pytest.approx(1.0)
     assert ("TIES", 3) not in t.index
     md = Path(written["table_vs_base_md"]).read_text().splitlines()
-    assert md[0] == "| Method | Base | n = 1 (3) | n = 2 (3) | n = 3 (1) |"
-    assert md[2] == "| TA | 40.0 | 33 / -1.67 | 33 / +1.00 | 100 / +10.00 |"
-    assert md[3] == "| TIES | 40.0 | 33 / -1.67 | 100 / +1.00 (k=1) |  |"
+    assert md[0] == "| Method   | Base   | n = 1 (3)   | n = 2 (3)         | n = 3 (1)    |"
+    assert md[2] == "| TA       | 40.0   | 33 / -1.67  | 33 / +1.00        | 100 / +10.00 |"
+    assert md[3] == "| TIES     | 40.0   | 33 / -1.67  | 100 / +1.00 (k=1) |              |"
 
 
 def test_table_vs_best_expert_hand_computed(report):
     _, written = report
     md = Path(written["table_vs_best_expert_md"]).read_text().splitlines()
     # best expert e2 = 45: experts -10, 0, -10; TA n=2: 0, -7, -5; TA n=3: +5; TIES n=2: -4
-    assert md[2] == "| TA | 45.0 | 0 / -6.67 | 0 / -4.00 | 100 / +5.00 |"
-    assert md[3] == "| TIES | 45.0 | 0 / -6.67 | 0 / -4.00 (k=1) |  |"
+    assert md[2] == "| TA       | 45.0      | 0 / -6.67   | 0 / -4.00       | 100 / +5.00 |"
+    assert md[3] == "| TIES     | 45.0      | 0 / -6.67   | 0 / -4.00 (k=1) |             |"
     lb = Path(report[1]["leaderboard_md"]).read_text()
     assert "`e2`, 45.00" in lb and "ties_3_s0 (merge) has no score: corrupt" in lb
 

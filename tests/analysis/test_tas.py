@@ -213,3 +213,15 @@ def test_sample_tune_merges_with_the_tas_choice_and_records_it(lm_family, tmp_pa
     assert len(merges) == 1
     recipe = yaml.safe_load((run / "models" / merges[0].model_id / "recipe.yml").read_text())
     assert recipe["parameters"]["lambda"] == selected["hparams"]["lambda"]
+
+
+def test_the_built_in_tuning_grids_fit_their_recipes():
+    """`sample --tune`'s grids: every key a hyperparameter of the method's recipe, at most 12 points each."""
+    from wildmerge.analysis.tas.setup import grid_points
+    from wildmerge.analysis.tas.tune import TUNE_GRIDS
+    from wildmerge.sampling.ablations import Grid
+
+    sweeps = grid_points({name: Grid(method=name, grid=grid) for name, grid in TUNE_GRIDS.items()})
+    assert set(sweeps) == set(TUNE_GRIDS)
+    for name, (method, points) in sweeps.items():
+        assert method.name == name and 1 < len(points) <= 12, name

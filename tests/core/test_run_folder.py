@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from wildmerge.errors import WildmergeError
-from wildmerge.run import SCHEMA_VERSION, Plan, RunFolder, read_merge_info
+from wildmerge.run import (SCHEMA_VERSION, EvalIndex, Plan, RunFolder, WeightChecks, generated_calibration_dir,
+                           merge_claim_file, read_eval_index, read_merge_info, read_record, weights_pruned,
+                           write_merge_info)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_v0"
 
@@ -67,6 +69,66 @@ def test_damaged_and_future_records_are_named(old_run):
     with pytest.raises(WildmergeError, match="not a run folder: plan.json is missing"):
         RunFolder(old_run.root / "models").read_plan()
     assert Plan.model_validate({"entries": [{"model_id": "b", "kind": "base", "path": "/b"}]}).entries[0].n == 0
+
+
+def test_one_reader_damaged_records_raise_or_fall_back_to_their_default(old_run):
+    """A plan or manifest holds what cannot be rebuilt: damaged, it is an error naming the file and the fix. An eval
+    index, a merge info and the weight checks are rebuilt by the next command: damaged, they read as absent."""
+    old_run.plan_path.write_text('{"entries": [')
+    with pytest.raises(WildmergeError) as err:
+        old_run.read_plan()
+    assert str(old_run.plan_path) in str(err.value) and "rerun `wildmerge sample`" in str(err.value)
+    old_run.manifest_path.write_text("[]")
+    with pytest.raises(WildmergeError, match=r"manifest.json is damaged .*restore it, or start a new run"):
+        old_run.read_manifest()
+    with pytest.raises(WildmergeError, match=r"nothing.json cannot be read .*; do this"):
+        read_record(old_run.root / "nothing.json", Plan, "do this")
+
+    model = old_run.model_dir("ta__n03_full")
+    info = read_merge_info(model)
+    assert info.method == "ta" and not weights_pruned(model)
+    (model / "merge_info.json").write_text('{"model_id": ')
+    assert read_merge_info(model) is None and not weights_pruned(model)  # merged again
+    write_merge_info(model, info.model_copy(update={"weights_pruned": True}))
+    assert weights_pruned(model)
+
+    assert set(old_run.read_eval_index("demo").models)
+    (old_run.eval_dir("demo") / "index.json").write_text('{"models": ["not", "a", "dict"]}')
+    assert old_run.read_eval_index("demo") == EvalIndex() == read_eval_index(old_run.root / "no_store")
+
+    assert old_run.read_weight_checks() == WeightChecks()  # absent
+    old_run.write_weight_checks(WeightChecks(finite={"/w.safetensors": "1:2"}))
+    assert old_run.read_weight_checks().finite == {"/w.safetensors": "1:2"}
+    old_run.weight_checks_path.write_text("{")
+    assert old_run.read_weight_checks() == WeightChecks()
+
+
+def test_every_path_of_a_run_comes_from_the_run_folder(old_run):
+    root = old_run.root
+    model = old_run.model_dir("ta__n03_full")
+    assert RunFolder.of_model(model).root == root
+    assert merge_claim_file(model) == old_run.merge_claim("ta__n03_full") == root / "claims" / "merge-ta__n03_full.lock"
+    assert generated_calibration_dir(model) == old_run.calibration_dir == root / "calibration"
+    assert old_run.report_claim.parent == old_run.claims_dir and old_run.report_dir() == root / "report"
+    assert old_run.norms_cache.parent == root / "eval" and "norms.json" not in old_run.evaluated_suites()
+    assert {old_run.tune_dir.name, old_run.weight_checks_path.name, old_run.demo_report_json.name} == {
+        "tune", "weight_checks.json", "report.json"}
+
+
+def test_the_manifest_records_resolved_models_as_the_resolver_returns_them(old_run, tmp_path):
+    """One type for a resolved model: the resolver's answer is the manifest's record, with the same field names."""
+    from wildmerge import hub
+    from wildmerge.hub import resolve_all
+    from wildmerge.run import ResolvedModel
+
+    assert ResolvedModel is hub.ResolvedModel
+    written = json.loads(old_run.manifest_path.read_text())["models"]["base"]
+    base = old_run.read_manifest().models.base
+    assert isinstance(base, ResolvedModel) and base.model_dump(include=set(written)) == written
+    (tmp_path / "m").mkdir()
+    (resolved,) = resolve_all([("x0", str(tmp_path / "m"), None)])
+    assert isinstance(resolved, ResolvedModel) and (resolved.name, resolved.kind) == ("x0", "local")
+    assert list(resolved.model_dump()) == ["name", "model", "kind", "path", "revision", "domain", "calibration"]
 
 
 def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path):

@@ -160,6 +160,33 @@ def test_cache_is_reused_without_rebuilding(family, cache, capsys):
     assert "rebuilding" not in capsys.readouterr().out
 
 
+def test_a_build_waits_for_a_live_holder_of_its_lock_and_not_for_a_killed_one(family, cache):
+    """The build lock is wildmerge.locks' claim: a second process waits, and a holder killed with SIGKILL (as the
+    out-of-memory killer would) leaves no stuck lock."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    lock = cache / f".{family_key(0, True)}.lock"
+    code = ("import sys, time; from wildmerge.locks import try_claim; c = try_claim(sys.argv[1]); "
+            "print('held', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
+    result = {}
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        waiting = threading.Thread(target=lambda: result.update(
+            ensure_family(cache, seed=0, quick=True, progress=False)))
+        waiting.start()
+        time.sleep(1.0)
+        assert waiting.is_alive() and not result  # waits while the holder lives
+    finally:
+        holder.kill()
+        holder.wait()
+    waiting.join(60)
+    assert result == family
+
+
 def test_corrupted_partial_and_leftover_caches_are_rebuilt(tmp_path, capsys):
     info = ensure_family(tmp_path, seed=2, quick=True, progress=False)
     root = Path(info["root"])
@@ -229,7 +256,7 @@ def test_cli_build_reuses_the_cache_and_refuses_bad_options(family, cache, capsy
 def test_report_scores_every_model_and_resumes(family, tmp_path, capsys):
     """The honest-signal report through the real pipeline: base, experts and their average (the `ta` recipe with
     normalised weights, checked against a float64 mean), scored by the harness, resumable like any run."""
-    from wildmerge.commands.demo import family_report
+    from wildmerge.protocol import family_report
     from wildmerge.run import RunFolder
 
     table = family_report(family, out_dir=tmp_path, limit=4)

@@ -141,7 +141,7 @@ def test_chat_template_only_is_fine_for_layerwise(lm_family, odd_experts):  # no
 
 
 PER_TENSOR = ["ta", "ties", "model_stock", "tsv_m", "iso_c", "iso_cts", "ta_sb", "ties_sb", "metagpt", "norm_avg",
-              "s001_dare", "s001_wa"]
+              "zhou2026_dare", "zhou2026_wa"]
 
 
 def test_every_per_tensor_method_merges_aligned_rows_as_if_pre_aligned(lm_family, odd_experts, tmp_path):  # noqa: F811

@@ -61,3 +61,8 @@ def test_adapter_expert_is_materialised_once_and_merged(lm_family, adapter, tmp_
     stamp = (tmp_path / "cache").stat().st_mtime_ns, sorted(p.name for p in (tmp_path / "cache").iterdir())
     assert main(argv) == 0  # reused, not rebuilt
     assert ((tmp_path / "cache").stat().st_mtime_ns, sorted(p.name for p in (tmp_path / "cache").iterdir())) == stamp
+
+    # --no-full holds with adapter experts too (the materialised folder's variable once shadowed the setting)
+    assert main([*argv[:4], str(tmp_path / "alone"), *argv[5:], "--no-full"]) == 0
+    manifest = json.loads((tmp_path / "alone" / "manifest.json").read_text())
+    assert [s["n"] for s in manifest["subsets"]] == [1, 1] and manifest["sampling"]["full"] is False

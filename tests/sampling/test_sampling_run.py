@@ -17,17 +17,6 @@ from helpers import ARGS, METHODS, assert_same_models, leftovers, sample, tensor
 from wildmerge.cli import main
 
 
-
-
-
-
-
-
-
-
-
-
-
 @pytest.fixture(scope="module")
 def pool(tiny_family, tmp_path_factory):
     return write_pool(tmp_path_factory.mktemp("pool"), tiny_family)
@@ -212,9 +201,11 @@ def test_keep_models_none_prunes_after_each(pool, tmp_path):
     from wildmerge.sampling.pools import load_pool
     from wildmerge.run import read_merge_info
     from wildmerge.merging.runner import merge_options, run_plan
+    from wildmerge.sampling.settings import Sampling
 
     run = tmp_path / "run"
-    manifest, models = prepare(run, load_pool(pool), sizes=(1,), k=1)
+    loaded = load_pool(pool)
+    manifest, models = prepare(run, loaded, Sampling.of(loaded, sizes=[1], k=1))
     methods = load_methods(["ta"])
     entries = build_entries(run, manifest.subsets, models, methods, {})
     seen = []

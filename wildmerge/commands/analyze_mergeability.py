@@ -3,6 +3,7 @@
 import argparse
 from pathlib import Path
 
+from wildmerge.commands.options import comma_list
 from wildmerge.errors import ConfigError
 
 HELP = "the 28 pairwise mergeability metrics of every pair of experts (Zhou et al. 2026)"
@@ -12,16 +13,12 @@ DESCRIPTION = ("Weight-space (task vector, effective rank, subspace), activation
                "(pair x metric) and metrics.json (settings, scope, diagnostics).")
 
 
-def _csv(text: str) -> list:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
 def configure(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--pool", help="pool name or YAML path (default: demo)")
     src.add_argument("--run", help="a run folder: use its manifest's resolved pool")
-    p.add_argument("--exclude", action="append", default=[], type=_csv, help="leave these experts out")
-    p.add_argument("--groups", type=_csv, default=["weights", "activations", "gradients"],
+    p.add_argument("--exclude", action="append", default=[], type=comma_list, help="leave these experts out")
+    p.add_argument("--groups", type=comma_list, default=["weights", "activations", "gradients"],
                    help="comma-separated: weights, activations, gradients (default: all three)")
     p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/mergeability)")
     p.add_argument("--cache", help="per-model statistics cache (default: <out>/cache)")

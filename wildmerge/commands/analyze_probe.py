@@ -3,6 +3,8 @@
 import argparse
 from pathlib import Path
 
+from wildmerge.commands.options import comma_ints
+
 HELP = "fresh-head probe: native vs a new linear head on frozen features (is the knowledge still there?)"
 DESCRIPTION = ("For every model of a run (or --model), on the suite's tasks with train / validation / test splits and "
                "a fixed label set: native accuracy N, fresh-head accuracy FH (AdamW 1e-3, wd 1e-4, batch 64, 10 "
@@ -11,20 +13,13 @@ DESCRIPTION = ("For every model of a run (or --model), on the suite's tasks with
                "ensemble and the centroid-routed composer of every subset as lm-eval-scored baselines.")
 
 
-def _ints(text: str) -> list:
-    try:
-        return [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", nargs="?", help="run folder (omit with --model)")
     p.add_argument("--suite", required=True, help="suite name or YAML (demo family: demo_probe)")
     p.add_argument("--model", action="append", default=[], help="probe this model instead of a run (repeatable)")
     p.add_argument("--models", help="comma-separated model ids of the run to probe (default: all)")
     p.add_argument("--reference", help="joint reference model J for R and U (demo family: demo:joint)")
-    p.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="fresh-head seeds (default 0,1,2)")
+    p.add_argument("--seeds", type=comma_ints, default=[0, 1, 2], help="fresh-head seeds (default 0,1,2)")
     p.add_argument("--device", default="cpu", help="device for the frozen models (cpu, cuda, cuda:1)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1: on a shared CPU more "

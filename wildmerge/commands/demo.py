@@ -1,14 +1,13 @@
 """``wildmerge demo build|report``: build (or reuse) the synthetic family; score it with lm-eval.
 
-The report is an ordinary run of the protocol: a run folder (``<family>-report/``) whose plan holds the base, every
-expert and one merge of all experts (the ``ta`` recipe: with normalised weights, the plain mean), evaluated by the
+The report is an ordinary run of the protocol (``wildmerge.protocol.family_report``): a run folder
+(``<family>-report/``) whose plan holds the base, every expert and one merge of all experts, evaluated by the
 harness on the demo suite and read back through the leaderboard's score table.
 """
 
 import argparse
-from pathlib import Path
 
-from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.errors import ConfigError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,37 +48,7 @@ def run(args) -> int:
         return 0
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
+    from wildmerge.protocol import family_report
+
     family_report(info, out_dir=args.report_dir, limit=args.limit)
     return 0
-
-
-def family_report(info: dict, out_dir=None, limit=None) -> dict:
-    """Merge, evaluate and tabulate the family through the real pipeline; resumable like any run."""
-    from wildmerge.analysis.report.scores import collect_scores
-    from wildmerge.atomic import write_json, write_text
-    from wildmerge.commands.sample import run_protocol
-    from wildmerge.demo.report import AVERAGE, default_report_dir, family_table, format_table, table_csv
-    from wildmerge.eval.evaluate import evaluate_run
-    from wildmerge.eval.suites import load_suite
-    from wildmerge.plugins.recipes import load_methods
-    from wildmerge.sampling.pools import load_pool
-
-    run_dir = Path(out_dir) if out_dir else default_report_dir(info)
-    pool = load_pool(info["pool_file"])
-    settings = dict(seed=info["seed"], sizes=[1], k=1, full=True, homogeneous=False)
-    run_protocol(run_dir, pool, settings, load_methods(["ta"]), {})
-    suite = load_suite("demo").model_copy(update={"include_path": info["tasks"]})  # this family's own task files
-    summary = evaluate_run(run_dir, suite, overrides={"limit": limit} if limit else None)
-    if summary["failed"]:
-        raise WildmergeError(f"{len(summary['failed'])} model(s) could not be scored; see {summary['store']}")
-    df, labels, _ = collect_scores(run_dir, suite.name)
-    names = {t.name: t.task for t in suite.tasks}
-    scores = {}
-    for row in df.to_dict("records"):
-        label = {"base": "base", "expert": row["experts"], "merge": AVERAGE}[row["kind"]]
-        scores[label] = {names[c]: row[c] / 100.0 for c in labels}
-    table = family_table(info, scores)
-    write_json(run_dir / "report.json", table)
-    write_text(run_dir / "report.csv", table_csv(table, info["task_names"]))
-    print(format_table(table, info["task_names"]))
-    return table

@@ -6,7 +6,6 @@ folder is rebuilt, never used. Builds go through ``atomic_dir`` under a per-key 
 leaves nothing half-made and two processes never build the same family at once.
 """
 
-import fcntl
 import json
 import os
 import shutil
@@ -15,6 +14,7 @@ from pathlib import Path
 from wildmerge.atomic import atomic_dir, write_text
 from wildmerge.demo import spec as S
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
+from wildmerge.locks import wait_claim
 
 _VALIDATED: set = set()  # stat signatures of families already checksummed in this process
 
@@ -167,13 +167,11 @@ def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: i
     key = family_key(seed, quick)
     root = cache / key
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        lock = open(cache / f".{key}.lock", "w")
+        claim = wait_claim(cache / f".{key}.lock")
     except OSError as exc:
         raise WildmergeError(f"cannot write the demo cache {cache} ({exc}); set WILDMERGE_DEMO_CACHE "
                              f"or pass --out to a writable folder") from exc
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with claim:
         reason = "rebuild asked" if rebuild else (None if _signature(root) in _VALIDATED else problem(root))
         if reason is not None:
             if root.exists():

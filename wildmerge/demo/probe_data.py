@@ -15,7 +15,6 @@ writes a sibling folder ``<family>-probe-seed<S>/`` with
 """
 
 import copy
-import fcntl
 import json
 import random
 from pathlib import Path
@@ -24,6 +23,7 @@ from wildmerge.atomic import atomic_dir, write_json, write_text
 from wildmerge.demo import spec as S
 from wildmerge.demo.skills import ATTRIBUTES, SKILLS, Item, Mixture, conflict_world, eval_items, make_world
 from wildmerge.errors import ConfigError
+from wildmerge.locks import wait_claim
 
 PROBE_VERSION = 1
 MANIFEST = "probe.json"
@@ -175,8 +175,7 @@ def ensure_probe_data(info: dict, seed: int = 0, threads: int = 1, progress: boo
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"probe seed must be a non-negative integer, got {seed!r}")
     root = probe_root(info, seed)
-    with open(root.with_name(f".{root.name}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with wait_claim(root.with_name(f".{root.name}.lock")):
         if not _intact(root):
             with atomic_dir(root) as tmp:
                 _build(Path(tmp), info, seed, threads, progress)

@@ -23,7 +23,7 @@ from wildmerge.eval.store import FAILED, OK, ResultStore, write_result
 from wildmerge.eval.worker import needs_run
 from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
 from wildmerge.hub import resolve_path
-from wildmerge.run import EvalIndex, PlanEntry, RunFolder, read_eval_index, read_merge_info, write_eval_index
+from wildmerge.run import EvalIndex, PlanEntry, RunFolder, weights_pruned, write_eval_index
 
 
 def apply_overrides(suite: Suite, overrides: Optional[Dict[str, Any]]) -> Suite:
@@ -68,13 +68,13 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     include_path = suite.resolved_include_path()
     include_defaults = check_tasks(suite)  # unknown task names fail here, before any model is loaded
     store = ResultStore(store_root).prepare()
-    write_text(store.root / "suite.yml", yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False))
-    cache = FingerprintCache(store.root / "fingerprints.json")
+    write_text(store.suite_file, yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False))
+    cache = FingerprintCache(store.fingerprints_file)
     jobs: Dict[str, Dict[str, Any]] = {}
     fingerprints: Dict[str, Any] = {}  # model id -> (entry, fingerprint), for screening
     # Earlier evaluations stay in the index: a partial evaluation (``model_ids``) must not drop them, and a merged
     # model whose weights were deleted after scoring (``--keep-models none``) keeps its score.
-    previous = read_eval_index(store.root)
+    previous = store.index()
     index: Dict[str, str] = dict(previous.models)
     for e in tqdm(entries, desc="fingerprint models", unit="model"):
         try:
@@ -83,7 +83,7 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
             if strict:
                 raise
             old = index.get(e.model_id)
-            if old and store.load(old)["status"] == OK and _weights_pruned(e.path):
+            if old and store.load(old)["status"] == OK and weights_pruned(e.path):
                 continue
             job_id = f"{suite.name}-invalid-{hashlib.sha256(str(e.path).encode()).hexdigest()[:12]}"
             write_result(store.result_path(job_id), _invalid_record(job_id, suite, str(e.path), str(exc)))
@@ -153,13 +153,12 @@ def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, executor: str, 
     """Run the jobs no other command on this store is running; wait for the ones it is, and run those whose
     holder died without a result. Two ``wildmerge eval`` on one run thus split the jobs instead of doubling them."""
     from wildmerge.locks import try_claim, wait_claim
-    from wildmerge.run import eval_claim_file
 
     before = {job["job_id"]: store.load(job["job_id"])["status"] for job in todo}
     changed = lambda job: store.load(job["job_id"])["status"] != before[job["job_id"]]  # noqa: E731
     claims, mine, busy = [], [], []
     for job in todo:
-        claim = try_claim(eval_claim_file(store.root, job["job_id"]))
+        claim = try_claim(store.claim_path(job["job_id"]))
         if claim is None:
             busy.append(job)
             continue
@@ -174,14 +173,9 @@ def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, executor: str, 
     if busy:
         print(f"{len(busy)} job(s) are being run by another command on {store.root}; waiting for them")
     for job in busy:
-        with wait_claim(eval_claim_file(store.root, job["job_id"])):
+        with wait_claim(store.claim_path(job["job_id"])):
             if not changed(job):  # its holder died without a result: run it here
                 run_jobs([job], executor, **options)
-
-
-def _weights_pruned(path) -> bool:
-    info = read_merge_info(path)
-    return bool(info and info.weights_pruned)
 
 
 def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = False,

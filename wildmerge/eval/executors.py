@@ -9,7 +9,6 @@ engine error for one job, is recorded and the others go on.
 
 import socket
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -17,7 +16,7 @@ from tqdm.auto import tqdm
 
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.eval.local import run_local
-from wildmerge.eval.store import FAILED, read_result, write_result
+from wildmerge.eval.store import FAILED, ResultStore, read_result, write_result
 from wildmerge.eval.worker import base_record, run_job
 
 Callback = Optional[Callable[[Dict[str, Any]], None]]
@@ -130,7 +129,7 @@ def run_slurm(jobs: List[Dict[str, Any]], on_done: Callback = None, folder: Opti
         raise WildmergeError("--executor slurm needs submitit: pip install 'wildmerge[slurm]'") from None
     if not jobs:
         return []
-    folder = folder or str(Path(jobs[0]["result_path"]).parent.parent / "slurm")
+    folder = folder or str(ResultStore.of_result(jobs[0]["result_path"]).slurm_dir)
     executor = submitit.AutoExecutor(folder=folder, cluster=slurm_cluster)
     params = {"timeout_min": int(slurm_time), "cpus_per_task": int(cpus_per_job),
               "slurm_array_parallelism": int(slurm_array_parallelism), "name": "wildmerge-eval"}

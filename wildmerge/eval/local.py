@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 from tqdm.auto import tqdm
 
 from wildmerge.atomic import write_json
-from wildmerge.eval.store import FAILED, OK, read_result
+from wildmerge.eval.store import FAILED, OK, ResultStore, read_result
 from wildmerge.eval.worker import lost_record
 
 STARTUP_TIMEOUT = 600.0  # importing lm-eval on a busy node
@@ -107,7 +107,7 @@ class Worker:
         """The job's result record; the worker is replaced if it hung or died."""
         if self.proc is None:
             self.start()
-        job_file = Path(job["result_path"]).parent.parent / "jobs" / f"{job['job_id']}.json"
+        job_file = ResultStore.of_result(job["result_path"]).job_path(job["job_id"])
         write_json(job_file, job)
         started = time.time()
         try:
@@ -166,7 +166,7 @@ def run_local(jobs: List[Dict[str, Any]], on_done: Optional[Callable] = None, wo
     if not jobs:
         return []
     envs = worker_envs(workers)[: len(jobs)]
-    logs = Path(jobs[0]["result_path"]).parent.parent / "logs"
+    logs = ResultStore.of_result(jobs[0]["result_path"]).logs_dir
     todo: "queue.Queue" = queue.Queue()
     for job in jobs:
         todo.put(job)

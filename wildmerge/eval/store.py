@@ -6,6 +6,9 @@ Layout of a store folder (``RUN/eval/<suite>/`` for a run)::
     suite.yml             the suite as it was run
     results/<job>.json    status ok|failed, scores, lm-eval output, versions, settings, fingerprint, checksum
     logs/<job>.log        the worker's stdout and stderr
+    jobs/<job>.json       the job as handed to a worker
+    claims/<job>.lock     held while a command runs the job (``wildmerge.locks``)
+    slurm/                submitit's folder for --executor slurm
     fingerprints.json     cached per-file hashes
 """
 
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from wildmerge.atomic import clean_stale_tmp, write_json
-from wildmerge.run import EvalIndex, read_eval_index
+from wildmerge.run import CLAIMS, EVAL_INDEX, EvalIndex, read_eval_index
 
 OK, FAILED, CORRUPT, MISSING = "ok", "failed", "corrupt", "missing"
 REQUIRED_KEYS = ("job_id", "status", "fingerprint", "settings")
@@ -59,8 +62,20 @@ def read_result(path) -> Dict[str, Any]:
 
 
 class ResultStore:
+    """Paths of one result store; the only code that knows its layout."""
+
     def __init__(self, root):
         self.root = Path(root)
+        self.index_path = self.root / EVAL_INDEX
+        self.suite_file = self.root / "suite.yml"
+        self.fingerprints_file = self.root / "fingerprints.json"
+        self.logs_dir = self.root / "logs"
+        self.slurm_dir = self.root / "slurm"
+
+    @classmethod
+    def of_result(cls, result_path) -> "ResultStore":
+        """The store that holds ``<store>/results/<job>.json`` (a job carries its result path, not its store)."""
+        return cls(Path(result_path).parent.parent)
 
     def prepare(self) -> "ResultStore":
         for sub in ("results", "logs", "jobs"):
@@ -72,10 +87,14 @@ class ResultStore:
         return self.root / "results" / f"{job_id}.json"
 
     def log_path(self, job_id: str) -> Path:
-        return self.root / "logs" / f"{job_id}.log"
+        return self.logs_dir / f"{job_id}.log"
 
     def job_path(self, job_id: str) -> Path:
         return self.root / "jobs" / f"{job_id}.json"
+
+    def claim_path(self, job_id: str) -> Path:
+        """The lock file that claims one job, so two commands on one store split the jobs."""
+        return self.root / CLAIMS / f"{job_id}.lock"
 
     def load(self, job_id: str) -> Dict[str, Any]:
         return read_result(self.result_path(job_id))

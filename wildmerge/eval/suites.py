@@ -15,11 +15,10 @@ Unknown keys are errors that list the valid ones (lm-eval and mergekit would sil
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from wildmerge.errors import ConfigError, did_you_mean
-from wildmerge.paths import suites_dir
+from wildmerge.named_files import find_named_file, list_names, read_yaml
 
 
 class SuiteTask(BaseModel):
@@ -142,7 +141,7 @@ def _check_unknown_keys(data: dict, where: str) -> None:
 
 
 def list_suites() -> List[str]:
-    return sorted(p.stem for p in suites_dir().glob("*.yml"))
+    return list_names("suites")
 
 
 def suite_from_dict(data: Any, where: str = "suite") -> Suite:
@@ -160,19 +159,8 @@ def load_suite(name_or_path: Union[str, Path, Suite]) -> Suite:
     """A shipped suite by name (``paper16``) or a suite YAML file by path."""
     if isinstance(name_or_path, Suite):
         return name_or_path
-    path = Path(name_or_path).expanduser()
-    if not path.is_file():
-        if path.suffix in (".yml", ".yaml") or "/" in str(name_or_path):
-            raise ConfigError(f"suite file {str(path)!r} does not exist")
-        path = suites_dir() / f"{name_or_path}.yml"
-        if not path.is_file():
-            valid = list_suites()
-            raise ConfigError(f"unknown suite {str(name_or_path)!r}{did_you_mean(name_or_path, valid)}; shipped "
-                              f"suites: {', '.join(valid) or 'none'}; or give the path of a suite YAML file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"suite file {path} is not valid YAML: {exc}") from None
+    path = find_named_file("suites", name_or_path, "suite")
+    data = read_yaml(path, "suite")
     suite = suite_from_dict(data, where=f"suite file {path}")
     suite.source = str(path.resolve())
     return suite

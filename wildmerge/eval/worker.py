@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from wildmerge.atomic import write_json
-from wildmerge.eval.store import FAILED, OK, read_result, write_result
+from wildmerge.eval.store import FAILED, OK, ResultStore, read_result, write_result
 
 LM_EVAL_KEYS = ("results", "groups", "group_subtasks", "n-shot", "n-samples", "versions", "higher_is_better",
                 "date", "lm_eval_version", "transformers_version", "max_length")
@@ -264,7 +264,7 @@ def _tail(path, lines: int = 15) -> str:
 
 def run_job(job: Dict[str, Any], job_file: str = "") -> Dict[str, Any]:
     """Run ``job`` in a fresh process and return its result record; a crash becomes a ``failed`` record."""
-    job_file = job_file or str(Path(job["result_path"]).parent.parent / "jobs" / f"{job['job_id']}.json")
+    job_file = job_file or str(ResultStore.of_result(job["result_path"]).job_path(job["job_id"]))
     write_json(job_file, job)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     cmd: List[str] = [sys.executable, "-m", "wildmerge.eval.worker", job_file]

@@ -21,7 +21,7 @@ from wildmerge.atomic import atomic_dir
 from wildmerge.locks import split_work, try_claim
 from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
 from wildmerge.run import (RECIPE, MergeInfo, PlanEntry, PoolModels, generated_calibration_dir, merge_claim_file,
-                           read_merge_info, write_merge_info)
+                           read_merge_info, weights_pruned, write_merge_info)
 from wildmerge.expert_data.generate import ensure_generated, generate_spec
 from wildmerge.merging.model_card import write_card
 from wildmerge.plugins.recipes import split_hparams
@@ -87,11 +87,6 @@ def prune_weights(path) -> None:
     write_merge_info(path, info.model_copy(update={"weights_pruned": True}))  # first: a kill mid-prune leaves 'done'
     for f in list(path.glob("*.safetensors")) + list(path.glob("*.safetensors.index.json")):
         f.unlink(missing_ok=True)
-
-
-def _pruned(path) -> bool:
-    info = read_merge_info(path)
-    return bool(info and info.weights_pruned)
 
 
 def recipe_text(entry: PlanEntry, recipe: dict, models: PoolModels, note: str | None = None) -> str:
@@ -200,7 +195,7 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
         recipe, digest = render(entry, models, methods[entry.method])
         if is_done(entry.path, digest):
             stats["skipped"] += 1
-            if _pruned(entry.path):
+            if weights_pruned(entry.path):
                 bar.update()
                 return  # pruned only after after_each finished with it
         else:
@@ -212,7 +207,7 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
                                           recipe_text(entry, recipe, models, notes[entry.model_id]), options, models)
         if after_each is not None:
             after_each(entry)
-        if keep_models == "none" and not _pruned(entry.path):
+        if keep_models == "none" and not weights_pruned(entry.path):
             prune_weights(entry.path)
             stats["pruned"] += 1
         bar.update()

@@ -2,26 +2,31 @@
 
 ``merge_recipes/methods/<name>.yml`` holds one method with the paper's hyperparameters::
 
-    name: ta                       # file name, used on the command line
+    name: ta                       # file name, used on the command line and in merge ids
     label: TA                      # as in the paper's tables
     min_experts: 1                 # optional
     recipe: {merge_method: task_arithmetic, parameters: {lambda: 1.0, normalize: true}, dtype: float32}
     model_parameters: {weight: 1.0}   # given to every expert
 
-``render_recipe`` turns it into a complete mergekit YAML dict that the stock ``mergekit-yaml`` runs.
+``render_recipe`` turns it into a complete mergekit YAML dict that the stock ``mergekit-yaml`` runs. This module is
+the one home of a method recipe: loading, defaults, the hyperparameter split, merge ids, labels and display order.
 """
 
 import copy
+import functools
 import json
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from wildmerge.errors import ConfigError, did_you_mean
-from wildmerge.paths import method_recipes_dir
+from wildmerge.named_files import find_named_file, list_names, read_yaml
+
+# recipe names from before papers were named by authors and year: they load the renamed file but keep the old name,
+# so the merge ids (and the model folders) of runs planned with them stay the same
+ALIASES = {f"s001_{m}": f"zhou2026_{m}" for m in ("ta", "ties", "dare", "wa")}
 
 
 class MethodRecipe(BaseModel):
@@ -36,21 +41,20 @@ class MethodRecipe(BaseModel):
 
 
 def list_method_recipes() -> List[str]:
-    return sorted(p.stem for p in method_recipes_dir().glob("*.yml"))
+    """The shipped recipes by their current names (aliases are not listed)."""
+    return list_names("methods")
 
 
 def load_method_recipe(name_or_path: Union[str, Path]) -> MethodRecipe:
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = method_recipes_dir() / f"{name_or_path}.yml"
-        if not path.is_file():
-            valid = list_method_recipes()
-            raise ConfigError(f"unknown method {str(name_or_path)!r}{did_you_mean(name_or_path, valid)}; "
-                              f"valid methods: {', '.join(valid)}")
+    """A shipped recipe by name (an old name in ``ALIASES`` keeps that name) or a recipe file by path."""
+    path = find_named_file("methods", name_or_path, "method", ALIASES)
     try:
-        return MethodRecipe.model_validate(yaml.safe_load(path.read_text()))
-    except (ValidationError, yaml.YAMLError) as exc:
+        method = MethodRecipe.model_validate(read_yaml(path, "method recipe"))
+    except ValidationError as exc:
         raise ConfigError(f"method recipe {path} is invalid: {exc}") from None
+    if str(name_or_path) in ALIASES:
+        method.name = str(name_or_path)
+    return method
 
 
 def _base_dtype(base: str) -> Optional[str]:
@@ -113,15 +117,10 @@ def _fmt(v) -> str:
     return safe_name(v)
 
 
-def load_methods(names):
-    """Method recipes by name; unknown names fail with the list of valid ones."""
-    valid = list_method_recipes()
-    out = {}
-    for n in names:
-        if n not in valid:
-            raise ConfigError(f"unknown method {n!r}{did_you_mean(n, valid)}; valid methods: {', '.join(valid)}")
-        out[n] = load_method_recipe(n)
-    return out
+def load_methods(names) -> Dict[str, MethodRecipe]:
+    """{name: recipe} in the order given (a recipe file's path works too); an unknown name fails with the list of
+    valid ones."""
+    return {n: load_method_recipe(n) for n in names}
 
 
 def default_hparams(method) -> dict:
@@ -145,3 +144,28 @@ def split_hparams(method, hparams: dict) -> tuple[dict, dict]:
 def merge_id(method: str, subset_id: str, overrides: dict) -> str:
     suffix = "_".join(f"{safe_name(k)}-{_fmt(v)}" for k, v in sorted(overrides.items()))
     return f"{method}__{subset_id}" + (f"__{suffix}" if suffix else "")
+
+
+# --- a method in tables: label and display order --------------------------------------------------------------
+
+METHOD_ORDER = ["ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c", "iso_cts", "regmean", "com"]
+# labels of methods whose recipe is no longer shipped, and of the baselines that are not merges (compositions)
+LABELS = {"ta": "TA", "model_stock": "Model Stock", "ties": "TIES", "ta_sb": "TA+SB", "ties_sb": "TIES+SB",
+          "tsv_m": "TSV-M", "iso_c": "Iso-C", "iso_cts": "Iso-CTS", "regmean": "RegMean", "com": "CoM",
+          "ensemble": "Ensemble", "composer": "Composer"}
+
+
+@functools.lru_cache(maxsize=None)  # one YAML read per method, not per model (545 models: 7 s -> 0)
+def method_label(method: Optional[str]) -> str:
+    """The label of the paper's tables: the recipe's ``label``, else a known one, else the name itself."""
+    if not method:
+        return ""
+    try:
+        return load_method_recipe(method).label
+    except ConfigError:  # a method recipe that is no longer shipped
+        return LABELS.get(method, method)
+
+
+def display_rank(method: Optional[str]) -> int:
+    """Where a method's rows go in tables: the paper's order, every other method after it."""
+    return METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER)

@@ -15,10 +15,10 @@ several grids names them ``<preset>:<part>``; the report's sweep tables put the 
 import itertools
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.named_files import read_yaml
 
 LAMBDAS = [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9, 10.0]
 
@@ -80,12 +80,12 @@ def load_grids(names=(), path=None) -> dict[str, Grid]:
             raise ConfigError(f"unknown ablation {name!r}{did_you_mean(name, presets)}; "
                               f"valid: all, {', '.join(presets)}")
     if path:
+        if not Path(path).is_file():
+            raise ConfigError(f"grid file {path} does not exist")
+        data = read_yaml(path, "grid")
         try:
-            data = yaml.safe_load(Path(path).read_text())
             out.update({k: Grid.model_validate(v) for k, v in (data or {}).items()})
-        except FileNotFoundError:
-            raise ConfigError(f"grid file {path} does not exist") from None
-        except (ValidationError, yaml.YAMLError, AttributeError) as exc:
+        except (ValidationError, AttributeError) as exc:
             raise ConfigError(f"grid file {path} is invalid (expected {{name: {{method, grid: {{param: [values]}}}}}}, "
                               f"valid keys per grid: {', '.join(Grid.model_fields)}): {exc}") from None
     return out

@@ -32,11 +32,11 @@ def _unresolved(name, ref, domain=None) -> ResolvedModel:
     return ResolvedModel(name=name, model=ref, kind="unresolved", path=ref, domain=domain)
 
 
-def print_dry_run(run_dir, pool, settings, methods, grids, args) -> int:
+def print_dry_run(run_dir, pool, sampling, methods, grids, keep_models: str = "all", scorer=None) -> int:
     from wildmerge.sampling.plan import build_entries
 
-    existing = check_same(run_dir, pool, **settings)
-    draw = None if existing else draw_for(pool, **settings)
+    existing = check_same(run_dir, sampling)
+    draw = None if existing else draw_for(pool, sampling, scorer)
     subsets = existing.subsets if existing else [SubsetRecord(**s.as_dict()) for s in draw.subsets]
     notes = existing.notes if existing else draw.notes
     models = PoolModels(base=_unresolved("base", pool.base.model),
@@ -55,9 +55,9 @@ def print_dry_run(run_dir, pool, settings, methods, grids, args) -> int:
     if size is None:
         print("  disk: unknown (the base is not on this machine yet, or is the demo family, built on first use)")
     else:
-        need = size * (min(todo, 1) if args.keep_models == "none" else todo)
+        need = size * (min(todo, 1) if keep_models == "none" else todo)
         print(f"  disk: {size / 1e9:.3g} GB per merged model, {need / 1e9:.3g} GB needed for the merges to do "
-              f"(--keep-models {args.keep_models})")
+              f"(--keep-models {keep_models})")
     print(f"  models evaluated: {len(entries)} (base, {len(pool.experts)} experts, {len(merges)} merges)")
     print("  plan:")
     for e in merges:

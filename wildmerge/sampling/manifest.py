@@ -5,7 +5,6 @@ same expert sets) and these revisions (so a hub repository that moved on is not 
 """
 
 import csv
-import dataclasses
 import io
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,52 +13,37 @@ from wildmerge.atomic import write_text
 from wildmerge.checkpoints import check_compatible
 from wildmerge.errors import ConfigError
 from wildmerge.hub import resolve_all
-from wildmerge.run import Manifest, PoolModels, ResolvedModel, RunFolder
+from wildmerge.run import Manifest, PoolModels, RunFolder
 from wildmerge.sampling.preflight import check_finite
 from wildmerge.sampling.adapters import is_adapter, materialise
 from wildmerge.expert_data.generate import generate_spec
 from wildmerge.sampling.sampler import domain_subsets, draw_subsets, top_subsets
+from wildmerge.sampling.settings import Sampling
 
 
-def _sampling(pool, seed, sizes, k, full, homogeneous, select=None) -> dict:
-    out = {"pool": pool.name, "seed": seed, "sizes": sorted(set(sizes)), "k": k, "full": full,
-           "mode": "homogeneous" if homogeneous else "random",
-           "expert_refs": [[e.label, e.model, e.revision] for e in pool.experts],
-           "base_ref": [pool.base.model, pool.base.revision]}
-    if select:  # only when subsets are chosen, so runs drawn before this option compare equal
-        out.update(mode="predicted", select=select)
-    return out
+def draw_for(pool, sampling: Sampling, scorer=None):
+    """The subsets of a pool: random draws per size, Appendix E's domain configurations (plus n = 1), or the
+    best-scored subsets of a fitted predictor (``scorer``: subset names -> score)."""
+    names, s = pool.expert_names, sampling
+    if scorer is not None:
+        return top_subsets(names, sizes=s.sizes, k=s.k, score=scorer, full=s.full)
+    if s.homogeneous:
+        draw = domain_subsets(names, [e.domain for e in pool.experts])
+        draw.subsets[:0] = draw_subsets(names, sizes=[1], k=s.k, seed=s.seed, full=False).subsets
+        return draw
+    return draw_subsets(names, sizes=s.sizes, k=s.k, seed=s.seed, full=s.full)
 
 
-def _check_same(existing: Manifest, wanted: dict, run_dir) -> None:
-    diffs = [f"{k}: run has {existing.sampling.get(k)!r}, this command asks for {v!r}"
-             for k, v in wanted.items() if existing.sampling.get(k) != v]
+def check_same(run_dir, sampling: Sampling) -> Manifest | None:
+    """The existing manifest, if any, after checking it was drawn with these settings."""
+    existing = RunFolder(run_dir).read_manifest()
+    diffs = sampling.differences(existing.sampling) if existing else []
     if diffs:
         raise ConfigError(
             f"{run_dir} already holds subsets drawn differently:\n  " + "\n  ".join(diffs)
             + "\nRerun with the run's settings (they are in manifest.json) to resume or add methods, "
             "or pass a new --out for a new draw."
         )
-
-
-def draw_for(pool, *, seed, sizes, k, full, homogeneous, scorer=None):
-    """The subsets of a pool: random draws per size, Appendix E's domain configurations (plus n = 1), or the
-    best-scored subsets of a fitted predictor (``scorer``)."""
-    names = pool.expert_names
-    if scorer is not None:
-        return top_subsets(names, sizes=sizes, k=k, score=scorer, full=full)
-    if homogeneous:
-        draw = domain_subsets(names, [e.domain for e in pool.experts])
-        draw.subsets[:0] = draw_subsets(names, sizes=[1], k=k, seed=seed, full=False).subsets
-        return draw
-    return draw_subsets(names, sizes=sizes, k=k, seed=seed, full=full)
-
-
-def check_same(run_dir, pool, *, seed, sizes, k, full, homogeneous, select=None, scorer=None) -> Manifest | None:
-    """The existing manifest, if any, after checking it was drawn with these settings."""
-    existing = RunFolder(run_dir).read_manifest()
-    if existing:
-        _check_same(existing, _sampling(pool, seed, sizes, k, full, homogeneous, select), run_dir)
     return existing
 
 
@@ -76,16 +60,14 @@ def _calibration(spec, relative_to: Path | None):
     return {**spec, **({"data": absolute(spec["data"])} if isinstance(spec.get("data"), str) else {})}
 
 
-def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True, homogeneous=False,
-            allow_pickle=False, download=None, select=None, scorer=None) -> tuple[Manifest, PoolModels]:
+def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=False,
+            download=None) -> tuple[Manifest, PoolModels]:
     """(manifest, models resolved on this machine). Resolves and checks every model before anything is merged.
 
-    ``select`` (a record of how subsets were chosen, e.g. the predictor file) with ``scorer`` (subset -> score)
-    takes the best-scored subsets instead of random ones."""
+    With ``scorer`` (subset -> score; ``sampling.select`` records where it came from) the best-scored subsets are
+    taken instead of random ones."""
     run = RunFolder(run_dir)
-    wanted = _sampling(pool, seed, sizes, k, full, homogeneous, select)
-    existing = check_same(run_dir, pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous,
-                          select=select)
+    existing = check_same(run_dir, sampling)
     pinned = {m.name: m.revision for m in existing.models.experts} if existing else {}
     pinned["base"] = existing.models.base.revision if existing else None
     rel = Path(pool.source).parent if pool.source else None
@@ -100,31 +82,32 @@ def prepare(run_dir, pool, *, seed=0, sizes=(1, 2, 4, 6, 8, 10), k=15, full=True
     adapters = {}  # expert -> the adapter folder it was materialised from
     for i, (e, r) in enumerate(zip(pool.experts, experts)):
         if is_adapter(r.path):
-            full, note = materialise(base.path, r.path)
+            whole, note = materialise(base.path, r.path)
             print(f"  note: {e.label}: {note}")
-            adapters[e.label], experts[i] = r.path, dataclasses.replace(r, path=str(full))
+            adapters[e.label], experts[i] = r.path, r.model_copy(update={"path": str(whole)})
     paths = {e.label: r.path for e, r in zip(pool.experts, experts)}
     vocab_differs = check_compatible(base.path, paths, allow_pickle)
     for name, (vocab, base_vocab) in vocab_differs.items():
         print(f"  note: {name}: vocabulary of {vocab} tokens vs base {base_vocab}; its merges keep the base's "
               "tokenizer (mergekit aligns the embeddings); RegMean / CoM cannot merge it")
     models = PoolModels(
-        base=ResolvedModel(name="base", **base.as_dict()),
-        experts=[ResolvedModel(name=e.label, domain=e.domain, **r.as_dict(),
-                               **({"adapter": adapters[e.label]} if e.label in adapters else {}),
-                               calibration=_calibration(calibration[e.label], rel) if calibration[e.label] else None)
+        base=base.model_copy(update={"name": "base"}),
+        experts=[r.model_copy(update={"name": e.label, "domain": e.domain,
+                                      **({"adapter": adapters[e.label]} if e.label in adapters else {}),
+                                      "calibration": _calibration(calibration[e.label], rel) if calibration[e.label]
+                                      else None})
                  for e, r in zip(pool.experts, experts)])
     check_finite(run.root, models, allow_pickle)  # before any merge: NaN in, NaN out
     if existing:
         return existing, models
-    draw = draw_for(pool, seed=seed, sizes=sizes, k=k, full=full, homogeneous=homogeneous, scorer=scorer)
+    draw = draw_for(pool, sampling, scorer)
     from wildmerge import __version__
 
     manifest = Manifest(
         pool=pool.name, pool_file=pool.source, description=pool.description or "",
-        seed=seed, sizes=sorted({s.n for s in draw.subsets}), k=k,
+        seed=sampling.seed, sizes=sorted({s.n for s in draw.subsets}), k=sampling.k,
         combinations={str(n): c for n, c in draw.combinations.items()}, notes=draw.notes,
-        subsets=[s.as_dict() for s in draw.subsets], models=models, sampling=wanted,
+        subsets=[s.as_dict() for s in draw.subsets], models=models, sampling=sampling.record(),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"), wildmerge=__version__,
     )
     run.root.mkdir(parents=True, exist_ok=True)

@@ -1,16 +1,13 @@
 """Pools as data: a base model and its public fine-tuned checkpoints ("experts"), validated by pydantic.
 
 A pool file (``merge_recipes/pools/<name>.yml``) only says *which* models; where their weights are is answered
-later by ``wildmerge.sampling.hub`` (hub cache, local folder or ``demo:`` family), so a pool loads instantly.
+later by ``wildmerge.hub`` (hub cache, local folder or ``demo:`` family), so a pool loads instantly.
 """
 
-from pathlib import Path
-
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from wildmerge.errors import ConfigError, did_you_mean
-from wildmerge.paths import pools_dir
+from wildmerge.named_files import find_named_file, list_names, read_yaml
 
 
 class ModelRef(BaseModel):
@@ -53,7 +50,7 @@ class Pool(BaseModel):
     base: ModelRef
     experts: list[Expert]
     # every expert's calibration unless it sets its own; ``generate`` = text sampled from each expert (hub pools
-    # ship no training data; see sampling/generated_calibration.py)
+    # ship no training data; see expert_data/generate.py)
     calibration: str | dict | None = None
     source: str | None = None  # the file it was loaded from (set by load_pool; resolves relative paths)
 
@@ -93,26 +90,13 @@ class Pool(BaseModel):
 
 
 def list_pools() -> list[str]:
-    return sorted(p.stem for p in pools_dir().glob("*.yml"))
+    return list_names("pools")
 
 
 def load_pool(name_or_path) -> Pool:
     """A shipped pool by name (``qwen3-4b``, ``demo``) or a pool YAML file by path."""
-    path = Path(str(name_or_path)).expanduser()
-    if not (path.suffix in (".yml", ".yaml") or path.exists()):
-        path = pools_dir() / f"{name_or_path}.yml"
-        if not path.exists():
-            names = list_pools()
-            raise ConfigError(
-                f"unknown pool {str(name_or_path)!r}{did_you_mean(name_or_path, names)}; "
-                f"shipped pools: {', '.join(names)}; or pass the path of a pool YAML file"
-            )
-    if not path.is_file():
-        raise ConfigError(f"pool file {str(path)!r} does not exist; pass a shipped pool name ({', '.join(list_pools())})")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"pool file {path} is not valid YAML: {exc}") from None
+    path = find_named_file("pools", name_or_path, "pool")
+    data = read_yaml(path, "pool")
     if not isinstance(data, dict):
         raise ConfigError(f"pool file {path} must be a mapping with keys name, base, experts")
     data.setdefault("name", path.stem)

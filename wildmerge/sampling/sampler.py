@@ -1,7 +1,8 @@
 """The in-the-wild subsets: every expert alone, k random distinct subsets for each size n, the full pool.
 
 Draws are seeded per size (``seed``, ``n``), so adding a size to a run leaves the other sizes' subsets unchanged,
-and the result depends only on the pool's expert order, never on dict or set ordering.
+and the result depends only on the pool's expert order, never on dict or set ordering. The paper's sizes and k are
+``wildmerge.protocol.PAPER_SIZES`` and ``PAPER_K``.
 """
 
 import itertools
@@ -10,9 +11,6 @@ import random
 from dataclasses import asdict, dataclass, field
 
 from wildmerge.errors import ConfigError
-
-PAPER_SIZES = (1, 2, 4, 6, 8, 10)  # plus n = N (the full pool), always added
-PAPER_K = 15
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,7 @@ def _rng(seed: int, n: int) -> random.Random:
     return random.Random(f"wildmerge-subsets:{seed}:{n}")  # str seeds are hashed stably (sha512)
 
 
-def draw_subsets(experts: list[str], sizes=PAPER_SIZES, k: int = PAPER_K, seed: int = 0, full: bool = True) -> Draw:
+def draw_subsets(experts: list[str], sizes, k: int, seed: int = 0, full: bool = True) -> Draw:
     """Subsets of ``experts`` (names, pool order) for each size; ``full`` adds n = N."""
     N = len(experts)
     if len(set(experts)) != N:

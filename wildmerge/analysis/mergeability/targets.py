@@ -34,12 +34,13 @@ def pair_targets(run_dir, suite: Optional[str] = None, kind: str = "auto") -> "o
     """One row per evaluated 2-expert merge: method, experts, target, target kind and the raw suite mean."""
     import pandas as pd
 
+    from wildmerge.analysis.report.run_data import RunData
     from wildmerge.analysis.report.scores import collect_scores
-    from wildmerge.run import RunFolder
 
-    df, tasks, _ = collect_scores(run_dir, suite)
-    manifest = RunFolder(run_dir).read_manifest()
-    suite = suite or RunFolder(run_dir).evaluated_suites()[0]
+    data = RunData.read(run_dir)
+    suite = data.pick_suite(suite)
+    df, tasks, _ = collect_scores(data, suite)
+    manifest = data.manifest
     domains = {m.name: m.domain for m in manifest.models.experts} if manifest else {}
     own = own_tasks_for(manifest.pool if manifest else "", suite, tasks, domains)
     if kind == "normalized" and not own:

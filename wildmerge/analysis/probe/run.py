@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence
 
 from tqdm.auto import tqdm
 
+from wildmerge.analysis.markdown import markdown_table
 from wildmerge.analysis.probe.metrics import ESTIMANDS, HeadSettings, accuracy, aggregate, train_fresh_head
 
 MATCHED = "matched: native readout = lm_head rows of single-token labels over the same feature"
@@ -140,16 +141,14 @@ def to_markdown(rows: List[dict], seeds: Sequence[int]) -> str:
     for task in dict.fromkeys(r["task"] for r in rows):
         sub = [r for r in rows if r["task"] == task]
         readouts = {r.get("readout") for r in sub if r.get("readout") in ("matched", "unmatched")}
-        lines += [f"### {task}" + (f" ({', '.join(sorted(readouts))})" if readouts else ""), "",
-                  "| model | kind | N | FH | J | FH - N | R (per seed) | R (ratio) | U | status |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for r in sub:
-            lines.append(f"| {r['model_id']} | {r['kind']} | {_cell(r, 'native')} | "
-                         f"{_cell(r, 'fresh_head_mean', 'fresh_head_sd')} | {_cell(r, 'joint')} | "
-                         f"{_cell(r, 'delta_rr_mean', 'delta_rr_sd')} | {_cell(r, 'recovered_mean', 'recovered_sd')} "
-                         f"| {_cell(r, 'recovered_ratio_of_means')} | {_cell(r, 'residual_mean', 'residual_sd')} | "
-                         f"{r['status']} |")
-        lines.append("")
+        table = markdown_table(
+            [[r["model_id"], r["kind"], _cell(r, "native"), _cell(r, "fresh_head_mean", "fresh_head_sd"),
+              _cell(r, "joint"), _cell(r, "delta_rr_mean", "delta_rr_sd"), _cell(r, "recovered_mean", "recovered_sd"),
+              _cell(r, "recovered_ratio_of_means"), _cell(r, "residual_mean", "residual_sd"), r["status"]]
+             for r in sub],
+            ["model", "kind", "N", "FH", "J", "FH - N", "R (per seed)", "R (ratio)", "U", "status"],
+            align=["left", "left"] + ["right"] * 7 + ["left"])
+        lines += [f"### {task}" + (f" ({', '.join(sorted(readouts))})" if readouts else ""), "", table]
     if any(r.get("readout") == "unmatched" for r in rows):
         lines += [f"Unmatched tasks: {UNMATCHED}.", ""]
     lines += [f"Matched tasks: {MATCHED}.", "", "What each number is (and is not):"]
@@ -214,11 +213,6 @@ def summary_markdown(rows: List[dict]) -> str:
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     by = {(r["model_id"], r["task"]): r for r in rows}
     models = list(dict.fromkeys(r["model_id"] for r in rows))
-    lines = ["| model | " + " | ".join(f"{t} N / FH / R" for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
-    for m in models:
-        cells = []
-        for t in tasks:
-            r = by.get((m, t), {})
-            cells.append(f"{_cell(r, 'native')} / {_cell(r, 'fresh_head_mean')} / {_cell(r, 'recovered_ratio_of_means')}")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [[m] + [f"{_cell(r, 'native')} / {_cell(r, 'fresh_head_mean')} / {_cell(r, 'recovered_ratio_of_means')}"
+                   for r in (by.get((m, t), {}) for t in tasks)] for m in models]
+    return markdown_table(rows, ["model"] + [f"{t} N / FH / R" for t in tasks])

@@ -9,36 +9,33 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from wildmerge.analysis.report import leaderboard
+from wildmerge.analysis.markdown import markdown_table
+from wildmerge.analysis.report.run_data import RunData
 from wildmerge.analysis.report.scores import collect_scores, protocol_rows
 from wildmerge.atomic import atomic_dir, write_text
 from wildmerge.errors import WildmergeError
-from wildmerge.run import RunFolder
 
 AVERAGE = "Average"
 
 
-def _label(run_dir: Path) -> str:
-    plan = RunFolder(run_dir).read_plan()
-    return plan.pool or run_dir.name
-
-
-def combined_tables(run_dirs: List[Path], suite: Optional[str] = None) -> Dict[str, object]:
-    """{"vs_base": long table, "vs_best": long table}, each with a ``base_model`` column and Average rows."""
+def combined_tables(runs: List, suite: Optional[str] = None) -> Dict[str, object]:
+    """{"vs_base": long table, "vs_best": long table}, each with a ``base_model`` column and Average rows.
+    ``runs``: run folders or their ``RunData``."""
     import pandas as pd
 
     frames: Dict[str, list] = {"vs_base": [], "vs_best": []}
     labels = []
-    for run_dir in run_dirs:
-        df, _, _ = collect_scores(run_dir, suite)
+    for data in map(RunData.of, runs):
+        df, _, _ = collect_scores(data, suite)
         protocol = protocol_rows(df)
         base, best_id, best = leaderboard.references(protocol)
-        label = _label(run_dir)
+        label = data.plan.pool or data.run.name
         if label in labels:
-            label = f"{label} ({run_dir.name})"
+            label = f"{label} ({data.run.name})"
         labels.append(label)
         if base is None:
-            raise WildmergeError(f"{run_dir}: the base model has no score, so its Table 1 row cannot be averaged; "
-                                 f"evaluate it (`wildmerge eval {run_dir}`) or leave the run out")
+            raise WildmergeError(f"{data.root}: the base model has no score, so its Table 1 row cannot be averaged; "
+                                 f"evaluate it (`wildmerge eval {data.root}`) or leave the run out")
         frames["vs_base"].append(leaderboard.interference_table(protocol, base, "base", paired="vs_base_diff")
                                  .assign(base_model=label))
         if best is not None:
@@ -64,15 +61,14 @@ def combined_markdown(table, reference_label: str) -> str:
     """| Base model | Method | Base | n = 1 | ... | with P / D cells; Average rows last."""
     ns = sorted(table["n"].unique())
     nbases = table[table["base_model"] != AVERAGE]["base_model"].nunique()
-    head = ["Base model", "Method", reference_label] + [f"n = {n}" for n in ns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for base_model in dict.fromkeys(table["base_model"]):
         block = table[table["base_model"] == base_model]
         for i, method in enumerate(dict.fromkeys(block["method"])):
-            rows = block[block["method"] == method]
-            cells = [base_model if i == 0 else "", method, f"{rows['reference_acc'].iloc[0]:.1f}"]
+            own = block[block["method"] == method]
+            cells = [base_model if i == 0 else "", method, f"{own['reference_acc'].iloc[0]:.1f}"]
             for n in ns:
-                hit = rows[rows["n"] == n]
+                hit = own[own["n"] == n]
                 if hit.empty:
                     cells.append("")
                     continue
@@ -80,21 +76,19 @@ def combined_markdown(table, reference_label: str) -> str:
                 partial = base_model == AVERAGE and int(r["bases"]) != nbases
                 cells.append(f"{r['pct_beat']:.0f} / {r['mean_diff_pp']:+.2f}"
                              + (f" ({int(r['bases'])} of {nbases} bases)" if partial else ""))
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+            rows.append(cells)
+    return markdown_table(rows, ["Base model", "Method", reference_label] + [f"n = {n}" for n in ns])
 
 
 def write_combined(run_dirs, out_dir, suite: Optional[str] = None) -> Dict[str, Path]:
-    run_dirs = [Path(r).resolve() for r in run_dirs]
     if len(run_dirs) < 2:
         raise WildmergeError("--combine needs at least two run folders (one per base model)")
-    for r in run_dirs:
-        RunFolder(r).read_plan()  # a clear error for a folder that is not a run, before reading any result
-    tables = combined_tables(run_dirs, suite)
+    runs = [RunData.read(r) for r in run_dirs]  # a clear error for a folder that is not a run, before any result
+    tables = combined_tables(runs, suite)
     target = Path(out_dir).resolve()
     written = {}
     with atomic_dir(target) as tmp:
-        md = [f"# Tables 1-3 across {len(run_dirs)} runs\n",
+        md = [f"# Tables 1-3 across {len(runs)} runs\n",
               "Cells `P / D` per base model as in each run's report; Average = unweighted mean over the bases of "
               "the reference accuracy, P and D.\n"]
         for key, title, ref in (("vs_base", "Merges vs the base (Tables 1 and 3)", "Base"),

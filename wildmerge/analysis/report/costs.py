@@ -1,15 +1,12 @@
 """What a run's evaluation cost: wall seconds per method and model size, from each result record, to budget the
 next run. A job shared by several models (the same weights) is counted once, for the first of them."""
 
-from typing import List
-
+from wildmerge.analysis.markdown import markdown_table
 from wildmerge.eval.store import ResultStore
-from wildmerge.run import RunFolder
 
 
-def cost_markdown(run_dir, suite: str, df) -> str:
+def cost_markdown(store: ResultStore, df) -> str:
     """A Markdown section: evaluation seconds per (variant, n), the devices, and the run's total."""
-    store = ResultStore(RunFolder(run_dir).eval_dir(suite))
     seen, rows = set(), {}
     for model_id, job_id, variant, n in zip(df["model_id"], df["job_id"], df["variant"], df["n"]):
         if not job_id or job_id in seen:
@@ -25,11 +22,9 @@ def cost_markdown(run_dir, suite: str, df) -> str:
         row["devices"].add(record.get("device") or "not recorded")
     if not rows:
         return ""
-    lines: List[str] = ["| model | n | jobs | eval seconds | s / job | device |", "|---|---|---|---|---|---|"]
-    for (variant, n), row in rows.items():
-        lines.append(f"| {variant} | {n} | {row['jobs']} | {row['seconds']:.1f} | {row['seconds'] / row['jobs']:.1f} "
-                     f"| {', '.join(sorted(row['devices']))} |")
+    table = markdown_table([[variant, n, row["jobs"], f"{row['seconds']:.1f}", f"{row['seconds'] / row['jobs']:.1f}",
+                             ", ".join(sorted(row["devices"]))] for (variant, n), row in rows.items()],
+                           ["model", "n", "jobs", "eval seconds", "s / job", "device"])
     jobs, seconds = sum(r["jobs"] for r in rows.values()), sum(r["seconds"] for r in rows.values())
     return ("## Evaluation cost\n\nWall seconds per scored model (load and score, as each result records them); "
-            f"total **{seconds:.0f} s for {jobs} job(s)**, {seconds / jobs:.1f} s per job.\n\n" + "\n".join(lines)
-            + "\n")
+            f"total **{seconds:.0f} s for {jobs} job(s)**, {seconds / jobs:.1f} s per job.\n\n" + table)

@@ -8,6 +8,8 @@ reported per domain configuration instead, as mean accuracy per method with its 
 from pathlib import Path
 from typing import Dict, Optional
 
+from wildmerge.analysis.markdown import markdown_table
+
 OK = "ok"
 
 
@@ -45,8 +47,7 @@ def to_markdown(table, base: Optional[float]) -> str:
     if table.empty:
         return "_no homogeneous merge has a score yet_\n"
     configs = list(dict.fromkeys(zip(table["configuration"], table["n"])))
-    head = ["Method", "Base"] + [f"{c} (n = {n})" for c, n in configs]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for method in dict.fromkeys(table["method"]):
         cells = [method, f"{base:.1f}" if base is not None else ""]
         for c, _ in configs:
@@ -54,8 +55,8 @@ def to_markdown(table, base: Optional[float]) -> str:
             r = hit.iloc[0] if len(hit) else None
             cells.append("" if r is None or r["mean"] != r["mean"] else
                          f"{r['mean']:.1f} ({r['diff_vs_base_pp']:+.2f})" if base is not None else f"{r['mean']:.1f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(cells)
+    return markdown_table(rows, ["Method", "Base"] + [f"{c} (n = {n})" for c, n in configs])
 
 
 def plot_domains(table, base: Optional[float], out_dir, title: str) -> Dict[str, Path]:

@@ -11,6 +11,7 @@ paired difference to the reference on that subset (the estimate its stop was dec
 
 from typing import List, Optional
 
+from wildmerge.analysis.markdown import markdown_table
 from wildmerge.analysis.report.scores import SCREENING_COLUMNS
 
 OK = "ok"
@@ -60,7 +61,7 @@ def to_markdown(table, reference_label: str, reference: float) -> str:
     ns = sorted(table["n"].unique())
     k_of = {n: int(table[table["n"] == n]["k"].max()) for n in ns}
     head = ["Method", reference_label] + [f"n = {n} ({k_of[n]})" for n in ns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for method in dict.fromkeys(table["method"]):
         cells = [method, f"{reference:.1f}"]
         for n in ns:
@@ -71,11 +72,12 @@ def to_markdown(table, reference_label: str, reference: float) -> str:
             r = hit.iloc[0]
             cell = f"{r['pct_beat']:.0f} / {r['mean_diff_pp']:+.2f}" + ("†" if r.get("screened", 0) else "")
             cells.append(cell + (f" (k={int(r['k'])})" if int(r["k"]) != k_of[n] else ""))
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    md = markdown_table(rows, head)
     if "screened" in table and table["screened"].sum():
-        lines.append("\n† some of the cell's models stopped on the screening subset (`--screen`): their difference "
-                     "is the paired estimate on that subset; see the screening section")
-    return "\n".join(lines) + "\n"
+        md += ("\n† some of the cell's models stopped on the screening subset (`--screen`): their difference is the "
+               "paired estimate on that subset; see the screening section\n")
+    return md
 
 
 def screening_markdown(df) -> str:
@@ -84,19 +86,19 @@ def screening_markdown(df) -> str:
     if "vs_base_low" not in ok or ok["vs_base_low"].isna().all():
         return ""
     stopped = int(ok["screened"].map(lambda v: v is True).sum())
-    lines = ["## Screening (paired bootstrap, 95 % intervals on the screening subset)\n",
-             f"{stopped} of {len(ok)} merged model(s) stopped on the screening subset: both intervals excluded "
-             f"zero, so whether they beat the base and the best expert was decided; the others were scored on "
-             f"every item. Differences in percentage points.\n",
-             "| Model | n | stage | vs base: D [low, high] | vs best expert: D [low, high] |", "|---|---|---|---|---|"]
+    rows = []
     for _, r in ok.iterrows():
         if r["vs_base_low"] != r["vs_base_low"]:  # NaN: no interval (a reference had no score)
             continue
-        stage = "screened" if r["screened"] is True else "full"
-        lines.append(f"| {r['model_id']} | {'' if r['n'] != r['n'] else int(r['n'])} | {stage} | "
-                     f"{r['vs_base_diff']:+.2f} [{r['vs_base_low']:+.2f}, {r['vs_base_high']:+.2f}] | "
-                     f"{r['vs_best_diff']:+.2f} [{r['vs_best_low']:+.2f}, {r['vs_best_high']:+.2f}] |")
-    return "\n".join(lines) + "\n"
+        rows.append([r["model_id"], "" if r["n"] != r["n"] else int(r["n"]),
+                     "screened" if r["screened"] is True else "full",
+                     f"{r['vs_base_diff']:+.2f} [{r['vs_base_low']:+.2f}, {r['vs_base_high']:+.2f}]",
+                     f"{r['vs_best_diff']:+.2f} [{r['vs_best_low']:+.2f}, {r['vs_best_high']:+.2f}]"])
+    return ("## Screening (paired bootstrap, 95 % intervals on the screening subset)\n\n"
+            f"{stopped} of {len(ok)} merged model(s) stopped on the screening subset: both intervals excluded zero, so "
+            f"whether they beat the base and the best expert was decided; the others were scored on every item. "
+            f"Differences in percentage points.\n\n"
+            + markdown_table(rows, ["Model", "n", "stage", "vs base: D [low, high]", "vs best expert: D [low, high]"]))
 
 
 def references(df):
@@ -122,16 +124,14 @@ def summary_markdown(df, tasks: List[str], digits: int = 1, columns: Optional[Li
     """Per method variant and n: mean and std of each task and of the mean (the numbers behind the plots)."""
     ok = df[df["status"] == OK]
     columns = columns or tasks + ["mean"]
-    head = ["Model", "n", "k"] + columns
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for variant in dict.fromkeys(ok["variant"]):
         sub = ok[ok["variant"] == variant]
         for n in sorted(sub["n"].dropna().unique()):
             g = sub[sub["n"] == n]
-            cells = [f"{g[c].mean():.{digits}f}" + (f" ± {g[c].std(ddof=0):.{digits}f}" if len(g) > 1 else "")
-                     for c in columns]
-            lines.append("| " + " | ".join([variant, str(int(n)), str(len(g))] + cells) + " |")
-    return "\n".join(lines) + "\n"
+            rows.append([variant, int(n), len(g)] + [f"{g[c].mean():.{digits}f}" + (
+                f" ± {g[c].std(ddof=0):.{digits}f}" if len(g) > 1 else "") for c in columns])
+    return markdown_table(rows, ["Model", "n", "k"] + columns)
 
 
 def task_change_table(df, tasks: List[str]):
@@ -160,9 +160,5 @@ def task_change_table(df, tasks: List[str]):
 def change_markdown(table, tasks: List[str]) -> str:
     if table.empty:
         return "_the base model has no score_\n"
-    head = ["Method", "n", "k"] + tasks + ["mean"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in table.iterrows():
-        lines.append("| " + " | ".join([str(r["method"]), str(r["n"]), str(r["k"])]
-                                       + [f"{r[t]:+.2f}" for t in tasks + ["mean"]]) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [[r["method"], r["n"], r["k"]] + [f"{r[t]:+.2f}" for t in tasks + ["mean"]] for _, r in table.iterrows()]
+    return markdown_table(rows, ["Method", "n", "k"] + tasks + ["mean"])

@@ -4,47 +4,19 @@ A model whose result is missing, failed, corrupt or lacks a task of the suite ge
 scores: it is listed, never averaged in.
 """
 
-import functools
 import json
 from typing import Dict, List, Optional, Tuple
 
 import yaml
 
-from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.analysis.report.run_data import RunData
+from wildmerge.errors import WildmergeError
 from wildmerge.eval.store import OK, ResultStore
-from wildmerge.run import RunFolder
+from wildmerge.plugins.recipes import LABELS, display_rank, method_label
 
-METHOD_ORDER = ["ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c", "iso_cts", "regmean", "com"]
 MAIN, ABLATION, TUNED = "main", "ablation", "tuned"  # which part of the study a merge belongs to
-FALLBACK_LABELS = {"ta": "TA", "model_stock": "Model Stock", "ties": "TIES", "ta_sb": "TA+SB", "ties_sb": "TIES+SB",
-                   "tsv_m": "TSV-M", "iso_c": "Iso-C", "iso_cts": "Iso-CTS", "regmean": "RegMean", "com": "CoM",
-                   "ensemble": "Ensemble", "composer": "Composer"}
 
 
-def pick_suite(run_dir, suite: Optional[str]) -> str:
-    suites = RunFolder(run_dir).evaluated_suites()
-    if suite:
-        if suite not in suites:
-            raise WildmergeError(f"suite {suite!r} was not evaluated in {run_dir} (evaluated: "
-                                 f"{', '.join(suites) or 'none'}); run `wildmerge eval {run_dir} --suite {suite}`")
-        return suite
-    if not suites:
-        raise WildmergeError(f"{run_dir} has no evaluation results; run `wildmerge eval {run_dir} --suite NAME`")
-    if len(suites) > 1:
-        raise WildmergeError(f"{run_dir} has results for several suites ({', '.join(suites)}): pick one with --suite")
-    return suites[0]
-
-
-@functools.lru_cache(maxsize=None)  # one YAML read per method, not per model (545 models: 7 s -> 0)
-def method_label(method: Optional[str]) -> str:
-    if not method:
-        return ""
-    from wildmerge.plugins.recipes import load_method_recipe
-
-    try:
-        return load_method_recipe(method).label
-    except ConfigError:  # a method recipe that is no longer shipped
-        return FALLBACK_LABELS.get(method, method)
 
 
 def _variants(rows: List[Dict]) -> None:
@@ -58,7 +30,7 @@ def _variants(rows: List[Dict]) -> None:
             by_method.setdefault(r["method"], set()).add(r["hparams"])
     for r in rows:
         if r["kind"] != "merge":
-            r["variant"] = FALLBACK_LABELS.get(r["method"], r["method"]) if r["kind"] == "composition" else r["kind"]
+            r["variant"] = LABELS.get(r["method"], r["method"]) if r["kind"] == "composition" else r["kind"]
             continue
         label = method_label(r["method"])
         if r["group"] != MAIN and len(by_method[r["method"]]) > 1:
@@ -104,26 +76,27 @@ def screening_columns(info: Optional[Dict]) -> Dict:
     return out
 
 
-def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List[str], List[str]]:
-    """(DataFrame, task column names, notes) for ``suite`` of the run; scores in percent."""
+def collect_scores(run, suite: Optional[str] = None) -> Tuple["object", List[str], List[str]]:
+    """(DataFrame, task column names, notes) for ``suite`` of the run (a folder or its ``RunData``); scores in
+    percent."""
     import pandas as pd
 
-    run = RunFolder(run_dir)
-    suite = pick_suite(run_dir, suite)
-    store = ResultStore(run.eval_dir(suite))
-    stored = store.index()
+    data = RunData.of(run)
+    suite = data.pick_suite(suite)
+    store = ResultStore(data.run.eval_dir(suite))
+    stored = data.indexes[suite]
     index = stored.models
-    rebuild = (f"rerun `wildmerge eval {run.root} --suite {stored.suite_source or suite}` to rewrite it "
+    rebuild = (f"rerun `wildmerge eval {data.root} --suite {stored.suite_source or suite}` to rewrite it "
                f"(finished jobs are not run again)")
     if not index:
-        raise WildmergeError(f"{store.root / 'index.json'} is damaged or empty; {rebuild}")
+        raise WildmergeError(f"{store.index_path} is damaged or empty; {rebuild}")
     try:
-        suite_data = yaml.safe_load((store.root / "suite.yml").read_text())
+        suite_data = yaml.safe_load(store.suite_file.read_text())
         tasks = [t.get("label") or t["task"] for t in suite_data["tasks"]]
     except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as exc:
-        raise WildmergeError(f"{store.root / 'suite.yml'} is damaged ({type(exc).__name__}); {rebuild}") from None
+        raise WildmergeError(f"{store.suite_file} is damaged ({type(exc).__name__}); {rebuild}") from None
     notes, rows = [], []
-    for e in run.read_plan().entries:
+    for e in data.plan.entries:
         row = {"model_id": e.model_id, "kind": e.kind, "method": e.method or "",
                "method_label": method_label(e.method), "n": e.n, "subset_id": e.subset_id,
                "hparams": json.dumps(e.hparams, sort_keys=True), "experts": ";".join(e.experts),
@@ -151,9 +124,8 @@ def collect_scores(run_dir, suite: Optional[str] = None) -> Tuple["object", List
             df[col] = float("nan")
     df["screened"] = df["screened"].map(lambda v: v is True) if "screened" in df else False
     df["n"] = pd.to_numeric(df["n"], errors="coerce")
-    order = {m: i for i, m in enumerate(METHOD_ORDER)}
     df["_kind"] = df["kind"].map({"base": 0, "expert": 1, "merge": 2, "composition": 3})
-    df["_method"] = df["method"].map(lambda m: order.get(m, len(order)))
+    df["_method"] = df["method"].map(display_rank)
     df = df.sort_values(["_kind", "_method", "variant", "n", "model_id"], kind="stable").drop(columns=["_kind",
                                                                                                        "_method"])
     return df.reset_index(drop=True), tasks, notes

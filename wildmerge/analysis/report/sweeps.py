@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from wildmerge.analysis.markdown import markdown_table
+
 OK = "ok"
 COMPONENTS = ("MCS", "Norm", "Sim")  # Chain of Merges' Table 3 columns (shown, not plotted)
 
@@ -113,9 +115,5 @@ def _number(value):
 
 
 def to_markdown(table, digits: int = 2) -> str:
-    cols = list(table.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in table.iterrows():
-        cells = [f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in r]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [[f"{v:.{digits}f}" if isinstance(v, float) else v for v in r] for r in table.itertuples(index=False)]
+    return markdown_table(rows, list(table.columns))

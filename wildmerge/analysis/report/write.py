@@ -23,18 +23,20 @@ from wildmerge.analysis.report.layerwise_plots import layerwise_figures
 from wildmerge.analysis.report.costs import cost_markdown
 from wildmerge.analysis.pool.norms import NormCache
 from wildmerge.analysis.report.page_tables import build_page
+from wildmerge.analysis.report.run_data import RunData
 from wildmerge.analysis.report.scores import TUNED, collect_scores, protocol_rows
 from wildmerge.atomic import atomic_dir, write_text
 from wildmerge.errors import WildmergeError
+from wildmerge.eval.store import ResultStore
 from wildmerge.locks import wait_claim
-from wildmerge.run import RunFolder, report_claim_file
+from wildmerge.run import RECIPE
 
 
-def _norms(run_dir: Path, df, notes) -> None:
+def _norms(data: RunData, df, notes) -> None:
     """Task-vector norm of every merge and expert against the base (streaming; cached in RUN/eval/norms.json)."""
-    entries = {e.model_id: e for e in RunFolder(run_dir).read_plan().entries}
+    entries = data.entries
     base = next(e.path for e in entries.values() if e.kind == "base")
-    cache = NormCache(run_dir / "eval" / "norms.json")
+    cache = NormCache(data.run.norms_cache)
     values = []
     for model_id, kind in tqdm(list(zip(df["model_id"], df["kind"])), desc="task-vector norms", unit="model"):
         value = float("nan")
@@ -131,34 +133,32 @@ def _homogeneous(out: _Out, df, base, title: str, md: List[str]):
     return table
 
 
-def _update_cards(run: RunFolder, df, tasks: List[str], suite: str, notes: List[str]) -> int:
+def _update_cards(data: RunData, df, tasks: List[str], suite: str, notes: List[str]) -> int:
     """Rewrite each merged model's README.md with its scores (HF model-index); returns how many."""
-    from wildmerge.run import RECIPE
     from wildmerge.merging.model_card import write_card
 
-    manifest = run.read_manifest()
+    manifest = data.manifest
     if manifest is None:
         notes.append("no manifest.json: model cards were not updated with scores")
         return 0
-    entries = {e.model_id: e for e in run.read_plan().entries}
     done = 0
     for _, r in df[(df["kind"] == "merge") & (df["status"] == "ok")].iterrows():
-        entry = entries[r["model_id"]]
+        entry = data.entries[r["model_id"]]
         folder = Path(entry.path)
         if not (folder / RECIPE).is_file():
             continue
         scores = {t: r[t] / 100.0 for t in tasks}
         write_card(folder, entry, manifest.models, (folder / RECIPE).read_text(), scores=scores, suite=suite,
-                   run=run.name)
+                   run=data.run.name)
         done += 1
     return done
 
 
 @contextlib.contextmanager
-def _report_dir(run_dir: Path, target: Path):
+def _report_dir(data: RunData, target: Path):
     """``atomic_dir(target)`` under the run's report claim: two reports do not race, and the temporary folder of a
     report that was killed is removed (nobody else can be writing it)."""
-    with wait_claim(report_claim_file(run_dir)):
+    with wait_claim(data.run.report_claim):
         for p in target.parent.glob(f".{target.name}.*"):
             if ".tmp-" in p.name or ".old-" in p.name:
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
@@ -180,19 +180,19 @@ def missing_references(df) -> list:
     return lines
 
 
-def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
-    run = RunFolder(run_dir)
-    df, tasks, notes = collect_scores(run_dir, suite)
-    _norms(run_dir, df, notes)
+def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
+    name = data.run.name
+    df, tasks, notes = collect_scores(data, suite)
+    _norms(data, df, notes)
     protocol = protocol_rows(df)
     base, best_id, best = leaderboard.references(protocol)
-    title = f"{run_dir.name} / {suite}"
-    with _report_dir(run_dir, target) as tmp:
+    title = f"{name} / {suite}"
+    with _report_dir(data, target) as tmp:
         out = _Out(tmp, target)
         out.put("scores.csv", leaderboard.scores_table(df, tasks).to_csv(index=False, float_format="%.10g"))
         out.put("norms.csv", df[["model_id", "kind", "variant", "n", "subset_id", "task_vector_norm"]]
                 .to_csv(index=False, float_format="%.10g"))
-        md = [f"# Leaderboard: run `{run_dir.name}`, suite `{suite}`\n",
+        md = [f"# Leaderboard: run `{name}`, suite `{suite}`\n",
               f"Scores are accuracies in percent; a model's score is the mean over {len(tasks)} task(s): "
               f"{', '.join(tasks)}.\n"]
         md += missing_references(df)
@@ -203,18 +203,18 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
             out.plot("Task-vector norm vs n (Fig. 4)", plots.norm_vs_n(protocol, tmp, title))
         tables["sweeps"] = _sweeps(out, df, base, title, md)
         tables["homogeneous"] = _homogeneous(out, df, base, title, md)
-        model_dirs = {e.model_id: Path(e.path) for e in run.read_plan().entries if e.kind == "merge"}
+        model_dirs = {e.model_id: Path(e.path) for e in data.plan.entries if e.kind == "merge"}
         for variant, saved in layerwise_figures(df, model_dirs, tmp).items():
             out.plot(f"{variant}: covariate shift and importance weights per layer", saved)
         md.append(leaderboard.screening_markdown(df))
-        md.append(cost_markdown(run_dir, suite, df))
+        md.append(cost_markdown(ResultStore(data.run.eval_dir(suite)), df))
         if notes:
             md += ["## Notes\n", "".join(f"- {n}\n" for n in notes)]
         md.append("\n![accuracy vs n](accuracy_vs_n.png)\n" if "accuracy_vs_n_png" in out.written else "")
         out.put("leaderboard.md", "\n".join(md))
         links = {mid: Path(os.path.relpath(path, target)).as_posix() for mid, path in model_dirs.items()}
-        out.put("index.html", build_page(run_dir.name, suite, df, tasks, tables, out.figures, links, notes))
-    cards = _update_cards(run, df, tasks, suite, notes)
+        out.put("index.html", build_page(name, suite, df, tasks, tables, out.figures, links, notes))
+    cards = _update_cards(data, df, tasks, suite, notes)
     for note in notes:
         print(f"note: {note}")
     if cards:
@@ -224,14 +224,14 @@ def _write_one(run_dir: Path, suite: str, target: Path) -> Dict[str, Path]:
 
 def write_report(run_dir, out_dir=None, suite: Optional[str] = None) -> Dict[str, Path]:
     """Write the report of ``suite`` (or of each evaluated suite); returns name -> path of what was written."""
-    run_dir = Path(run_dir).resolve()
-    evaluated = RunFolder(run_dir).evaluated_suites()
+    data = RunData.read(run_dir)  # the plan, manifest and indexes, read once for every part of every suite
+    evaluated = data.suites
     if not evaluated:
-        raise WildmergeError(f"{run_dir} has no evaluation results; run `wildmerge eval {run_dir} --suite NAME`")
-    root = Path(out_dir).resolve() if out_dir else run_dir / "report"
+        raise WildmergeError(f"{data.root} has no evaluation results; run `wildmerge eval {data.root} --suite NAME`")
+    root = Path(out_dir).resolve() if out_dir else data.run.report_dir()
     if len(evaluated) == 1 and suite in (None, evaluated[0]):
-        return _write_one(run_dir, evaluated[0], root)
+        return _write_one(data, evaluated[0], root)
     written = {}
     for s in [suite] if suite else evaluated:
-        written.update({f"{s}/{k}": v for k, v in _write_one(run_dir, s, root / s).items()})
+        written.update({f"{s}/{k}": v for k, v in _write_one(data, s, root / s).items()})
     return written

@@ -1,0 +1,87 @@
+"""The protocol's settings: the command's arguments become one typed model, and its draw is, key for key, the
+manifest's ``sampling`` record of runs written before the model existed (so they resume and compare equal)."""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import write_pool
+from wildmerge.commands import sample
+from wildmerge.errors import ConfigError
+from wildmerge.protocol import DEMO_K, DEMO_SIZES, PAPER_K, PAPER_SIZES, SampleSettings, run_sample
+from wildmerge.sampling.pools import load_pool
+from wildmerge.sampling.settings import Sampling
+
+V0 = Path(__file__).parent / "fixtures" / "run_v0" / "manifest.json"
+
+
+def _settings(*argv) -> SampleSettings:
+    parser = argparse.ArgumentParser()
+    sample.configure(parser)
+    return sample.settings(parser.parse_args(list(argv)))
+
+
+def _legacy_record(pool, seed, sizes, k, full, homogeneous, select=None) -> dict:
+    """What ``wildmerge sample`` wrote under ``sampling`` before the typed model (copied from that code)."""
+    out = {"pool": pool.name, "seed": seed, "sizes": sorted(set(sizes)), "k": k, "full": full,
+           "mode": "homogeneous" if homogeneous else "random",
+           "expert_refs": [[e.label, e.model, e.revision] for e in pool.experts],
+           "base_ref": [pool.base.model, pool.base.revision]}
+    if select:
+        out.update(mode="predicted", select=select)
+    return out
+
+
+@pytest.fixture
+def pool(tmp_path):
+    family = {"base": "org/base", "experts": ["org/a", "org/b", "org/c"]}
+    return load_pool(write_pool(tmp_path, family, domains=["math", "math", "code"]))
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(seed=7, sizes=[2, 1, 2], k=3, full=True, homogeneous=False),
+    dict(seed=0, sizes=[1], k=1, full=False, homogeneous=True),
+    dict(seed=1, sizes=[1, 2], k=4, full=True, homogeneous=False, select={"predictor": "/p.json", "sha256": "0f"}),
+])
+def test_the_draw_is_the_manifest_record_of_before(pool, kwargs):
+    record = Sampling.of(pool, **kwargs).record()
+    assert json.dumps(record) == json.dumps(_legacy_record(pool, **kwargs))  # same keys, same order, same values
+    assert Sampling.model_validate(json.loads(json.dumps(record))).record() == record
+
+
+def test_a_version_0_record_round_trips():
+    recorded = json.loads(V0.read_text())["sampling"]
+    sampling = Sampling.model_validate(recorded)
+    assert sampling.record() == recorded and sampling.differences(recorded) == []
+    changed = sampling.model_copy(update={"k": 2})
+    assert changed.differences(recorded) == ["k: run has 1, this command asks for 2"]
+
+
+def test_arguments_become_settings_with_the_defaults_of_the_pool(pool):
+    s = _settings("--base", "x.yml", "--sizes", "2", "--exclude", "a,b", "--exclude", "c", "--ablation",
+                  "ta_lambda,sb_beta", "--no-download", "--eval-device", "cuda", "--limit", "3")
+    assert s.pool == "x.yml" and s.sizes == [2] and s.exclude == ["a", "b", "c"]
+    assert s.ablations == ["ta_lambda", "sb_beta"] and s.download is False and s.evaluate is None
+    # one dest for --device and --eval-device, as before: the eval override and the merge device are the same value
+    assert s.device == "cuda" and s.evaluation.overrides() == {"device": "cuda", "limit": 3}
+    json.dumps(s.model_dump(mode="json"))  # the settings are plain data: the predictor's scorer travels apart
+    paper = _settings().sampling(pool)
+    assert paper.sizes == [n for n in PAPER_SIZES if n < 3] and paper.k == PAPER_K
+    demo = _settings().sampling(pool.model_copy(update={"name": "demo"}))
+    assert demo.sizes == [n for n in DEMO_SIZES if n < 3] and demo.k == DEMO_K
+    assert _settings("--homogeneous").sampling(pool).mode == "homogeneous"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--select", "predicted"], "--select predicted needs --predictor"),
+    (["--k", "0"], "--k must be at least 1"),
+    (["--methods", ","], "--methods is empty"),
+    (["--sizes", "4"], "pool 'tiny' has 3 experts"),
+])
+def test_bad_settings_fail_before_anything_is_resolved(pool, tmp_path, argv, message):
+    s = _settings("--base", pool.source, "--out", str(tmp_path / "run"), "--no-evaluate", *argv)
+    with pytest.raises(ConfigError, match=message):
+        run_sample(s)
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,318 @@
+"""The in-the-wild protocol (Hitit et al. 2025) as one job: tune -> plan -> merge -> evaluate -> report.
+
+``wildmerge sample`` turns its arguments into ``SampleSettings`` and calls ``run_sample``; ``wildmerge demo report``
+runs the same stages on the demo family (``family_report``); ``wildmerge eval`` runs the last two (``evaluate``).
+Every bad input fails here, before the first merge.
+"""
+
+import hashlib
+import time
+from collections import Counter
+from pathlib import Path
+from typing import List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from wildmerge.atomic import write_json
+from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.run import RunFolder
+
+PAPER_SIZES, PAPER_K = (1, 2, 4, 6, 8, 10), 15  # Hitit et al. 2025; n = N (the full pool) is added
+DEMO_SIZES, DEMO_K = (1, 2, 4), 2  # the demo pool: the protocol in minutes on a CPU
+
+OVERRIDES = ("limit", "dtype", "batch_size", "device")
+EXECUTOR_OPTIONS = ("workers", "job_timeout", "ray_address", "gpus_per_job", "cpus_per_job", "slurm_partition",
+                    "slurm_time", "slurm_mem_gb", "slurm_array_parallelism", "slurm_cluster")
+
+
+class EvalOptions(BaseModel):
+    """How models are scored: where the jobs run, and the suite settings a command overrides (they change job ids)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    executor: Literal["local", "serial", "ray", "slurm"] = "local"
+    retry_failed: bool = False
+    record_items: bool = False
+    screen: Optional[float] = None
+    allow_pickle: bool = False
+    limit: Optional[float] = None
+    dtype: Optional[str] = None
+    batch_size: Optional[str] = None
+    device: Optional[str] = None
+    workers: Optional[int] = None
+    job_timeout: Optional[float] = None
+    ray_address: Optional[str] = None
+    gpus_per_job: Optional[float] = None
+    cpus_per_job: Optional[float] = None
+    slurm_partition: Optional[str] = None
+    slurm_time: Optional[int] = None
+    slurm_mem_gb: Optional[int] = None
+    slurm_array_parallelism: Optional[int] = None
+    slurm_cluster: Optional[str] = None
+
+    def executor_kwargs(self) -> dict:
+        """The executor options that were set (an option of another executor is then an error, not ignored)."""
+        return {k: getattr(self, k) for k in EXECUTOR_OPTIONS if getattr(self, k) is not None}
+
+    def overrides(self) -> dict:
+        out = {k: getattr(self, k) for k in OVERRIDES if getattr(self, k) is not None}
+        if "limit" in out and out["limit"] >= 1:
+            out["limit"] = int(out["limit"])
+        if "batch_size" in out and out["batch_size"] != "auto":
+            try:
+                out["batch_size"] = int(out["batch_size"])
+            except ValueError:
+                raise ConfigError(f"--batch-size must be an integer or auto, got {out['batch_size']!r}") from None
+        return out
+
+    def check(self) -> None:
+        """Fail on a misplaced executor option or a bad override before any heavy work."""
+        from wildmerge.eval.executors import executor_options
+
+        executor_options(self.executor, self.executor_kwargs())
+        self.overrides()
+        if self.screen is not None and not 0 < self.screen < 1:
+            raise ConfigError(f"--screen {self.screen}: give a fraction between 0 and 1, e.g. --screen 0.2")
+
+    def kwargs(self) -> dict:
+        """Keyword arguments of ``evaluate_run`` / ``evaluate_models``."""
+        return dict(executor=self.executor, retry_failed=self.retry_failed, overrides=self.overrides(),
+                    allow_pickle=self.allow_pickle, record_items=self.record_items, **self.executor_kwargs(),
+                    **({"screen": self.screen} if self.screen is not None else {}))
+
+
+class SampleSettings(BaseModel):
+    """Everything ``wildmerge sample`` was asked to do (``None``: the default for the pool); kept in sample_log.json.
+
+    The draw itself (``sampling()``) is the manifest's ``sampling`` record."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pool: str = "demo"
+    out: Optional[str] = None  # default runs/<pool>-seed<seed>
+    methods: Optional[List[str]] = None  # default the paper's seven; ["all"]: every shipped recipe
+    sizes: Optional[List[int]] = None  # default PAPER_SIZES (demo: DEMO_SIZES) below the pool's size
+    k: Optional[int] = None
+    seed: int = 0
+    full: bool = True
+    homogeneous: bool = False
+    exclude: List[str] = Field(default_factory=list)
+    select: Literal["random", "predicted"] = "random"
+    predictor: Optional[str] = None
+    predictor_method: Optional[str] = None
+    ablations: List[str] = Field(default_factory=list)
+    grid: Optional[str] = None
+    tune: bool = False
+    tune_grid: Optional[str] = None
+    tune_samples: int = 128
+    dry_run: bool = False
+    keep_models: Literal["all", "none"] = "all"
+    evaluate: Optional[bool] = None  # default: only the demo pool
+    suite: Optional[str] = None  # default: demo for the demo pool
+    device: str = "cpu"  # mergekit's math device
+    allow_pickle: bool = False
+    download: Optional[bool] = None  # False: the local hub cache only
+    evaluation: EvalOptions = Field(default_factory=EvalOptions)
+
+    def sampling(self, pool, select: Optional[dict] = None):
+        """The draw on ``pool`` (a loaded pool, experts already excluded)."""
+        from wildmerge.sampling.settings import Sampling
+
+        demo = pool.name == "demo"
+        default = [n for n in (DEMO_SIZES if demo else PAPER_SIZES) if n < len(pool.experts)]  # n = N is added anyway
+        k = self.k if self.k is not None else (DEMO_K if demo else PAPER_K)
+        return Sampling.of(pool, seed=self.seed, sizes=self.sizes or default, k=k, full=self.full,
+                           homogeneous=self.homogeneous, select=select)
+
+
+def _method_names(methods: Optional[List[str]]) -> List[str]:
+    from wildmerge.plugins.recipes import PAPER_METHODS, list_method_recipes
+
+    if methods == []:  # `--methods ''` or `--methods ,`: an empty list is a mistake, not "all"
+        raise ConfigError("--methods is empty; give comma-separated method recipes (e.g. ta,ties), or leave the "
+                          "option out for the paper's seven")
+    names = methods or list(PAPER_METHODS)
+    return list(dict.fromkeys(list_method_recipes() if names == ["all"] else names))
+
+
+def _predicted(s: SampleSettings):
+    """(record for the manifest, scorer) of ``--select predicted``; (None, None) for random draws."""
+    if s.select != "predicted":
+        return None, None
+    from wildmerge.analysis.mergeability.selection import load_scorer
+
+    if not s.predictor:
+        raise ConfigError("--select predicted needs --predictor PATH (predictor.json from `wildmerge analyze predictor`)")
+    if s.homogeneous:
+        raise ConfigError("--select predicted and --homogeneous both choose the subsets: pick one")
+    scorer = load_scorer(s.predictor, s.predictor_method)
+    path = Path(s.predictor).resolve()
+    path = path / "predictor.json" if path.is_dir() else path
+    record = {"predictor": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+              "method": s.predictor_method or "all (z-scored mean over methods)",
+              "aggregation": "mean predicted pairwise score over the subset's pairs"}
+    return record, scorer
+
+
+def run_sample(s: SampleSettings) -> int:
+    """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; 1 if a score failed."""
+    from wildmerge.eval.evaluate import evaluate_run
+    from wildmerge.plugins.recipes import load_methods
+    from wildmerge.sampling.ablations import load_grids
+    from wildmerge.sampling.pools import load_pool
+
+    pool = load_pool(s.pool)
+    if s.exclude:
+        pool = pool.without(s.exclude)
+    select, scorer = _predicted(s)
+    sampling = s.sampling(pool, select)
+    if sampling.k < 1:
+        raise ConfigError(f"--k must be at least 1 (got {sampling.k})")
+    too_big = [n for n in sampling.sizes if n > len(pool.experts) or n < 1]
+    if too_big:
+        raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
+                          f"use sizes between 1 and {len(pool.experts)}")
+    methods = load_methods(_method_names(s.methods))
+    grids = load_grids(s.ablations, s.grid)
+    load_methods({g.method for g in grids.values()})
+    evaluate = pool.name == "demo" if s.evaluate is None else s.evaluate
+    suite = s.suite or ("demo" if pool.name == "demo" else None)
+    if evaluate and not suite:
+        raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
+    if evaluate:
+        s.evaluation.check()  # a misplaced option fails before any merge
+    run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
+    if s.dry_run:
+        from wildmerge.sampling.dryrun import print_dry_run
+
+        return print_dry_run(run_dir, pool, sampling, methods, grids, s.keep_models, scorer)
+    if s.keep_models == "none" and not evaluate:
+        raise ConfigError("--keep-models none deletes each merged model's weights once it is evaluated: add "
+                          "--evaluate --suite NAME, or use --keep-models all")
+
+    def evaluate_one(entry):
+        evaluate_run(str(run_dir), suite, model_ids=[entry.model_id], **s.evaluation.kwargs())
+
+    tuned = {}
+    if s.tune:
+        from wildmerge.analysis.tas.tune import tune_methods
+
+        methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
+                                      device=s.device, allow_pickle=s.allow_pickle)
+    log = run_protocol(run_dir, pool, sampling, methods, grids, scorer=scorer, merge_device=s.device,
+                       allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,
+                       after_each=evaluate_one if s.keep_models == "none" else None)
+    folder = RunFolder(run_dir)
+    if tuned:
+        folder.write_manifest(folder.read_manifest().model_copy(update={"tuned": tuned}))
+    failed = False
+    if evaluate:
+        from wildmerge.analysis.report.write import write_report
+
+        failed = bool(evaluate_run(str(run_dir), suite, **s.evaluation.kwargs())["failed"])
+        log["report"] = {k: str(v) for k, v in write_report(run_dir).items()}
+        print(f"report: {run_dir / 'report'}")
+    log["args"] = s.model_dump(mode="json")
+    write_json(folder.sample_log, log)
+    return 1 if failed else 0
+
+
+def run_protocol(run_dir: Path, pool, sampling, methods: dict, grids: dict, *, scorer=None, merge_device="cpu",
+                 allow_pickle=False, download=None, keep_models="all", after_each=None) -> dict:
+    """Draw (or reuse) the subsets, write the plan, merge what is not done yet; returns the run log.
+
+    ``sampling`` is the draw (``wildmerge.sampling.settings.Sampling``); ``scorer`` scores subsets when a predictor
+    chooses them."""
+    from wildmerge.merging.runner import merge_options, run_plan
+    from wildmerge.run import Plan, RunFolder, merged_with_previous
+    from wildmerge.sampling.manifest import prepare
+    from wildmerge.sampling.plan import build_entries
+
+    started = time.time()
+    run = RunFolder(run_dir)
+    manifest, models = prepare(run_dir, pool, sampling, scorer=scorer, allow_pickle=allow_pickle, download=download)
+    entries = build_entries(run_dir, manifest.subsets, models, methods, grids)
+    if run.has_plan():
+        kept = [e for e in run.read_plan().entries if e.kind in ("merge", "composition")]  # and added baselines
+        entries = merged_with_previous(kept, entries)
+    run.write_plan(Plan(run=run.name, run_dir=str(run.root), pool=pool.name, methods=list(methods),
+                        ablations=list(grids), entries=entries))
+    merges = [e for e in entries if e.kind == "merge"]
+    print(f"run {run_dir}: pool {pool.name!r}, {len(pool.experts)} experts, {len(manifest.subsets)} subsets, "
+          f"{len(merges)} merges ({', '.join(f'{m} {c}' for m, c in Counter(e.method for e in merges).items())})")
+    for note in manifest.notes:
+        print(f"  note: {note}")
+    options = merge_options(models, device=merge_device, allow_pickle=allow_pickle, seed=sampling.seed)
+    stats = run_plan(entries, models, methods, options, keep_models=keep_models, after_each=after_each)
+    print(f"merges: {stats['merged']} new, {stats['redone']} redone, {stats['skipped']} already done "
+          f"({stats['seconds']:.1f} s merging)")
+    return {"command": "wildmerge sample", "settings": sampling.record(), "stats": stats,
+            "seconds": round(time.time() - started, 1)}
+
+
+def evaluate(run_dir, models: List[str], suite: str, options: EvalOptions, *, out="wildmerge-eval",
+             report: bool = True) -> int:
+    """``wildmerge eval``: a run's models, then its report; or ad hoc models, then their scores. 1 if one failed."""
+    from wildmerge.eval.evaluate import evaluate_models, evaluate_run
+
+    if bool(run_dir) == bool(models):
+        raise ConfigError("give either a RUN_DIR or one or more --model PATH, not both and not neither")
+    if models:
+        summary = evaluate_models(models, suite, out, **options.kwargs())
+        _print_scores(summary)
+    else:
+        summary = evaluate_run(run_dir, suite, **options.kwargs())
+        if report:
+            from wildmerge.analysis.report.write import write_report
+
+            written = write_report(run_dir, suite=summary["suite"])
+            print("leaderboard: " + ", ".join(str(v) for k, v in written.items() if k.endswith("leaderboard_md")))
+    return 1 if summary["failed"] else 0
+
+
+def _print_scores(summary) -> None:
+    from wildmerge.eval.store import ResultStore
+
+    store = ResultStore(summary["store"])
+    for model, job_id in summary["index"].items():
+        record = store.load(job_id)
+        if record["status"] == "ok":
+            scores = record["scores"]
+            mean = 100 * sum(scores.values()) / len(scores)
+            cells = "  ".join(f"{k}={100 * v:.1f}" for k, v in scores.items())
+            print(f"{model}: mean={mean:.2f}  {cells}")
+        else:
+            print(f"{model}: FAILED ({(record.get('error') or '').splitlines()[0]})")
+
+
+def family_report(info: dict, out_dir=None, limit=None) -> dict:
+    """``wildmerge demo report``: the base, every expert and their average (the ``ta`` recipe: with normalised
+    weights, the plain mean) merged, scored and tabulated as an ordinary run; resumable like any run."""
+    from wildmerge.analysis.report.scores import collect_scores
+    from wildmerge.atomic import write_text
+    from wildmerge.demo.report import AVERAGE, default_report_dir, family_table, format_table, table_csv
+    from wildmerge.eval.evaluate import evaluate_run
+    from wildmerge.eval.suites import load_suite
+    from wildmerge.plugins.recipes import load_methods
+    from wildmerge.sampling.pools import load_pool
+    from wildmerge.sampling.settings import Sampling
+
+    run_dir = Path(out_dir) if out_dir else default_report_dir(info)
+    pool = load_pool(info["pool_file"])
+    run_protocol(run_dir, pool, Sampling.of(pool, seed=info["seed"], sizes=[1], k=1), load_methods(["ta"]), {})
+    suite = load_suite("demo").model_copy(update={"include_path": info["tasks"]})  # this family's own task files
+    summary = evaluate_run(run_dir, suite, overrides={"limit": limit} if limit else None)
+    if summary["failed"]:
+        raise WildmergeError(f"{len(summary['failed'])} model(s) could not be scored; see {summary['store']}")
+    df, labels, _ = collect_scores(run_dir, suite.name)
+    names = {t.name: t.task for t in suite.tasks}
+    scores = {}
+    for row in df.to_dict("records"):
+        label = {"base": "base", "expert": row["experts"], "merge": AVERAGE}[row["kind"]]
+        scores[label] = {names[c]: row[c] / 100.0 for c in labels}
+    table = family_table(info, scores)
+    folder = RunFolder(run_dir)
+    write_json(folder.demo_report_json, table)
+    write_text(folder.demo_report_csv, table_csv(table, info["task_names"]))
+    print(format_table(table, info["task_names"]))
+    return table
