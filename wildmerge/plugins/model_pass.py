@@ -44,6 +44,17 @@ def num_layers(folder: str) -> int:
     return int(count)
 
 
+# Names an in-memory merger gives its inputs ("base", expert names) -> their folders; set by whoever loaded them
+# (a TAS sweep), so block / model passes work in memory too.
+_NAMED_FOLDERS: Dict[str, str] = {}
+
+
+def name_folders(folders: Dict[str, str]) -> None:
+    """Tell the passes which folder each input name of an in-memory merge stands for (replaces earlier names)."""
+    _NAMED_FOLDERS.clear()
+    _NAMED_FOLDERS.update({str(k): str(v) for k, v in folders.items()})
+
+
 def folder_of(entry_id: Hashable) -> Optional[str]:
     """The local checkpoint folder behind a tensor group's entry id, or None when the id names no folder."""
     from mergekit.common import ModelReference
@@ -54,7 +65,7 @@ def folder_of(entry_id: Hashable) -> Optional[str]:
         return entry_id.local_path()
     if isinstance(entry_id, (str, Path)) and (Path(entry_id) / "config.json").is_file():
         return str(entry_id)
-    return None
+    return _NAMED_FOLDERS.get(str(entry_id))
 
 
 def group_folders(method: str, group, why: str) -> Tuple[str, Tuple[str, ...]]:
