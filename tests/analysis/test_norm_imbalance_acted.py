@@ -106,3 +106,21 @@ def test_balanced_and_unbalanced_subsets_and_their_comparison(unequal):
     # ratios ~2 (small, mid), ~12 (mid, big), ~25 (small, big): the median splits off the last one
     assert row["balanced_mean"] == pytest.approx(52.0) and row["unbalanced_mean"] == pytest.approx(40.0)
     assert row["diff_pp"] == pytest.approx(12.0) and row["balanced_ratio"] < row["unbalanced_ratio"]
+
+
+@pytest.mark.parametrize("select,pair", [("balanced", ["mid", "small"]), ("unbalanced", ["big", "small"])])
+def test_sample_select_balanced_and_unbalanced(unequal, tmp_path, select, pair):
+    from wildmerge.cli import main
+    from wildmerge.run import RunFolder
+
+    base, experts = unequal
+    lines = ["name: unequal", f"base: {{model: {base}}}", "experts:"]
+    lines += [f"  - {{model: {p}, name: {n}}}" for n, p in experts.items()]
+    (tmp_path / "pool.yml").write_text("\n".join(lines) + "\n")
+    run = tmp_path / "run"
+    assert main(["sample", "--base", str(tmp_path / "pool.yml"), "--out", str(run), "--sizes", "2", "--k", "1",
+                 "--methods", "ta", "--select", select, "--no-evaluate"]) == 0
+    manifest = RunFolder(run).read_manifest()
+    assert [sorted(s.experts) for s in manifest.subsets if s.n == 2] == [pair]
+    record = manifest.sampling["select"]
+    assert record["prefer"] == select and set(record["norms"]) == set(experts)
