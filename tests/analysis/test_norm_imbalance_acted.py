@@ -124,3 +124,21 @@ def test_sample_select_balanced_and_unbalanced(unequal, tmp_path, select, pair):
     assert [sorted(s.experts) for s in manifest.subsets if s.n == 2] == [pair]
     record = manifest.sampling["select"]
     assert record["prefer"] == select and set(record["norms"]) == set(experts)
+
+
+def test_analyze_norms_writes_similarity_and_sign_election(unequal, tmp_path):
+    import pandas as pd
+
+    from wildmerge.cli import main
+
+    base, experts = unequal
+    lines = ["name: unequal", f"base: {{model: {base}}}", "experts:"]
+    lines += [f"  - {{model: {p}, name: {n}}}" for n, p in experts.items()]
+    (tmp_path / "pool.yml").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "norms"
+    assert main(["analyze", "norms", "--pool", str(tmp_path / "pool.yml"), "--out", str(out),
+                 "--sign-election", "1"]) == 0
+    curves = pd.read_csv(out / "similarity_vs_lambda.csv")
+    assert set(curves["expert"]) == set(experts) and (out / "similarity_vs_lambda.png").is_file()
+    election = pd.read_csv(out / "sign_election.csv").set_index("expert")
+    assert election.loc["big", "mass_share"] > 0.8
