@@ -60,12 +60,16 @@ def folder_of(entry_id: Hashable) -> Optional[str]:
     from mergekit.common import ModelReference
 
     if isinstance(entry_id, ModelReference):
-        if entry_id.lora is not None:
-            return None
-        return entry_id.local_path()
+        return _reference_folder(entry_id)
     if isinstance(entry_id, (str, Path)) and (Path(entry_id) / "config.json").is_file():
         return str(entry_id)
     return _NAMED_FOLDERS.get(str(entry_id))
+
+
+@lru_cache(maxsize=64)
+def _reference_folder(ref) -> Optional[str]:
+    """A mergekit model reference's local folder, looked up once (a hub id asks the hub cache)."""
+    return None if ref.lora is not None else ref.local_path()
 
 
 def group_folders(method: str, group, why: str) -> Tuple[str, Tuple[str, ...]]:
