@@ -7,7 +7,8 @@ those numbers from one streamed first pass over the checkpoints: one tensor of e
 float64 sums, computed once per set of checkpoints and kept for the rest of the merge (and of the process).
 
 The checkpoints are found from the tensor group: mergekit's graph names every input by its ``ModelReference``; a
-caller of the in-memory API may name them by their folders instead.
+caller of the in-memory API names them by their folders, or tells the passes which folder each of its names stands
+for (``name_folders``: a TAS sweep does).
 """
 
 import re
