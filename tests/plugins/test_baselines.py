@@ -128,6 +128,8 @@ def test_lines_ta_scales_each_block_by_depth():
     np.testing.assert_allclose(outside.numpy(), b + 0.2 * sum(taus), atol=1e-6)
     with pytest.raises(ConfigError, match="lines_ta: the number of blocks .* needs the checkpoints on disk"):
         merge("lines_ta", base, experts)
+    with pytest.raises(ConfigError, match="is in block 5, but num_layers is 4"):
+        merge("lines_ta", base, experts, name="model.layers.5.mlp.up_proj.weight", num_layers=4)
 
 
 def test_lines_consensus_with_alpha_given_is_lines_on_the_consensus_vector():

@@ -20,6 +20,7 @@ import torch
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
 from pydantic import Field
 
+from wildmerge.errors import ConfigError
 from wildmerge.plugins.baselines import ConsensusOptions, consensus_sum
 from wildmerge.plugins.method_params import MethodParams, per_model
 from wildmerge.plugins.model_pass import group_folders, layer_index, num_layers, stamp, stream_tensors
@@ -48,7 +49,7 @@ def lines_scale(layer: Optional[int], n_layers: int, alpha: float, beta: float) 
     """``alpha + beta * l / (L - 1)`` for the 0-based block ``l``; ``alpha`` outside the blocks (and when L = 1)."""
     if layer is None or n_layers <= 1:
         return alpha
-    return alpha + beta * min(layer, n_layers - 1) / (n_layers - 1)
+    return alpha + beta * layer / (n_layers - 1)
 
 
 def ta_sum(deltas: List[torch.Tensor]) -> torch.Tensor:
@@ -86,8 +87,11 @@ class LinesMerge(TaskVectorMethod, GroupMergeMethod):
         if deltas is None:
             return base
         update = self.merged(deltas, **self._mask_options(parameters))
-        scale = lines_scale(layer_index(group.metadata.name), self._layers(group, parameters),
-                            self._alpha(group, parameters, weights), parameters["lambda"])
+        layer, n_layers = layer_index(group.metadata.name), self._layers(group, parameters)
+        if layer is not None and layer >= n_layers:
+            raise ConfigError(f"{self.method_name}: tensor {group.metadata.name!r} is in block {layer}, but "
+                              f"num_layers is {n_layers}; give the model's number of blocks (0: from its config)")
+        scale = lines_scale(layer, n_layers, self._alpha(group, parameters, weights), parameters["lambda"])
         return (base.to(update.dtype) + scale * update).to(base.dtype)
 
     def _mask_options(self, parameters) -> dict:
