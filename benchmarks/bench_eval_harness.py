@@ -6,6 +6,9 @@ process as the floor of the per-process mode, and peak RSS (VmHWM).
     python benchmarks/bench_eval_harness.py                 # full demo family (cached), base + 5 experts
     python benchmarks/bench_eval_harness.py --quick         # the quick family (3 experts)
     python benchmarks/bench_eval_harness.py --end-to-end    # also time `python sample_and_merge.py` (family cached)
+
+Ratios printed: ``long_lived_*_speedup`` (jobs per minute against the per-process mode; target >= 4x) and, with
+``--end-to-end``, ``main_job_x_bare`` (the demo main job against one bare ``simple_evaluate``; target <= 12x).
 """
 
 import argparse
@@ -103,6 +106,8 @@ def main() -> int:
             subprocess.run([sys.executable, "sample_and_merge.py", "--out", str(Path(tmp) / "run")], check=True,
                            cwd=Path(__file__).resolve().parent.parent, capture_output=True)
             result["sample_and_merge_s"] = time.perf_counter() - t0
+        if "bare_s_per_model" in result:  # target: within 12x one bare simple_evaluate of the base
+            result["main_job_x_bare"] = result["sample_and_merge_s"] / result["bare_s_per_model"]
 
     for key, value in result.items():
         print(f"{key:28s} {value:.2f}" if isinstance(value, float) else f"{key:28s} {value}")

@@ -41,6 +41,12 @@ def main() -> int:
             experts[e.model_id] = items
         else:
             merges[e.model_id] = {"items": items, "cell": (e.method, e.n)}
+    lacking = [what for what, have in (("the base", base is not None), ("an expert", experts), ("a merge", merges))
+               if not have]
+    if lacking:
+        sys.exit(f"bench_screening: {run.root} has no per-item scores on suite {args.suite!r} for "
+                 f"{', '.join(lacking)}; replaying screening needs them: score the run with `wildmerge eval "
+                 f"{run.root} --suite {args.suite} --record-items` (jobs without per-item scores are run again)")
     print(f"{len(merges)} merges, {len(experts)} experts, {sum(len(v) for v in base.values())} items per model")
     out = {}
     for fraction in (float(f) for f in args.fractions.split(",")):

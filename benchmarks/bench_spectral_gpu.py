@@ -11,7 +11,13 @@ Three parts, each printed as a markdown table and written under ``--out`` as it 
 3. kernels: one 2560 x 2560 and one 9728 x 2560 matrix, K task vectors: the linear-algebra calls and the kernels
    before (``--before``: a spectral.py from before the linalg.py split) and after.
 
-    python benchmarks/bench_spectral_gpu.py --out results/ [--before old_spectral.py] [--small]   # --small: CPU rehearsal
+The opt-in top-k routes of TSV-M and Iso-CTS are measured too: randomized per task, and randomized batched across
+tasks (one (T, m, n) GEMM chain, ``topk_solver: randomized_batched``), with their numerics against the per-task
+loop and the exact route; each K ends with the best route's ratio to TA against the targets (TSV-M <= 2x,
+Iso-CTS <= 2.5x).
+
+    python benchmarks/bench_spectral_gpu.py --out results/ [--before old_spectral.py]
+    python benchmarks/bench_spectral_gpu.py --device cpu --small --out /tmp/rehearsal   # CPU rehearsal
 """
 
 import argparse
@@ -122,6 +128,23 @@ def exactness(report, refs, device, shapes, n_tasks, rank):
                 report.record(part="exactness", input=label, kernel=name, err64=e64, err32=e32, rank=kept)
 
 
+def batched_numerics(report, device, shape, n_tasks):
+    """The batched randomized top-k on the device against the per-task loop (same seeded sketch: should agree to
+    rounding) and against the exact route (approximate: differs by what the sketch misses)."""
+    g = torch.Generator().manual_seed(3)
+    deltas = [torch.randn(*shape, generator=g).to(device) for _ in range(n_tasks)]
+    report(f"\n## Batched randomized top-k on {device_name(device)}: {n_tasks} x {shape[0]}x{shape[1]} float32, "
+           "relative Frobenius difference of the merged update")
+    report("\n| kernel | batched vs per-task loop | batched vs exact |")
+    report("|---|---:|---:|")
+    for name, f in (("tsv_m", spectral.tsv_m), ("iso_cts", lambda ds, **kw: spectral.iso_cts(ds, 0.8, **kw))):
+        batched, loop, exact = (f(deltas, topk_solver=t).double() for t in ("randomized_batched", "randomized", "exact"))
+        d_loop = float((batched - loop).norm() / loop.norm())
+        d_exact = float((batched - exact).norm() / exact.norm())
+        report(f"| {name} | {d_loop:.1e} | {d_exact:.1e} |")
+        report.record(part="batched", kernel=name, vs_loop=d_loop, vs_exact=d_exact)
+
+
 # ---------------------------------------------------------------- 2. methods through mergekit
 
 
@@ -200,7 +223,7 @@ def methods_table(report, args, device, root: Path):
     merge_once("task_arithmetic", base, experts[:2], device)  # warm-up: CUDA context, page cache, imports
     merge_once("iso_c", base, experts[:2], device)
     variants = [(m, None) for m in METHODS] + [(m, {"svd_precision": "float32"}) for m in args.float32_methods]
-    variants += [(m, {"topk_solver": "randomized"}) for m in ("tsv_m", "iso_cts")]
+    variants += [(m, {"topk_solver": t}) for t in ("randomized", "randomized_batched") for m in ("tsv_m", "iso_cts")]
     for k in args.experts:
         report(f"\n### K = {k}\n\n| method | wall s | x task_arithmetic | peak GPU MiB | x TA | peak RSS MiB | x TA |")
         report("|---|---:|---:|---:|---:|---:|---:|")
@@ -218,6 +241,21 @@ def methods_table(report, args, device, root: Path):
                    f"{rss:.0f} | {rss / ta_rss:.2f} |")
             report.record(part="methods", k=k, method=label, seconds=seconds, ratio=seconds / ta_s, gpu_mib=gpu,
                           rss_mib=rss)
+        targets(report, k, {label: seconds / ta_s for label, seconds, _, _ in rows})
+
+
+TARGETS = {"tsv_m": 2.0, "iso_cts": 2.5}  # x task_arithmetic on a GPU (issue 26)
+
+
+def targets(report, k, ratios):
+    """The best route of TSV-M and Iso-CTS against its target ratio to TA."""
+    for method, target in TARGETS.items():
+        routes = {label: r for label, r in ratios.items() if label.split(" ")[0] == method}
+        if routes:
+            label, best = min(routes.items(), key=lambda kv: kv[1])
+            verdict = "met" if best <= target else "NOT met"
+            report(f"- K = {k}: {method} best {best:.2f}x TA ({label}); target <= {target}x: {verdict}")
+            report.record(part="targets", k=k, method=method, route=label, ratio=best, target=target)
 
 
 # ---------------------------------------------------------------- 3. kernels before / after
@@ -297,6 +335,8 @@ def kernels_table(report, device, shapes, n_tasks, before):
         if heavy:
             rows.append((f"after: {name} (randomized top-k, opt-in)",
                          lambda ds, f=ours: f(ds, topk_solver="randomized"), 3))
+            rows.append((f"after: {name} (randomized top-k batched across tasks, opt-in)",
+                         lambda ds, f=ours: f(ds, topk_solver="randomized_batched"), 3))
     for label, fn, reps in rows:
         try:
             fn(data[0][:2])  # warm-up: handles, workspaces
@@ -324,9 +364,11 @@ def main():
     parser.add_argument("--experts", type=int, nargs="+", default=[2, 6, 12])
     parser.add_argument("--float32-methods", nargs="*", default=METHODS, help="also run these with svd_precision float32 at the largest K")
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--small", action="store_true", help="CPU rehearsal: tiny shapes")
+    parser.add_argument("--small", action="store_true", help="tiny shapes (the CPU rehearsal: --device cpu --small)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                        help="default: cuda when available (and not --small)")
     args = parser.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() and not args.small else "cpu")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and not args.small else "cpu"))
     if args.small:
         dims = dict(hidden=128, intermediate=486, heads=4, kv_heads=2, head_dim=32, vocab=512)
         exact_shapes, kernel_shapes, rank = [(96, 256), (256, 96), (64, 64)], [(128, 128), (486, 128)], 8
@@ -341,6 +383,8 @@ def main():
     before = load_module("spectral_before", Path(args.before)) if args.before else None
     if "exactness" in args.parts:
         exactness(report, load_module("spectral_refs", Path(args.refs)), device, exact_shapes, 6, rank)
+    if "exactness" in args.parts:
+        batched_numerics(report, device, exact_shapes[0], 6)
     if "methods" in args.parts:
         with tempfile.TemporaryDirectory() as root:
             methods_table(report, args, device, Path(root))

@@ -3,7 +3,8 @@
 On the demo family (12 experts, each with its own unlabelled text) every grid point is (a) scored by TAS in memory
 and (b) merged by mergekit to disk and evaluated on the demo suite. Printed per grid: Spearman correlation of TAS
 (each distance) with the suite's mean accuracy (a good proxy is strongly negative), the regret (best evaluated
-accuracy minus the accuracy of the TAS choice) and the cost ratio (merge + evaluate) / TAS sweep, same run; plus
+accuracy minus the accuracy of the TAS choice; both from ``wildmerge.analysis.tas.check``, what ``wildmerge tune
+--check`` reports on a user's pool) and the cost ratio (merge + evaluate) / TAS sweep, same run; plus
 peak RSS (VmHWM). ``--large`` adds the per-candidate TAS cost on a random Qwen3 of >= 50M parameters.
 
     python benchmarks/bench_tas.py --limit 20 --threads 1 --small --large   # what the README reports (CPU)
@@ -32,11 +33,6 @@ SMALL = {  # --small: what fits a busy 2-core CPU next to TA's 10 points
 }
 
 
-def spearman(x, y) -> float:
-    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
-    return float(np.corrcoef(rx, ry)[0, 1]) if np.std(rx) > 0 and np.std(ry) > 0 else float("nan")
-
-
 def merge_to_disk(recipe: dict, out: Path) -> float:
     """The stock path: mergekit-yaml (in process) writes the checkpoint; seconds taken (kept beside it for reruns)."""
     timing = out.with_suffix(".seconds")
@@ -60,6 +56,7 @@ def merge_to_disk(recipe: dict, out: Path) -> float:
 
 
 def study(args) -> dict:
+    from wildmerge.analysis.tas.check import plot, summarize
     from wildmerge.analysis.tas.setup import load_sweep
     from wildmerge.analysis.tas.sweep import check_points, sweep
     from wildmerge.eval.evaluate import evaluate_models
@@ -109,45 +106,16 @@ def study(args) -> dict:
         summary = {"points": len(rows), "best_accuracy": best, "tas_seconds": tas_seconds,
                    "tas_sweep_wall": sweep_wall, "merge_seconds": merge_seconds,
                    "eval_seconds": sum(row["eval_seconds"] or 0 for row in rows), "eval_wall": eval_wall}
-        for d in ("l2", "l1", "cosine", "kl"):
-            tas_values = [row["tas"][d] for row in rows]
-            choice = rows[int(np.argmin(tas_values))]
-            summary[d] = {"spearman": spearman(tas_values, acc), "choice": choice["hparams"],
-                          "choice_accuracy": choice["accuracy"], "regret": best - choice["accuracy"]}
+        for d in ("l2", "l1", "cosine", "kl"):  # the package's maths (``wildmerge tune --check``), every distance
+            check = summarize(rows, d)
+            summary[d] = {"spearman": check["spearman"], "choice": check["choice"],
+                          "choice_accuracy": check["choice_accuracy"], "regret": best - check["choice_accuracy"],
+                          "tracks": check["tracks"]}
         summary["cost_ratio"] = (summary["merge_seconds"] + summary["eval_seconds"]) / max(tas_seconds, 1e-9)
         results["grids"][grid_name] = {"summary": summary, "rows": rows}
-        plot(grid_name, rows, out)
+        plot(grid_name, rows, out, ylabel="demo suite mean accuracy")
         print(json.dumps({grid_name: summary}, indent=1))
     return results
-
-
-def plot(grid_name: str, rows: list, out: Path) -> None:
-    """Fig. 4 left (accuracy vs TAS, every candidate) and, for one-axis grids, Fig. 3 (both against the knob)."""
-    from wildmerge.analysis.report.plots import _plt, _save
-
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    tas = [r["tas"]["l2"] for r in rows]
-    acc = [r["accuracy"] for r in rows]
-    axes[0].scatter(tas, acc)
-    for r, x, y in zip(rows, tas, acc):
-        axes[0].annotate(r["candidate"], (x, y), fontsize=6)
-    axes[0].set_xlabel("mean TAS (l2, lower = closer to the experts)")
-    axes[0].set_ylabel("demo suite mean accuracy")
-    axes[0].set_title(f"{grid_name}: accuracy vs TAS")
-    keys = list(rows[0]["hparams"])
-    if len(keys) == 1:
-        xs = [r["hparams"][keys[0]] for r in rows]
-        axes[1].plot(xs, acc, marker="o", color="C0", label="accuracy")
-        twin = axes[1].twinx()
-        twin.plot(xs, tas, marker="s", color="C1", label="TAS l2")
-        axes[1].set_xlabel(keys[0])
-        axes[1].set_ylabel("accuracy", color="C0")
-        twin.set_ylabel("mean TAS (l2)", color="C1")
-    else:
-        axes[1].axis("off")
-    fig.tight_layout()
-    _save(fig, out / f"tas_{grid_name}")
 
 
 def large(args) -> dict:

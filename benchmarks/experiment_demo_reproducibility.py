@@ -55,14 +55,26 @@ def max_diff(a: Path, b: Path) -> float:
     return max(float((x[k].double() - y[k].double()).abs().max()) for k in x)
 
 
+def cached_family(quick: bool):
+    """(family key, {file: sha256}) of the cached family this comparison reads: the one ``wildmerge demo`` uses
+    (``$WILDMERGE_DEMO_CACHE`` or ``~/.cache/wildmerge/demo``), or an exit that says how to build it."""
+    from wildmerge.demo.family import default_cache_dir, family_key
+
+    key = family_key(0, quick)
+    record = default_cache_dir() / key / "family.json"
+    if not record.is_file():
+        sys.exit(f"no cached demo family at {record.parent}: build it first (`wildmerge demo build"
+                 f"{'' if not quick else ' --quick'}`), or point WILDMERGE_DEMO_CACHE at the folder that holds it")
+    return key, json.loads(record.read_text())["files"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true", help="the 12-expert family (minutes per variant)")
     ap.add_argument("--only", default="", help="comma-separated variant names")
     args = ap.parse_args()
     names = [n for n in VARIANTS if not args.only or n in args.only.split(",")]
-    key = "v2-seed0" + ("" if args.full else "-quick")
-    cached = json.loads((Path.home() / ".cache/wildmerge/demo" / key / "family.json").read_text())["files"]
+    key, cached = cached_family(quick=not args.full)
     tmp = Path(tempfile.mkdtemp(prefix="wm-repro-"))
     ref = None
     for name in names:

@@ -4,19 +4,60 @@ Write into a temporary sibling, then ``os.replace`` it into place (atomic on POS
 """
 
 import contextlib
+import errno
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Optional
+
+from wildmerge.errors import WildmergeError
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+READ_ONLY = (errno.EROFS,)
+NO_PERMISSION = (errno.EACCES, errno.EPERM)
+
+
+def storage_error(exc: OSError, path=None) -> Optional[WildmergeError]:
+    """A full disk, a read-only filesystem or a missing permission as one line naming the path and the fix (a write
+    of a full disk raises ENOSPC without a file name: ``path`` is what was being written); None for other errors."""
+    where = exc.filename or path
+    if exc.errno in DISK_FULL:
+        return WildmergeError(f"no space left on the device while writing {where} ({exc.strerror}); free space there "
+                              f"or write elsewhere (--out)")
+    if exc.errno in READ_ONLY:
+        return WildmergeError(f"cannot write {where}: read-only file system; make it writable or write elsewhere "
+                              f"(--out)")
+    if exc.errno in NO_PERMISSION:
+        return WildmergeError(f"permission denied on {where} ({exc.strerror}); fix its permissions or use another "
+                              f"folder")
+    return None
+
+
+@contextlib.contextmanager
+def named_storage_errors(path):
+    """Turn a full disk or a read-only filesystem met while writing ``path`` into a ``WildmergeError``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in DISK_FULL + READ_ONLY:
+            raise
+        raise storage_error(exc, path) from None
+    except Exception as exc:  # writers in Rust (safetensors) report the OS error only in their message
+        for code in DISK_FULL + READ_ONLY:
+            if f"(os error {code})" in str(exc):
+                raise storage_error(OSError(code, os.strerror(code)), path) from None
+        raise
 
 
 def _tmp_sibling(path: Path, kind: str) -> Path:
     """A private temporary sibling, given the permissions a plain ``open`` / ``mkdir`` would have given ``path``
     (tempfile makes them 0600 / 0700, which would leave reports and models unreadable to the user's group)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     make = tempfile.mkdtemp if kind == "dir" else tempfile.mkstemp
-    made = make(prefix=f".{path.name}.tmp-", dir=path.parent)
+    with named_storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        made = make(prefix=f".{path.name}.tmp-", dir=path.parent)
     if kind == "file":
         os.close(made[0])
         made = made[1]
@@ -34,8 +75,9 @@ def write_text(path, text: str) -> Path:
     path = Path(path)
     tmp = _tmp_sibling(path, "file")
     try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        with named_storage_errors(path):
+            tmp.write_text(text)
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
@@ -56,7 +98,8 @@ def atomic_dir(path):
     path = Path(path)
     tmp = _tmp_sibling(path, "dir")
     try:
-        yield tmp
+        with named_storage_errors(path):  # also what the block writes (mergekit's shards): a full disk names ``path``
+            yield tmp
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
             os.replace(path, old)

@@ -30,7 +30,8 @@ def weight_files(path, allow_pickle: bool = False) -> List[Path]:
     """The folder's ``*.safetensors`` files, else (only with ``allow_pickle``) its pickle files; else an error."""
     folder = Path(path)
     files = sorted(folder.glob("*.safetensors"))
-    if files:
+    if files or (folder / SHARD_INDEX).is_file():
+        check_shards(folder, files)
         return files
     pickled = sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES) if folder.is_dir() else []
     if pickled and allow_pickle:
@@ -42,6 +43,53 @@ def weight_files(path, allow_pickle: bool = False) -> List[Path]:
             " if you trust this checkpoint"
         )
     raise WildmergeError(f"{folder}: no *.safetensors weights found; is this a model folder?")
+
+
+SHARD_INDEX = "model.safetensors.index.json"
+
+
+def check_shards(folder: Path, files: List[Path]) -> None:
+    """A sharded checkpoint's index is readable and every shard it lists is there: a damaged index or a shard whose
+    download never finished is named as such, not as a bare JSON error or "lacks 7 tensors" much later."""
+    index = folder / SHARD_INDEX
+    if not index.is_file():
+        return
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = sorted(set(weight_map.values()))
+        if not all(isinstance(s, str) for s in shards):
+            raise ValueError("shard names are not strings")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise WildmergeError(f"{index} is damaged ({type(exc).__name__}: {str(exc).splitlines()[0][:80]}); download "
+                             f"it again with the checkpoint") from None
+    present = {f.name for f in files}
+    missing = [s for s in shards if s not in present]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise WildmergeError(f"shard {missing[0]}{more} listed in {index} but missing from {folder}; the download is "
+                             f"incomplete, download the checkpoint again")
+
+
+def check_weights(models: Dict[str, str], allow_pickle: bool = False) -> None:
+    """Every safetensors file of these models complete (no truncation, every shard) and free of NaN / Inf; one error
+    naming every model, file and tensor otherwise. The analyses run it first: a NaN expert would otherwise give a
+    cosine of 0 with itself, or a linear-algebra traceback naming no model."""
+    problems = []
+    for name, path in models.items():
+        try:
+            for f in weight_files(path, allow_pickle):
+                if f.suffix != ".safetensors":
+                    continue
+                check_safetensors(f)
+                bad = nonfinite_in_file(f)
+                if bad:
+                    more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+                    problems.append(f"  {name}: NaN or Inf in {bad[0]}{more} ({f})")
+        except WildmergeError as exc:
+            problems.append(f"  {name}: {exc}")
+    if problems:
+        raise WildmergeError(f"{len(problems)} model(s) cannot be analysed:\n" + "\n".join(problems)
+                             + "\nReplace the damaged checkpoint (download it again), or leave it out with --exclude NAME.")
 
 
 def check_safetensors(file) -> dict:
@@ -170,36 +218,50 @@ def check_compatible(base: str, experts: Dict[str, str], allow_pickle: bool = Fa
     base_arch, base_vocab = _arch(base_config), _vocab_size(base_config)
     base_shapes = tensor_shapes(base, allow_pickle)
     tied = bool(base_config.get("tie_word_embeddings"))
-    problems, vocab_differs = [], {}
+    problems, unreadable, vocab_differs = [], [], {}
     for name, path in experts.items():
-        config = read_config(path)
-        arch, vocab = _arch(config), _vocab_size(config)
-        diff = [f"{k}: {arch.get(k)!r} vs {base_name} {v!r}" for k, v in base_arch.items() if arch.get(k) != v]
-        if diff:
-            problems.append(f"  {name} ({path}): architecture differs: " + "; ".join(diff))
-            continue
-        if vocab != base_vocab:
-            if same_vocab:
-                problems.append(f"  {name} ({path}): vocabulary of {vocab} tokens vs {base_name} {base_vocab}; this "
-                                "step needs identical vocabularies (mergekit's tokenizer alignment does not apply)")
-                continue
-            vocab_differs[name] = (vocab, base_vocab)
-        shapes = tensor_shapes(path, allow_pickle)
-        if not shapes or not base_shapes:
-            continue
-        missing = [t for t in base_shapes if t not in shapes and not (tied and t.startswith("lm_head"))]
-        wrong = [f"{t} {shapes[t]} vs {base_name} {s}" for t, s in base_shapes.items()
-                 if t in shapes and shapes[t] != s and not _only_vocab_differs(shapes[t], s, vocab, base_vocab)]
-        if missing:
-            problems.append(f"  {name} ({path}): lacks {len(missing)} tensor(s) of {base_name}, e.g. {missing[:3]}")
-        if wrong:
-            problems.append(f"  {name} ({path}): {len(wrong)} tensor shape(s) differ, e.g. {'; '.join(wrong[:3])}")
-    if problems:
+        try:  # every expert is checked: one pickle-only or damaged expert does not hide another's mismatch
+            problems += _expert_problems(name, path, base_name, base_arch, base_vocab, base_shapes, tied, same_vocab,
+                                         allow_pickle, vocab_differs)
+        except WildmergeError as exc:
+            unreadable.append((name, exc))
+    if len(unreadable) == 1 and not problems:
+        raise unreadable[0][1]  # its own message names the file and the fix
+    if problems or unreadable:
+        lines = [f"  {name}: {exc}" for name, exc in unreadable] + problems
+        fix = ["Use experts fine-tuned from this exact base"] if problems else []
+        fix += ["repair or replace the unreadable checkpoint(s)"] if unreadable else []
         raise WildmergeError(
-            f"these experts cannot be merged with {base_name} tensor by tensor:\n" + "\n".join(problems)
-            + "\nUse experts fine-tuned from this exact base, or leave them out with --exclude NAME."
-        )
+            f"these experts cannot be merged with {base_name} tensor by tensor:\n" + "\n".join(lines)
+            + f"\n{'; '.join(fix)}, or leave them out with --exclude NAME.")
     return vocab_differs
+
+
+def _expert_problems(name, path, base_name, base_arch, base_vocab, base_shapes, tied, same_vocab, allow_pickle,
+                     vocab_differs) -> List[str]:
+    """What stops one expert from merging with the base tensor by tensor ([] when nothing)."""
+    config = read_config(path)
+    arch, vocab = _arch(config), _vocab_size(config)
+    diff = [f"{k}: {arch.get(k)!r} vs {base_name} {v!r}" for k, v in base_arch.items() if arch.get(k) != v]
+    if diff:
+        return [f"  {name} ({path}): architecture differs: " + "; ".join(diff)]
+    if vocab != base_vocab:
+        if same_vocab:
+            return [f"  {name} ({path}): vocabulary of {vocab} tokens vs {base_name} {base_vocab}; this step needs "
+                    "identical vocabularies (mergekit's tokenizer alignment does not apply)"]
+        vocab_differs[name] = (vocab, base_vocab)
+    shapes = tensor_shapes(path, allow_pickle)
+    if not shapes or not base_shapes:
+        return []
+    missing = [t for t in base_shapes if t not in shapes and not (tied and t.startswith("lm_head"))]
+    wrong = [f"{t} {shapes[t]} vs {base_name} {s}" for t, s in base_shapes.items()
+             if t in shapes and shapes[t] != s and not _only_vocab_differs(shapes[t], s, vocab, base_vocab)]
+    problems = []
+    if missing:
+        problems.append(f"  {name} ({path}): lacks {len(missing)} tensor(s) of {base_name}, e.g. {missing[:3]}")
+    if wrong:
+        problems.append(f"  {name} ({path}): {len(wrong)} tensor shape(s) differ, e.g. {'; '.join(wrong[:3])}")
+    return problems
 
 
 def nonfinite_tensors(path) -> List[str]:

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "report": ("wildmerge.commands.report", "write leaderboard tables and plots for a run"),
     "analyze": ("wildmerge.commands.analyze", "task-vector geometry and mergeability diagnostics"),
     "tune": ("wildmerge.commands.tune", "hyperparameters chosen by the task alignment score, without evaluation"),
+    "search": ("wildmerge.commands.search", "the best merge a budget of evaluations can find (guided search)"),
 }
 
 
@@ -48,6 +49,13 @@ def main(argv=None) -> int:
         return int(module.run(args) or 0)
     except WildmergeError as exc:
         print(f"wildmerge {command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full disk, a read-only run folder: one line naming the path
+        from wildmerge.atomic import storage_error
+
+        if storage_error(exc) is None:
+            raise
+        print(f"wildmerge {command}: error: {storage_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"wildmerge {command}: interrupted; rerun the same command to resume", file=sys.stderr)

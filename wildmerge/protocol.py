@@ -9,7 +9,7 @@ import hashlib
 import time
 from collections import Counter
 from pathlib import Path
-from typing import List, Literal, Optional
+from typing import List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,7 +35,7 @@ class EvalOptions(BaseModel):
     record_items: bool = False
     screen: Optional[float] = None
     allow_pickle: bool = False
-    limit: Optional[float] = None
+    limit: Optional[Union[int, float, str]] = None  # checked by ``overrides`` (1.0 and 1.5 are errors)
     dtype: Optional[str] = None
     batch_size: Optional[str] = None
     device: Optional[str] = None
@@ -56,8 +56,13 @@ class EvalOptions(BaseModel):
 
     def overrides(self) -> dict:
         out = {k: getattr(self, k) for k in OVERRIDES if getattr(self, k) is not None}
-        if "limit" in out and out["limit"] >= 1:
-            out["limit"] = int(out["limit"])
+        if "limit" in out:
+            from wildmerge.eval.suites import parse_limit
+
+            try:
+                out["limit"] = parse_limit(out["limit"])
+            except ValueError as exc:
+                raise ConfigError(f"--limit {exc.args[0].split(' ', 1)[1]}") from None
         if "batch_size" in out and out["batch_size"] != "auto":
             try:
                 out["batch_size"] = int(out["batch_size"])
@@ -105,11 +110,13 @@ class SampleSettings(BaseModel):
     tune: bool = False
     tune_grid: Optional[str] = None
     tune_samples: int = 128
+    tune_check: int = 0  # evaluate this many grid points per tuned method: does TAS track accuracy? (manifest)
     dry_run: bool = False
     keep_models: Literal["all", "none"] = "all"
     evaluate: Optional[bool] = None  # default: only the demo pool
     suite: Optional[str] = None  # default: demo for the demo pool
     device: str = "cpu"  # mergekit's math device
+    merge_workers: Union[int, Literal["auto"], None] = None  # None: one per visible GPU on cuda, else 1
     allow_pickle: bool = False
     download: Optional[bool] = None  # False: the local hub cache only
     evaluation: EvalOptions = Field(default_factory=EvalOptions)
@@ -171,6 +178,9 @@ def run_sample(s: SampleSettings) -> int:
     pool = load_pool(s.pool)
     if s.exclude:
         pool = pool.without(s.exclude)
+        if not pool.experts:
+            raise ConfigError(f"--exclude {','.join(s.exclude)} leaves no expert in pool {pool.name!r}: keep at least "
+                              f"one")
     select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
     if sampling.k < 1:
@@ -188,11 +198,17 @@ def run_sample(s: SampleSettings) -> int:
         raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
     if evaluate:
         s.evaluation.check()  # a misplaced option fails before any merge
+    elif s.evaluation.screen is not None:
+        raise ConfigError(f"--screen {s.evaluation.screen} screens the evaluation, but this run is not evaluated "
+                          f"(--no-evaluate, or a pool other than demo): add --evaluate --suite NAME, or drop --screen")
     run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run
 
-        return print_dry_run(run_dir, pool, sampling, methods, grids, s.keep_models, scorer)
+        return print_dry_run(run_dir, pool, sampling, methods, grids, s.keep_models, scorer, tune=s.tune)
+    from wildmerge.sampling.preflight import check_expert_data
+
+    check_expert_data(pool, methods, grids, s.tune)  # RegMean / CoM / --tune data, before any model is resolved
     if s.keep_models == "none" and not evaluate:
         raise ConfigError("--keep-models none deletes each merged model's weights once it is evaluated: add "
                           "--evaluate --suite NAME, or use --keep-models all")
@@ -205,8 +221,10 @@ def run_sample(s: SampleSettings) -> int:
         from wildmerge.analysis.tas.tune import tune_methods
 
         methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
-                                      device=s.device, allow_pickle=s.allow_pickle)
+                                      device=s.device, allow_pickle=s.allow_pickle, check=s.tune_check,
+                                      check_suite=suite or "demo", check_limit=s.evaluation.limit)
     log = run_protocol(run_dir, pool, sampling, methods, grids, scorer=scorer, merge_device=s.device,
+                       merge_workers=s.merge_workers,
                        allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,
                        after_each=evaluate_one if s.keep_models == "none" else None)
     folder = RunFolder(run_dir)
@@ -225,12 +243,13 @@ def run_sample(s: SampleSettings) -> int:
 
 
 def run_protocol(run_dir: Path, pool, sampling, methods: dict, grids: dict, *, scorer=None, merge_device="cpu",
-                 allow_pickle=False, download=None, keep_models="all", after_each=None) -> dict:
+                 allow_pickle=False, download=None, keep_models="all", after_each=None, merge_workers=None) -> dict:
     """Draw (or reuse) the subsets, write the plan, merge what is not done yet; returns the run log.
 
     ``sampling`` is the draw (``wildmerge.sampling.settings.Sampling``); ``scorer`` scores subsets when a predictor
     chooses them."""
     from wildmerge.merging.runner import merge_options, run_plan
+    from wildmerge.merging.workers import worker_count
     from wildmerge.run import Plan, RunFolder, merged_with_previous
     from wildmerge.sampling.manifest import prepare
     from wildmerge.sampling.plan import build_entries
@@ -240,7 +259,12 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, grids: dict, *, s
     manifest, models = prepare(run_dir, pool, sampling, scorer=scorer, allow_pickle=allow_pickle, download=download)
     entries = build_entries(run_dir, manifest.subsets, models, methods, grids)
     if run.has_plan():
-        kept = [e for e in run.read_plan().entries if e.kind in ("merge", "composition")]  # and added baselines
+        from wildmerge.run import read_record
+
+        plan = read_record(run.plan_path, Plan, "delete it and run this command again: the plan is rebuilt from "
+                                                "manifest.json and merges already on disk are not redone (baselines "
+                                                "added later, e.g. compositions, must be added again)")
+        kept = [e for e in plan.entries if e.kind in ("merge", "composition")]  # and added baselines
         entries = merged_with_previous(kept, entries)
     run.write_plan(Plan(run=run.name, run_dir=str(run.root), pool=pool.name, methods=list(methods),
                         ablations=list(grids), entries=entries))
@@ -250,7 +274,11 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, grids: dict, *, s
     for note in manifest.notes:
         print(f"  note: {note}")
     options = merge_options(models, device=merge_device, allow_pickle=allow_pickle, seed=sampling.seed)
-    stats = run_plan(entries, models, methods, options, keep_models=keep_models, after_each=after_each)
+    workers = worker_count(merge_workers, merge_device, models.base.path, max((len(e.experts) for e in merges), default=1))
+    if workers > 1:
+        print(f"merging with {workers} workers")
+    stats = run_plan(entries, models, methods, options, keep_models=keep_models, after_each=after_each,
+                     workers=workers)
     print(f"merges: {stats['merged']} new, {stats['redone']} redone, {stats['skipped']} already done "
           f"({stats['seconds']:.1f} s merging)")
     return {"command": "wildmerge sample", "settings": sampling.record(), "stats": stats,

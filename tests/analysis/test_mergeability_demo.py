@@ -67,7 +67,7 @@ def test_refusals_before_heavy_work(quick, tmp_path, tiny_family, capsys):
     (tmp_path / "nocal.yml").write_text(yaml.safe_dump(pool))
     assert main(["analyze", "mergeability", "--pool", str(tmp_path / "nocal.yml"), "--out", str(tmp_path / "o"),
                  "--groups", "gradients"]) == 2
-    assert "has no calibration data" in capsys.readouterr().err
+    assert "gradient metrics needs each expert's labelled data; none for expert_01" in capsys.readouterr().err
     assert main(["sample", "--base", quick["pool_file"], "--out", str(tmp_path / "r"), "--select", "predicted",
                  "--no-evaluate"]) == 2
     assert "--select predicted needs --predictor" in capsys.readouterr().err

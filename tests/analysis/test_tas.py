@@ -154,7 +154,7 @@ def test_tune_writes_scores_selection_and_a_recipe_and_resumes(lm_family, tmp_pa
 @pytest.mark.parametrize("case,message", [
     ("empty grid", "grid 'sweep' is empty"),
     ("unknown key", "method 'ta' has no hyperparameter 'density'"),
-    ("no calibration", "have no calibration data"),
+    ("no calibration", "tas needs each expert.s text data; none for e0, e1"),
     ("too little data", "only 10 of 10 records"),
     ("no cuda", "torch sees no CUDA device"),
     ("no memory", "GiB free"),

@@ -10,7 +10,8 @@ import yaml
 from helpers import lm_family  # noqa: F401  (fixture)
 from wildmerge.cli import main
 from wildmerge.errors import ConfigError
-from wildmerge.expert_data.generate import GenerateSpec, generate_spec, sample_texts
+from wildmerge.expert_data.generate import GenerateSpec, sample_texts
+from wildmerge.expert_data.schema import parse_source
 
 SMALL = {"n_samples": 6, "max_new_tokens": 8, "prompts": ["", "The sky is", "Two plus two is"]}
 
@@ -24,11 +25,12 @@ def _pool(tmp_path, fam, calibration):
 
 
 def test_spec_forms_and_errors():
-    assert generate_spec("generate") == GenerateSpec()
-    assert generate_spec({"generate": {"n_samples": 3}}).n_samples == 3
-    assert generate_spec("data.jsonl") is None and generate_spec({"data": "x.jsonl"}) is None
-    with pytest.raises(ConfigError, match="n_sample.*valid keys"):
-        generate_spec({"generate": {"n_sample": 3}})
+    assert parse_source("generate", "x").generate == GenerateSpec()
+    assert parse_source({"generate": {"n_samples": 3}}, "x").generate.n_samples == 3
+    assert parse_source({"generate": None}, "x").generate == GenerateSpec()
+    assert parse_source("data.jsonl", "x").kind == "file" and parse_source({"data": "x.jsonl"}, "x").kind == "file"
+    with pytest.raises(ConfigError, match="n_sample.*did you mean 'n_samples'.*valid keys: n_samples"):
+        parse_source({"generate": {"n_sample": 3}}, "x")
 
 
 def test_sampling_is_seeded_and_follows_the_expert(lm_family):  # noqa: F811

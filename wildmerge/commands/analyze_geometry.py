@@ -21,7 +21,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from wildmerge.analysis.pool.geometry import ZERO_COSINE_TOLERANCE, task_vector_geometry, write_geometry
-    from wildmerge.checkpoints import check_compatible
+    from wildmerge.checkpoints import check_compatible, check_weights
     from wildmerge.hub import resolve_all
     from wildmerge.sampling.pools import load_pool
 
@@ -39,6 +39,7 @@ def run(args) -> int:
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
     base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
     check_compatible(base, experts, allow_pickle=args.allow_pickle, same_vocab=True)
+    check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
     result = task_vector_geometry(base, experts, tolerance=tolerance)
     out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "geometry")
     for path in write_geometry(result, out):

@@ -35,8 +35,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def pool_models(args):
     """(pool name, base path, {expert: path}, {expert: calibration spec}) from --run or --pool, all resolved."""
-    from wildmerge.checkpoints import check_compatible
+    from wildmerge.checkpoints import check_compatible, check_weights
     from wildmerge.hub import resolve_all
+
+    from wildmerge.expert_data.check import require_data
+    from wildmerge.expert_data.recipe import absolute
+    from wildmerge.expert_data.schema import parse_data
 
     excluded = {n for group in args.exclude for n in group}
     if args.run:
@@ -48,35 +52,34 @@ def pool_models(args):
         models = [m for m in manifest.models.experts if m.name not in excluded]
         name, base = manifest.pool, manifest.models.base.path
         experts = {m.name: m.path for m in models}
-        specs = {m.name: m.calibration or _demo_calibration(m.model, m.name) for m in models}
+        specs = {m.name: parse_data(m.calibration, f"data of {m.name!r}") for m in models}
+        require_data(specs, _features(args.groups), name)
     else:
         from wildmerge.sampling.pools import load_pool
 
         pool = load_pool(args.pool or "demo")
         if excluded:
             pool = pool.without(sorted(excluded))
+        specs = {n: absolute(d, pool.folder) for n, d in pool.all_data().items()}  # one contract: expert_data
+        require_data(specs, _features(args.groups), pool.name)  # before any model is resolved
         rel = Path(pool.source).parent if pool.source else None
         refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
         resolved = resolve_all(refs, relative_to=rel, allow_pickle=args.allow_pickle)
         name, base = pool.name, resolved[0].path
         experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-        specs = {}
-        for e in pool.experts:
-            spec = e.calibration or _demo_calibration(e.model, e.label)
-            if isinstance(spec, str) and rel is not None and not Path(spec).is_absolute():
-                spec = str(rel / spec)
-            specs[e.label] = spec
     check_compatible(base, experts, allow_pickle=args.allow_pickle, same_vocab=True)  # task vectors need one shape
+    check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
     return name, base, experts, specs
 
 
-def _demo_calibration(ref: str, name: str):
-    """The demo family's own items for a ``demo:`` expert (written next to the family's checkpoints)."""
-    if not str(ref).startswith("demo:"):
-        return None
-    from wildmerge.hub import resolve_path
+def _describe(data) -> str:
+    if data is None:
+        return "none"
+    return "; ".join(f"{part}: {s.describe()}" for part, s in (("text", data.text), ("labelled", data.labelled)) if s)
 
-    return str(Path(resolve_path("demo:tasks")).parent / "calibration" / f"{name}.jsonl")
+
+def _features(groups) -> list:
+    return [f for g, f in (("activations", "activation metrics"), ("gradients", "gradient metrics")) if g in groups]
 
 
 def run(args) -> int:
@@ -94,11 +97,12 @@ def run(args) -> int:
         data=DataSettings(n_own=args.n_own, n_pooled=args.n_pooled, max_len=args.max_len, seed=args.seed))
     name, base, experts, specs = pool_models(args)
     calibration = {}
-    if {"activations", "gradients"} & set(args.groups):
-        calibration = {e: read_items(e, specs.get(e)) for e in experts}
     out = Path(args.out or Path("runs") / f"analysis-{name}" / "mergeability")
+    if {"activations", "gradients"} & set(args.groups):
+        calibration = {e: read_items(e, specs.get(e), model_path=path, generated_dir=out / "calibration")
+                       for e, path in experts.items()}
     df, side = compute_metrics(base, experts, calibration, settings, cache_dir=args.cache or str(out / "cache"))
-    side.update(pool=name, base=base, calibration={e: str(specs.get(e)) for e in experts})
+    side.update(pool=name, base=base, calibration={e: _describe(specs.get(e)) for e in experts})
     for path in write_metrics(df, side, out):
         print(f"wrote {path}")
     for note in _notes(side):

@@ -21,7 +21,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from wildmerge.analysis.pool.imbalance import imbalance_rows, layer_grams, summary, write_imbalance
-    from wildmerge.checkpoints import check_compatible
+    from wildmerge.checkpoints import check_compatible, check_weights
     from wildmerge.hub import resolve_all
     from wildmerge.sampling.pools import load_pool
 
@@ -33,6 +33,7 @@ def run(args) -> int:
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
     base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
     check_compatible(base, experts, allow_pickle=args.allow_pickle, same_vocab=True)  # task vectors need one shape
+    check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
     grams = layer_grams(base, experts)
     rows = imbalance_rows(grams, list(experts))
     out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "norms")

@@ -101,13 +101,16 @@ def run(args) -> int:
         if args.composition:
             from wildmerge.eval.composition import add_compositions
 
-            add_compositions(args.run, calibration=_demo_calibration(args.run), device=args.device)
+            add_compositions(args.run, device=args.device)  # centroids from each expert's data: (expert_data)
         models = _run_models(args)
         out = Path(args.out or Path(args.run) / "probe" / suite.name)
     else:
         models = [ProbeModel(ref, resolve_path(ref, download=False)) for ref in args.model]
         out = Path(args.out or Path("wildmerge-probe") / suite.name)
     probed = [m for m in models if m.kind != "composition"]
+    from wildmerge.checkpoints import check_weights
+
+    check_weights({m.model_id: m.path for m in probed} | ({"reference": reference} if reference else {}))  # NaN / Inf
     rows = run_probe(probed, tasks, skipped, out / "features", reference=reference, seeds=args.seeds,
                      device=args.device, batch_size=args.batch_size, max_memory_gib=args.max_memory_gib)
     if args.run and any(m.kind == "composition" for m in models):
@@ -118,24 +121,6 @@ def run(args) -> int:
     if args.run and args.join_leaderboard:
         print(f"wrote {_join_leaderboard(args.run, suite.name, rows)}")
     return 0
-
-
-def _demo_calibration(run_dir):
-    """For a run of the demo pool: each expert's own inputs, written by the demo's probe step."""
-    from wildmerge.run import RunFolder
-
-    manifest = RunFolder(run_dir).read_manifest()
-    if manifest is None or manifest.pool != "demo":
-        return None
-    import re
-
-    from wildmerge.demo.family import ensure_family
-    from wildmerge.demo.probe_data import ensure_probe_data
-
-    root = Path(manifest.models.base.path).parent  # <cache>/v<version>-seed<S>[-quick]/base
-    seed = re.search(r"-seed(\d+)", root.name)
-    info = ensure_family(root.parent, seed=int(seed.group(1)) if seed else 0, quick=root.name.endswith("-quick"))
-    return ensure_probe_data(info)["calibration"]
 
 
 def _join_leaderboard(run_dir, suite: str, rows) -> Path:

@@ -53,13 +53,27 @@ def _check_out(out: Path, overwrite: bool) -> None:
         raise WildmergeError(f"cannot write {out}: {parent} is not a writable folder; choose another output path")
 
 
+def _check_hub_models(raw: dict, allow_pickle: bool) -> None:
+    """Hub models of the recipe in the local cache (fetched now when online): an uncached one offline is one line
+    with the command that fetches it, not mergekit's traceback from deep in transformers, with or without --cuda."""
+    from mergekit.config import MergeConfiguration
+
+    from wildmerge.hub import classify, resolve_path
+
+    for ref in MergeConfiguration.model_validate(raw).referenced_models():
+        for model in filter(None, (ref.model, ref.lora)):
+            if classify(str(model.path))[0] == "hub":
+                resolve_path(str(model.path), model.revision, allow_pickle=allow_pickle)
+
+
 def run(args) -> int:
     options = _own_flags_anywhere(args)
     out = Path(args.out_path)
     _check_out(out, args.overwrite)
     from wildmerge.plugins.recipe_file import check_recipe_file
 
-    check_recipe_file(args.recipe)
+    raw = check_recipe_file(args.recipe)
+    _check_hub_models(raw, args.allow_pickle)
     if args.allow_pickle:
         os.environ["WILDMERGE_ALLOW_PICKLE"] = "1"  # read by the checkpoint check of every merge
     from wildmerge import _autoload

@@ -35,10 +35,12 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
     w.add_argument("--job-timeout", type=float, help="seconds one model may take before its worker is replaced "
                                                      "(default 3600)")
     g = parser.add_argument_group("evaluation settings overrides (change the job ids)")
-    g.add_argument("--limit", type=float, help="documents per task (int) or fraction (<1)")
+    g.add_argument("--limit", help="documents per task (a whole number: 2, 100) or a fraction of each task "
+                                   "strictly between 0 and 1 (0.1)")
     g.add_argument("--dtype", choices=["auto", "float16", "bfloat16", "float32"])
     g.add_argument("--batch-size", help="int or auto")
-    g.add_argument(device_flag, dest="device", help="evaluation device: cpu, cuda, cuda:1 ... (default: the suite's)")
+    g.add_argument(device_flag, dest="device", help="evaluation device: cpu, cuda, cuda:1 ... (default: the suite's; a suite's auto is the "
+                             "GPU when this machine has one, else the CPU)")
     r = parser.add_argument_group("Ray executor")
     r.add_argument("--ray-address", help="join a cluster (auto, ray://host:10001); default: a local one")
     r.add_argument("--gpus-per-job", type=float, help="GPUs per job (default 1 where GPUs exist, else 0)")

@@ -37,6 +37,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(every expert needs calibration data; see `wildmerge tune`)")
     p.add_argument("--tune-grid", help="YAML of tuning grids {name: {method, grid}} (default: built-in per method)")
     p.add_argument("--tune-samples", type=int, default=128, help="unlabelled samples per expert for --tune")
+    p.add_argument("--tune-check", type=int, default=0, metavar="K",
+                   help="with --tune: evaluate K grid points per method and record whether TAS tracks accuracy")
     p.add_argument("--select", choices=("random", "predicted", "balanced", "unbalanced"), default="random",
                    help="predicted: take the k best-scored subsets of each size from a fitted mergeability predictor "
                         "(--predictor) instead of random ones; balanced / unbalanced: the k subsets whose experts' "
@@ -52,10 +54,23 @@ def configure(p: argparse.ArgumentParser) -> None:
                     help="evaluate every model and write the report (default for the demo pool)")
     ev.add_argument("--no-evaluate", dest="evaluate", action="store_false", help="merge only")
     p.add_argument("--suite", help="evaluation suite (default: demo for the demo pool)")
-    p.add_argument("--device", default="cpu", help="mergekit math device for merging: cpu, cuda, auto")
+    p.add_argument("--device", dest="merge_device", default="cpu",
+                   help="mergekit math device for merging: cpu, cuda, auto (default: %(default)s); the evaluation "
+                        "device is --eval-device")
+    p.add_argument("--merge-workers", type=_workers, default=None,
+                   help="merges run at once: N or 'auto' (default: one per visible GPU with --device cuda, else 1; "
+                        "auto on the CPU: as many as cores and free memory allow)")
     p.add_argument("--allow-pickle", action="store_true", help="accept checkpoints that ship only pickle weights")
     p.add_argument("--no-download", action="store_true", help="use only the local hub cache, even when online")
     add_eval_options(p, device_flag="--eval-device")
+
+
+def _workers(text: str):
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number or 'auto', got {text!r}")
+    return int(text)
 
 
 def settings(args) -> SampleSettings:
@@ -64,8 +79,9 @@ def settings(args) -> SampleSettings:
         full=args.full, homogeneous=args.homogeneous, exclude=[n for group in args.exclude for n in group],
         select=args.select, predictor=args.predictor, predictor_method=args.predictor_method,
         ablations=[n for group in args.ablation for n in group], grid=args.grid, tune=args.tune,
-        tune_grid=args.tune_grid, tune_samples=args.tune_samples, dry_run=args.dry_run, keep_models=args.keep_models,
-        evaluate=args.evaluate, suite=args.suite, device=args.device, allow_pickle=args.allow_pickle,
+        tune_grid=args.tune_grid, tune_samples=args.tune_samples, tune_check=args.tune_check, dry_run=args.dry_run,
+        keep_models=args.keep_models, evaluate=args.evaluate, suite=args.suite, device=args.merge_device,
+        merge_workers=args.merge_workers, allow_pickle=args.allow_pickle,
         download=False if args.no_download else None, evaluation=eval_options(args))
 
 

@@ -1,15 +1,18 @@
 """``wildmerge tune``: hyperparameters chosen by the task alignment score (the reality-check paper), with no evaluation.
 
-For every grid point the merge is built in memory, run over each expert's unlabelled data (the pool's
-``calibration:`` entries) and compared with that expert's own features; the lowest mean TAS wins. Outputs per grid:
+For every grid point the merge is built in memory, run over each expert's unlabelled data (its ``data:`` in the
+pool, or the pool's default; read through wildmerge.expert_data) and compared with that expert's own features; the
+lowest mean TAS wins. Outputs per grid:
 ``tas.csv``, ``selected.json`` and ``recipe.yml`` (the selected configuration for the stock ``mergekit-yaml``).
+``--check K`` evaluates K points spread over the TAS ranking and says whether TAS tracks accuracy on this pool.
 """
 
 import argparse
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pool", default="demo", help="pool name or YAML path; every expert needs 'calibration:'")
+    p.add_argument("--pool", default="demo", help="pool name or YAML path; every expert needs text data "
+                                                     "('data:', its own or the pool's)")
     p.add_argument("--grid", help="YAML of sweeps, as for `wildmerge sample --grid`: "
                                   "{name: {method: ta, grid: {lambda: [0.5, 1.0]}}} (method: a name or recipe path)")
     p.add_argument("--ablation", action="append", default=[],
@@ -32,11 +35,34 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iterations", type=int, default=500, help="--adamerging: optimiser steps (default 500)")
     p.add_argument("--lr", type=float, default=1e-3, help="--adamerging: Adam learning rate (default 1e-3)")
     p.add_argument("--batch-size", type=int, default=16, help="--adamerging: samples per expert and step")
+    p.add_argument("--check", type=int, default=0, metavar="K",
+                   help="evaluate K grid points spread over the TAS ranking: Spearman, regret and plots in "
+                        "<grid>/check/ (does TAS track accuracy on this pool?)")
+    p.add_argument("--suite", default="demo", help="suite of the --check evaluations")
+    p.add_argument("--limit", type=int, help="items per task for the --check evaluations")
+
+
+def _check_pool_weights(args) -> None:
+    """The pool's checkpoints complete and free of NaN / Inf before any merge is built (as the sampler checks)."""
+    from pathlib import Path
+
+    from wildmerge.checkpoints import check_weights
+    from wildmerge.hub import resolve_all
+    from wildmerge.sampling.pools import load_pool
+
+    pool = load_pool(args.pool)
+    if args.exclude:
+        pool = pool.without(args.exclude)
+    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
+    resolved = resolve_all(refs, relative_to=Path(pool.source).parent if pool.source else None,
+                           allow_pickle=args.allow_pickle)
+    check_weights({name: r.path for (name, _, _), r in zip(refs, resolved)}, allow_pickle=args.allow_pickle)
 
 
 def run(args) -> int:
     from wildmerge.analysis.tas.tune import adamerge_pool, tune_pool
 
+    _check_pool_weights(args)
     if args.adamerging:
         adamerge_pool(args.pool, loss=args.adamerging, iterations=args.iterations, lr=args.lr,
                       batch_size=args.batch_size, exclude=args.exclude, out=args.out, samples=args.samples,
@@ -44,5 +70,6 @@ def run(args) -> int:
         return 0
     tune_pool(args.pool, ablations=[n for a in args.ablation for n in a.split(",") if n], grid_file=args.grid,
               exclude=args.exclude, out=args.out, samples=args.samples, seq_len=args.seq_len, distance=args.distance,
-              device=args.device, threads=args.threads, allow_pickle=args.allow_pickle, select=args.select)
+              device=args.device, threads=args.threads, allow_pickle=args.allow_pickle, check=args.check,
+              check_suite=args.suite, check_limit=args.limit, select=args.select)
     return 0

@@ -2,7 +2,8 @@
 
 Per-expert diagnostics (gradient and activation mergeability metrics, RegMean, CoM) need data from each expert's
 domain. The demo family knows every expert's mixture, so it writes ``calibration/<expert>.jsonl`` (records with
-``prompt``, ``answer`` and ``text``) next to its checkpoints; the family's ``pool.yml`` points each expert at it.
+``prompt``, ``answer`` and ``text``) next to its checkpoints; the family's ``pool.yml`` points each expert at it, and
+a pool names it ``demo:calibration/<expert>`` (the labelled part of an expert's ``data:``).
 The items are seeded by (family seed, expert name) and derived from the spec, so they are not part of the checksummed
 build: writing them is cheap and idempotent.
 """
@@ -40,3 +41,12 @@ def write_calibration(root, seed: int, quick: bool) -> dict:
             write_text(path, text)
         paths[e.name] = str(path)
     return paths
+
+
+
+def calibration_file(info: dict, expert: str) -> Path:
+    """The file behind ``demo:calibration/<expert>`` (written with the family; rewritten if it went missing)."""
+    path = Path(info["root"]) / "calibration" / f"{expert}.jsonl"
+    if not path.is_file():
+        write_calibration(info["root"], info["seed"], info["quick"])
+    return path

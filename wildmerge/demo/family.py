@@ -214,8 +214,8 @@ def resolve_demo_ref(ref: str) -> str:
         raise ConfigError(f"{ref!r} is not a demo reference; write demo:base, demo:expert_01 or demo:tasks")
     name = ref[len("demo:"):]
     quick = quick_forced()
-    if name.startswith("unlabelled/"):  # an expert's unlabelled in-domain text (demo/unlabelled.py)
-        return _unlabelled_path(ref, name[len("unlabelled/"):], quick)
+    if name.startswith(("unlabelled/", "calibration/")):  # an expert's own data (demo/unlabelled.py, calibration.py)
+        return _unlabelled_path(ref, name.split("/", 1)[1], quick)
     valid = ["base", "tasks", "pool", "probe_tasks", "joint"] + [e.name for e in S.experts_for(quick)]
     if name not in valid:
         hint = ""
@@ -242,12 +242,13 @@ def resolve_demo_ref(ref: str) -> str:
 
 
 def _unlabelled_path(ref: str, expert: str, quick: bool) -> str:
+    from wildmerge.demo.calibration import calibration_file
     from wildmerge.demo.unlabelled import unlabelled_file
 
     valid = [e.name for e in S.experts_for(quick)]
     if expert not in valid:
         raise ConfigError(f"unknown demo data {ref!r}{did_you_mean(expert, valid)}; valid: "
-                          f"{', '.join('demo:unlabelled/' + v for v in valid)}")
+                          f"{', '.join(ref.split('/')[0] + '/' + v for v in valid)}")
     seed_text = os.environ.get("WILDMERGE_DEMO_SEED", "0")
     info = ensure_family(seed=int(seed_text) if seed_text.isdigit() else 0, quick=quick)
-    return str(unlabelled_file(info, expert))
+    return str((calibration_file if ref.startswith("demo:calibration/") else unlabelled_file)(info, expert))

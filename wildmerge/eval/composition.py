@@ -15,7 +15,7 @@ context alone, so every choice of a multiple-choice item is scored by the same m
 
 import json
 from pathlib import Path
-from typing import Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,7 +34,8 @@ class CompositionSpec(BaseModel):
     router: Optional[str] = None  # composer: the routing model (the pool's base)
     top_k: int = Field(default=3, ge=1)
     temperature: float = Field(default=1.0, gt=0)
-    calibration: Dict[str, str] = Field(default_factory=dict)  # composer: name -> JSONL of that expert's inputs
+    # composer: name -> that expert's data (a file path, or its ``data:`` as a run manifest keeps it)
+    calibration: Dict[str, Any] = Field(default_factory=dict)
 
 
 def is_composition(path) -> bool:
@@ -69,9 +70,14 @@ def mixing_weights(kind: str, n_experts: int, query=None, centroids=None, top_k=
     return torch.zeros(len(query), n_experts).scatter_(1, idx, w)
 
 
-def _read_prompts(path) -> List[str]:
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return [r["text"] if isinstance(r, dict) else str(r) for r in rows]
+def _read_prompts(name: str, data, model_path: str, generated_dir) -> List[str]:
+    """The expert's unlabelled inputs, read through wildmerge.expert_data (every source kind works)."""
+    from wildmerge.expert_data.read import expert_texts
+    from wildmerge.expert_data.schema import parse_data
+
+    texts = expert_texts(parse_data(data, f"data of {name!r}"), name, model_path=model_path,
+                         generated_dir=generated_dir)
+    return [t for t in texts if isinstance(t, str)]
 
 
 def write_composition(folder, spec: CompositionSpec, device: str = "cpu") -> Path:
@@ -93,8 +99,9 @@ def write_composition(folder, spec: CompositionSpec, device: str = "cpu") -> Pat
             from wildmerge.eval.features import last_token_features, load_causal_lm
 
             router, tok = load_causal_lm(spec.router, device)
-            centroids = torch.stack([last_token_features(router, tok, _read_prompts(spec.calibration[n])).mean(0)
-                                     for n in spec.experts])
+            generated = folder.parent.parent / "calibration"  # RUN/calibration for RUN/models/<id>
+            centroids = torch.stack([last_token_features(router, tok, _read_prompts(
+                n, spec.calibration[n], spec.experts[n], generated)).mean(0) for n in spec.experts])
             save_file({"centroids": centroids.contiguous()}, str(tmp / CENTROIDS_FILE))
     return folder
 
@@ -261,15 +268,15 @@ def add_compositions(run_dir, kinds=("ensemble", "composer"), calibration: Optio
     if manifest is None:
         raise WildmergeError(f"{run.root} has no manifest.json: compositions are built from the run's drawn subsets")
     experts = manifest.models.by_name()
-    data = {name: (calibration or {}).get(name) or (e.calibration if isinstance(e.calibration, str) else None)
-            for name, e in experts.items()}
+    data = {name: (calibration or {}).get(name) or e.calibration for name, e in experts.items()}
     entries, added = {e.model_id: e for e in plan.entries}, []
     subsets = [s for s in manifest.subsets if s.n >= min_n]
     if "composer" in kinds:
-        lacking = sorted({n for s in subsets for n in s.experts if not data.get(n)})
-        if lacking:
-            raise ConfigError(f"the composer's centroids need inputs from each expert; no calibration data for "
-                              f"{lacking}: give the pool's experts `calibration:` (a JSONL with a text field)")
+        from wildmerge.expert_data.check import require_data
+        from wildmerge.expert_data.schema import parse_data
+
+        used = sorted({n for s in subsets for n in s.experts})
+        require_data({n: parse_data(data.get(n), f"data of {n!r}") for n in used}, ["composer"], manifest.pool)
     for subset in tqdm(subsets, desc="compositions", unit="subset"):
         for kind in kinds:
             model_id = f"{kind}__{subset.subset_id}"

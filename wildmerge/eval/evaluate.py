@@ -43,6 +43,27 @@ def apply_overrides(suite: Suite, overrides: Optional[Dict[str, Any]]) -> Suite:
     return suite.model_copy(update={"settings": settings})
 
 
+def resolve_device(suite: Suite, executor: str, cuda: Optional[bool] = None) -> Suite:
+    """The suite with ``device: auto`` made concrete for jobs that run on this machine: the GPU when there is one,
+    else the CPU. The device is part of a job's id, so ``wildmerge sample`` and a later ``wildmerge eval`` of the same
+    run agree, and on a CPU the ids are those ``sample`` always gave (it used to pass ``device: cpu``). Ray and Slurm
+    workers have their own devices: there ``auto`` stays ``auto`` and each result records the device it ran on."""
+    if suite.settings.device != "auto" or executor not in ("local", "serial"):
+        return suite
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    settings = suite.settings.model_copy(update={"device": "cuda" if cuda else "cpu"})
+    return suite.model_copy(update={"settings": settings})
+
+
+def overridden(suite: Suite, plain: Suite) -> Dict[str, Any]:
+    """The settings in which ``suite`` differs from the suite file's own (``plain``): what a report must state."""
+    ours, theirs = suite.settings.model_dump(mode="json"), plain.settings.model_dump(mode="json")
+    return {k: v for k, v in ours.items() if theirs.get(k) != v}
+
+
 def _check_device(suite: Suite, executor: str) -> None:
     """A GPU asked for on a machine without one fails here, not once per job after each model is loaded (only for
     jobs that run on this machine: Ray and Slurm workers have their own GPUs)."""
@@ -61,7 +82,7 @@ def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[st
 
 def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str, retry_failed: bool,
               strict: bool, allow_pickle: bool, record_items: bool = False, screen: Optional[float] = None,
-              **options) -> Dict[str, Any]:
+              overridden: Optional[Dict[str, Any]] = None, **options) -> Dict[str, Any]:
     executor_options(executor, options)  # a misspelled option fails here, before any model is fingerprinted
     check_screen(screen, suite)
     _check_device(suite, executor)
@@ -96,9 +117,13 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
         job = make_job(e.path, fp, suite, include_path, include_defaults)
         job = jobs.setdefault(job.job_id, job.to_dict())
         job["models"].append(e.model_id)
+        job["overridden"] = overridden or {}  # settings other than the suite file's: the report states them
         job["result_path"], job["log_path"] = str(store.result_path(job["job_id"])), str(store.log_path(job["job_id"]))
         index[e.model_id] = job["job_id"]
     cache.save()
+    if overridden:
+        print(f"note: settings overridden ({', '.join(f'{k}={v}' for k, v in overridden.items())}): the index of "
+              f"{store.root} now points to these jobs, and its report says so at the top and in every CSV")
     all_jobs = {**previous.jobs,
                 **{j: {k: v for k, v in job.items() if k not in ("tasks",)} for j, job in jobs.items()}}
     write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index, jobs=all_jobs))
@@ -112,7 +137,8 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     todo, skipped = [], 0
     for job_id, job in jobs.items():
         status = store.load(job_id)
-        if not needs_run(status, retry_failed):
+        lacks_items = record_items and status["status"] == OK and "items" not in status  # asked for now: rerun
+        if not needs_run(status, retry_failed) and not lacks_items:
             skipped += 1
         else:
             if status["status"] == "corrupt":
@@ -192,7 +218,8 @@ def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = F
     (``staged.py``); the base and the experts are then always part of the evaluation, as its references.
     """
     run = RunFolder(run_dir)
-    suite = apply_overrides(load_suite(suite), overrides)
+    plain = resolve_device(load_suite(suite), executor)
+    suite = resolve_device(apply_overrides(load_suite(suite), overrides), executor)
     entries = run.read_plan().entries
     if model_ids is not None:
         unknown = sorted(set(model_ids) - {e.model_id for e in entries})
@@ -200,7 +227,8 @@ def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = F
             raise ConfigError(f"model ids not in {run.plan_path}: {unknown}")
         entries = [e for e in entries if e.model_id in set(model_ids) or (screen and e.kind in REFERENCES)]
     return _evaluate(entries, suite, run.eval_dir(suite.name), executor, retry_failed, strict=False,
-                     allow_pickle=allow_pickle, record_items=record_items, screen=screen, **options)
+                     allow_pickle=allow_pickle, record_items=record_items, screen=screen,
+                     overridden=overridden(suite, plain), **options)
 
 
 def evaluate_models(models: List[str], suite, out_dir, executor: str = "local", retry_failed: bool = False,
@@ -209,11 +237,12 @@ def evaluate_models(models: List[str], suite, out_dir, executor: str = "local", 
     """Ad hoc: score a few models (paths, hub ids in the local cache, ``demo:<name>``); bad input fails early."""
     if screen is not None:
         raise ConfigError("--screen needs a run (a base and experts to compare with): give RUN_DIR, not --model")
-    suite = apply_overrides(load_suite(suite), overrides)
+    plain = resolve_device(load_suite(suite), executor)
+    suite = resolve_device(apply_overrides(load_suite(suite), overrides), executor)
     entries = []
     for ref in models:
         path = resolve_path(ref, download=False, allow_pickle=allow_pickle)
         check_model_dir(path, allow_pickle)
         entries.append(PlanEntry(model_id=ref, kind="expert", path=path))
     return _evaluate(entries, suite, Path(out_dir).resolve() / suite.name, executor, retry_failed, strict=True,
-                     allow_pickle=allow_pickle, **options)
+                     allow_pickle=allow_pickle, overridden=overridden(suite, plain), **options)

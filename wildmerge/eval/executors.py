@@ -145,12 +145,30 @@ def run_slurm(jobs: List[Dict[str, Any]], on_done: Callback = None, folder: Opti
     records = []
     for job, sub in tqdm(list(zip(jobs, submitted)), desc="eval jobs (slurm)", unit="job"):
         try:
-            record = _keep(job, sub.result())
-        except Exception as exc:  # timeout, preemption, node failure
+            record = _keep(job, _slurm_result(sub) if executor.cluster == "slurm" else sub.result())
+        except Exception as exc:  # timeout, preemption, node failure, scancel
             record = _engine_failure(job, exc)
         records.append(record)
         on_done and on_done(record)
     return records
+
+
+def _slurm_result(sub, poll: float = 2.0):
+    """``sub.result()``, also where ``sacct`` does not answer (a cluster without accounting): submitit learns a
+    task's end from ``sacct`` and would wait forever for one cancelled or killed; here a task that has left the
+    queue (``squeue``) without writing its result has failed."""
+    import subprocess
+    import time
+
+    gone = 0
+    while not sub.done():
+        queued = subprocess.run(["squeue", "-h", "-j", str(sub.job_id)], capture_output=True, text=True)
+        gone = gone + 1 if queued.returncode != 0 or not queued.stdout.strip() else 0
+        if gone >= 3:  # three polls: a result written just before the task left the queue is seen first
+            raise WildmergeError(f"Slurm task {sub.job_id} left the queue without a result (cancelled, killed, "
+                                 f"timed out or out of memory); see {sub.paths.stderr}")
+        time.sleep(poll)
+    return sub.result()
 
 
 EXECUTORS = {"local": (run_local, LocalOptions), "serial": (run_serial, SerialOptions), "ray": (run_ray, RayOptions), "slurm": (run_slurm, SlurmOptions)}

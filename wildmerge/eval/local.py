@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 from tqdm.auto import tqdm
 
 from wildmerge.atomic import write_json
+from wildmerge.cores import usable_cores
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result
 from wildmerge.eval.worker import lost_record
 
@@ -41,19 +42,20 @@ def visible_gpus() -> List[str]:
 def default_workers(cpus: Optional[int] = None) -> int:
     """On a CPU, one worker per two cores (at least one, at most four): small models gain from a second worker's
     Python overhead overlapping the first one's matrix products, large ones from threads (benchmarks/)."""
-    cpus = cpus or len(os.sched_getaffinity(0))
+    cpus = cpus or usable_cores()
     return max(1, min(4, cpus // 2))
 
 
 def worker_envs(workers: Optional[int]) -> List[Dict[str, str]]:
     """One environment per worker: its GPU, or its share of the CPU threads."""
-    base = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    base = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY",
+                                                                                              "PASSIVE")}
     gpus = visible_gpus()
     if gpus:
         count = workers or len(gpus)
         return [{**base, "CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(count)]
     count = workers or default_workers()
-    threads = str(max(1, len(os.sched_getaffinity(0)) // count))
+    threads = str(max(1, usable_cores() // count))
     return [{**base, "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", threads)} for _ in range(count)]
 
 
@@ -128,8 +130,9 @@ class Worker:
         if record["status"] in (OK, FAILED) and record.get("started", 0) >= started:
             return record  # it died after writing the result
         if rc < 0:
-            return lost_record(job, started, "", killed=-rc)
-        return lost_record(job, started, f"the worker exited with code {rc} while scoring this model")
+            return lost_record(job, started, "", killed=-rc, worker_log=self.log_path)
+        return lost_record(job, started, f"the worker exited with code {rc} while scoring this model",
+                           worker_log=self.log_path)
 
 
 _IDLE: List[Worker] = []  # started workers kept between calls (``--keep-models none`` evaluates one model a call)

@@ -38,16 +38,47 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
+def cache_env_info() -> None:
+    """lm-eval describes the environment (torch's ``collect_env``: subprocesses, pip) on every ``simple_evaluate``:
+    7 s of a 2-core machine's job under load (profiled); a worker's environment does not change between jobs."""
+    import lm_eval.evaluator
+
+    original, cached = lm_eval.evaluator.add_env_info, {}
+
+    def add_env_info(storage: dict) -> None:
+        if not cached:
+            original(cached)
+        storage.update(cached)
+
+    lm_eval.evaluator.add_env_info = add_env_info
+
+
+def job_threads(share: int) -> None:
+    """Torch threads for the next job: this worker's share of the cores, fewer while other processes hold them
+    (``wildmerge.cores``; threads waiting on a busy core stall every barrier)."""
+    import torch
+
+    from wildmerge.cores import kernel_threads
+
+    torch.set_num_threads(kernel_threads(cap=share))
+
+
 def main() -> int:
+    from wildmerge.cores import prefer_passive_wait, usable_cores
+
+    prefer_passive_wait()  # before torch loads: OpenMP threads sleep at barriers instead of spinning
+    share = int(os.environ.get("OMP_NUM_THREADS") or usable_cores())
     control = os.fdopen(os.dup(1), "w", buffering=1)  # job ids go here; fd 1 itself follows each job's log
     os.dup2(2, 1)
     import lm_eval  # noqa: F401  (paid once per worker, before the first job's timeout starts)
 
     from wildmerge.eval.worker import score_job
 
+    cache_env_info()
     control.write("ready\n")
     for line in sys.stdin:
         job = json.loads(Path(line.strip()).read_text())
+        job_threads(share)
         with output_to(job["log_path"]):
             score_job(job, "long-lived")
         release_memory()

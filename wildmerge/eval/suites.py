@@ -43,6 +43,21 @@ class SuiteTask(BaseModel):
         return self.label or self.task
 
 
+def parse_limit(value) -> Union[int, float]:
+    """A limit is a whole number of documents per task (2, 100) or a fraction strictly between 0 and 1 (0.1): ``1.0``
+    and ``1.5`` are neither (lm-eval would silently score one document per task), so they are refused."""
+    text = str(value).strip()
+    try:
+        number = int(text) if isinstance(value, int) or text.lstrip("+").isdigit() else float(text)
+    except ValueError:
+        number = None
+    if isinstance(number, bool) or number is None or (isinstance(number, int) and number < 1) or \
+            (isinstance(number, float) and not 0 < number < 1):
+        raise ValueError(f"limit {text} must be a whole number of documents per task (1, 2, 100 ...) or a fraction "
+                         f"strictly between 0 and 1 (0.1)")
+    return number
+
+
 class SuiteSettings(BaseModel):
     """lm-eval settings shared by every task of the suite; they are part of each job's identity."""
 
@@ -59,13 +74,10 @@ class SuiteSettings(BaseModel):
     include_defaults: bool = True  # also index lm-eval's own ~15k tasks (18 s); false for suites of local tasks only
     bootstrap_iters: int = Field(default=0, ge=0)
 
-    @field_validator("limit")
+    @field_validator("limit", mode="before")
     @classmethod
     def _positive_limit(cls, v):
-        if v is not None and (v <= 0 or (v >= 1 and v != int(v))):
-            raise ValueError(f"limit {v!r} must be a number of documents per task (1, 2, ...) or a fraction "
-                             f"between 0 and 1")
-        return v
+        return None if v is None else parse_limit(v)
 
     @field_validator("device")
     @classmethod

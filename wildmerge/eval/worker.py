@@ -232,14 +232,26 @@ def killed_why(sig: int) -> str:
     return f"the worker was killed by {name}{oom}"
 
 
-def lost_record(job: Dict[str, Any], started: float, why: str, killed: Optional[int] = None) -> Dict[str, Any]:
-    """The result of a job whose worker wrote none: it died, hung or could not start."""
+def _last_lines(*logs) -> str:
+    """"last log lines (LOG):" and the tail of the first log that has any; never an empty heading."""
+    for log in logs:
+        tail = _tail(log) if log else ""
+        if tail.strip():
+            return f"last log lines ({log}):\n{tail}"
+    named = ", ".join(str(log) for log in logs if log)
+    return f"no log lines were written ({named or 'no log'})"
+
+
+def lost_record(job: Dict[str, Any], started: float, why: str, killed: Optional[int] = None,
+                worker_log=None) -> Dict[str, Any]:
+    """The result of a job whose worker wrote none: it died, hung or could not start. A long-lived worker writes
+    into its own log (``worker_log``), not the job's: the tail comes from whichever has lines."""
     attempts = job.get("attempt", 1)
     if killed is not None:
         why = killed_why(killed) + (f", {attempts} times: reported as failed" if attempts > 1 else
                                     "; the next run of the same command redoes this job once")
     return write_result(job["result_path"], {
-        **base_record(job), "status": FAILED, "error": f"{why}; last log lines:\n{_tail(job['log_path'])}",
+        **base_record(job), "status": FAILED, "error": f"{why}; {_last_lines(job['log_path'], worker_log)}",
         "killed": killed, "attempts": attempts, "started": started, "finished": time.time(),
         "seconds": time.time() - started, "host": socket.gethostname(),
     })

@@ -1,4 +1,4 @@
-"""``calibration: generate``: per-expert calibration text sampled from the expert itself, for pools without data.
+"""``data: generate``: per-expert text sampled from the expert itself, for pools without data.
 
 RegMean and Chain of Merges need inputs from each expert's own task; public checkpoints come without their training
 data, and shared data makes Chain of Merges plain averaging (Buzzega et al., arXiv 2508.21421). Text an expert
@@ -11,9 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from wildmerge.errors import ConfigError
+from pydantic import BaseModel, ConfigDict, Field
 
 # Neutral openings: a chat model, a code model and a maths model each continue them in their own way.
 DEFAULT_PROMPTS = ["", "Q:", "Question:", "The", "Here is", "In this", "Answer:", "1.", "def ", "Let"]
@@ -30,24 +28,6 @@ class GenerateSpec(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     seed: int = 0
     prompts: list[str] = Field(default_factory=lambda: list(DEFAULT_PROMPTS), min_length=1)
-
-
-def generate_spec(calibration) -> GenerateSpec | None:
-    """The settings when an expert's ``calibration`` asks for generated text (``generate`` or ``{generate: {...}}``),
-    else None."""
-    if calibration == "generate":
-        return GenerateSpec()
-    if isinstance(calibration, dict) and "generate" in calibration:
-        extra = sorted(set(calibration) - {"generate"})
-        if extra:
-            raise ConfigError(f"calibration: {{generate: ...}} takes no other keys, got {extra}")
-        try:
-            return GenerateSpec.model_validate(calibration["generate"] or {})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ConfigError(f"calibration.generate.{'.'.join(map(str, first['loc']))}: {first['msg']}; valid "
-                              f"keys: {', '.join(GenerateSpec.model_fields)}") from None
-    return None
 
 
 def _weights_key(model_path) -> str:

@@ -37,6 +37,7 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 
 import torch
 
+from wildmerge.cores import kernel_threads
 from wildmerge.plugins import linalg_randomized
 
 _F32_EPS = torch.finfo(torch.float32).eps
@@ -48,23 +49,27 @@ Matrices = Union[torch.Tensor, Sequence[torch.Tensor]]
 
 @contextlib.contextmanager
 def lapack_threads(device: torch.device):
-    """Run CPU eigensolvers with ``WILDMERGE_LAPACK_THREADS`` threads (default 1).
+    """Run CPU kernels on ``wildmerge.cores.kernel_threads()`` threads: ``WILDMERGE_LAPACK_THREADS`` when set, else
+    the usable cores (affinity, cgroup quota) that other processes leave free by the load average.
 
-    Measured on a shared 2-core machine: a 1024 x 1024 float32 SVD took 0.47 s on one thread and 15.8 s on two
-    (LAPACK's OpenMP threads spin at every barrier when another process holds a core); GEMMs are unaffected.
-    On a quiet many-core node, set the variable to the number of cores.
+    Why not always every core: on a shared 2-core machine a 1024 x 1024 float32 SVD took 0.47 s on one thread and
+    15.8 s on two (LAPACK's OpenMP threads spin at every barrier when another process holds a core); a passive
+    OpenMP wait (``cores.prefer_passive_wait``, set by wildmerge's own processes) softens a load that starts
+    mid-call. Measured in benchmarks/bench_thread_policy.py.
     """
     if device.type != "cpu":
         yield
         return
-    wanted = max(1, int(os.environ.get("WILDMERGE_LAPACK_THREADS", "1")))
+    wanted = kernel_threads()
     before = torch.get_num_threads()
-    torch.set_num_threads(wanted)
+    if wanted != before:
+        torch.set_num_threads(wanted)
     try:
         with _blas_controller().limit(limits=wanted, user_api="blas"):  # scipy's own OpenBLAS (syrk, syevr)
             yield
     finally:
-        torch.set_num_threads(before)
+        if wanted != before:
+            torch.set_num_threads(before)
 
 
 def on_kernel_threads(kernel):
@@ -283,6 +288,28 @@ def randomized_svds(deltas: Sequence[torch.Tensor], k: int, tol: Optional[float]
         keep = _above_rank_threshold(s, d.shape, tol, None if scale is None else scale[i])
         us.append(u * keep), ss.append(torch.where(keep, s, torch.zeros_like(s))), vs.append(v * keep)
     return us, ss, vs
+
+
+def batched_randomized_svds(deltas: Sequence[torch.Tensor], k: int, tol: Optional[float], dtype: torch.dtype,
+                            basis: Optional[torch.Tensor] = None, scale: Optional[torch.Tensor] = None):
+    """``randomized_svds`` for all T tasks at once: one ``(T, m, n)`` stack, one batched GEMM / QR chain.
+
+    Why: on a GPU the per-task loop launches T small GEMM chains one after another; batched, the device sees T
+    times larger products. The same seeded test matrix serves every task, so the result is the per-task one up to
+    the rounding of batched products. Costs one ``(T, m, n)`` copy in ``dtype`` (opt-in:
+    ``topk_solver: randomized_batched``).
+    """
+    x = torch.stack([d.to(dtype) for d in deltas])
+    if basis is None:
+        apply, apply_t = (lambda y: x @ y), (lambda y: x.transpose(-2, -1) @ y)
+    else:
+        off = lambda y: y - basis @ (basis.transpose(-2, -1) @ y)  # noqa: E731
+        apply, apply_t = (lambda y: off(x @ y)), (lambda y: x.transpose(-2, -1) @ off(y))
+    with lapack_threads(x.device):
+        u, s, v = linalg_randomized.top_triplets(apply, apply_t, tuple(x.shape[-2:]), k, dtype, x.device)
+    keep = torch.stack([_above_rank_threshold(s[i], x.shape[-2:], tol, None if scale is None else scale[i])
+                        for i in range(len(x))])
+    return u * keep.unsqueeze(-2), torch.where(keep, s, torch.zeros_like(s)), v * keep.unsqueeze(-2)
 
 
 # ---------------------------------------------------------------- maps of the spectrum and polar factors

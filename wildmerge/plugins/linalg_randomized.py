@@ -57,17 +57,19 @@ def top_triplets(apply: Product, apply_t: Product, shape: Tuple[int, int], k: in
                  device: torch.device, oversample: int = OVERSAMPLE) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(U, S, V)`` with the ``k`` leading singular triplets of ``A`` (``shape = (m, n)``), descending, approximately.
 
-    ``B = Q^T A`` is small (``width x n``); its SVD comes from the eigensolve of ``B B^T``.
+    ``B = Q^T A`` is small (``width x n``); its SVD comes from the eigensolve of ``B B^T``. ``A`` may be a batch
+    ``(T, m, n)`` (the products then return batches): every matrix sees the same seeded test matrix, so a batch
+    gives what one matrix at a time gives, in one GEMM chain.
     """
     width = min(min(shape), k + oversample)
     q = sketch_basis(apply, apply_t, shape[1], width, dtype, device)
     b_t = apply_t(q)  # (Q^T A)^T, n x width
     evals, w = torch.linalg.eigh(b_t.transpose(-2, -1) @ b_t)
-    s = evals.flip(-1)[:k].clamp_min(0).sqrt()
-    w = w.flip(-1)[:, :k]
+    s = evals.flip(-1)[..., :k].clamp_min(0).sqrt()
+    w = w.flip(-1)[..., :k]  # [..., :k]: the operator may act on a batch of matrices (T, m, n)
     keep = s > 0
     inv = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
-    return q @ w, s, (b_t @ w) * inv
+    return q @ w, s, (b_t @ w) * inv.unsqueeze(-2)
 
 
 def _orthonormal(y: torch.Tensor) -> torch.Tensor:

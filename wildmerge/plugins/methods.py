@@ -34,7 +34,7 @@ TSV_URL = "https://arxiv.org/abs/2412.00081"
 SB_URL = "https://arxiv.org/abs/2506.16506"
 
 Precision = Literal["float32", "float64"]
-TopkSolver = Literal["exact", "randomized"]
+TopkSolver = Literal["exact", "randomized", "randomized_batched"]  # batched: one GEMM chain for all tasks (GPU)
 
 
 def _valid_regex(pattern: str) -> str:

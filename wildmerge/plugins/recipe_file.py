@@ -49,6 +49,7 @@ def check_recipe_file(path) -> dict:
         config = MergeConfiguration.model_validate(raw)
     except (ValidationError, RuntimeError, ValueError) as exc:
         raise ConfigError(f"recipe {path} is not a valid mergekit recipe ({_first_error(exc)})") from None
+    _check_dtypes(path, raw)
     seen = {}
     for i, m in enumerate(config.models or []):
         key = str(m.model)
@@ -61,4 +62,27 @@ def check_recipe_file(path) -> dict:
         except Unresolvable as exc:
             raise ConfigError(f"recipe {path}: model {exc}; fix the path (relative paths are read from "
                               f"{Path.cwd()}) or give a hub id org/name") from None
+        folder = Path(str(ref.model.path))
+        if ref.lora is None and (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+            raise ConfigError(f"recipe {path}: {folder} is a LoRA adapter, not a full checkpoint; mergekit merges full "
+                              f"weights: list the adapter as an expert of a pool (`wildmerge sample --base POOL`), which "
+                              f"folds it into the pool's base, or write it as BASE+ADAPTER in the recipe")
     return raw
+
+
+def _check_dtypes(path, raw: dict) -> None:
+    """``dtype: float33`` is one line naming the value and the valid ones, not mergekit's traceback mid-merge."""
+    from mergekit.common import dtype_from_name
+
+    from wildmerge.errors import did_you_mean
+
+    valid = ["float32", "float16", "bfloat16", "float64"]
+    for key in ("dtype", "out_dtype"):
+        value = raw.get(key)
+        if value is None:
+            continue
+        try:
+            dtype_from_name(str(value))
+        except RuntimeError:
+            raise ConfigError(f"recipe {path}: {key}: {value!r} is not a dtype mergekit knows{did_you_mean(str(value), valid)}"
+                              f"; use one of {', '.join(valid)}") from None

@@ -11,6 +11,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from wildmerge.plugins.linalg import (
+    batched_randomized_svds,
     on_kernel_threads,
     out_dtype,
     polar_product,
@@ -23,8 +24,13 @@ from wildmerge.plugins.linalg import (
 
 
 def _check_solver(topk_solver: str) -> None:
-    if topk_solver not in ("exact", "randomized"):
-        raise ValueError(f"topk_solver must be 'exact' or 'randomized', got {topk_solver!r}")
+    if topk_solver not in ("exact", "randomized", "randomized_batched"):
+        raise ValueError(f"topk_solver must be 'exact', 'randomized' or 'randomized_batched', got {topk_solver!r}")
+
+
+def _randomized(topk_solver: str):
+    """The per-task loop, or one batched GEMM chain over all tasks (``randomized_batched``, for GPUs)."""
+    return batched_randomized_svds if topk_solver == "randomized_batched" else randomized_svds
 
 
 @on_kernel_threads
@@ -67,13 +73,14 @@ def tsv_m(deltas: Sequence[torch.Tensor], rank_tol: Optional[float] = None, svd_
     U and V blocks are replaced by their orthogonal polar factors; ``delta = U_perp diag(S) V_perp^T``.
 
     ``r = min(m, n)``; at least one triplet per task is kept even when ``T > r``, so no expert is silently dropped.
-    ``topk_solver="randomized"`` finds each task's triplets by randomized subspace iteration (approximate).
+    ``topk_solver="randomized"`` finds each task's triplets by randomized subspace iteration (approximate);
+    ``"randomized_batched"`` does the same for all tasks in one batched GEMM chain (one (T, m, n) copy more).
     """
     _check_solver(topk_solver)
     deltas = list(deltas)
     k = max(1, min(deltas[0].shape[-2:]) // len(deltas))
-    if topk_solver == "randomized":
-        u, s, v = randomized_svds(deltas, k, rank_tol, working_dtype(svd_precision))
+    if topk_solver != "exact":
+        u, s, v = _randomized(topk_solver)(deltas, k, rank_tol, working_dtype(svd_precision))
     else:
         u, s, v = thin_svd(deltas, k=k, tol=rank_tol, precision=svd_precision)
     u_cat = torch.cat(list(u), dim=-1)
@@ -129,8 +136,8 @@ def iso_cts(
     ss: List[torch.Tensor] = [s_c]
     if per_task > 0:
         norms = torch.stack([torch.linalg.matrix_norm(d).to(u_c.dtype) for d in deltas]).unsqueeze(-1)
-        if topk_solver == "randomized":
-            u_t, s_t, v_t = randomized_svds(deltas, per_task, rank_tol, u_c.dtype, basis=u_c, scale=norms)
+        if topk_solver != "exact":
+            u_t, s_t, v_t = _randomized(topk_solver)(deltas, per_task, rank_tol, u_c.dtype, basis=u_c, scale=norms)
         else:  # one task at a time: no float64 copy of the whole stack
             u_t, s_t, v_t = projected_svds(deltas, u_c, per_task, rank_tol, svd_precision, norms)
         us += list(u_t)

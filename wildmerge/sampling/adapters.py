@@ -52,12 +52,50 @@ def _check_adapter(adapter_path) -> dict:
     return config
 
 
+def check_fits(base_path, adapter_path) -> None:
+    """Every module the adapter changes exists in the base with the shapes its LoRA factors need, from the
+    safetensors headers (milliseconds): an adapter of another model fails here, naming it, not in PEFT's loader."""
+    from safetensors import safe_open
+
+    from wildmerge.checkpoints import tensor_shapes
+
+    base = tensor_shapes(base_path)
+    problems = []
+    for file in sorted(Path(adapter_path).glob("adapter_model*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            factors = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        for key, shape in factors.items():
+            for part, axis in ((".lora_A.", 1), (".lora_B.", 0)):  # A: (r, in), B: (out, r); W: (out, in)
+                if part not in key:
+                    continue
+                module = key.split(part)[0].removeprefix("base_model.model.")
+                weight = base.get(f"{module}.weight")
+                if weight is None:
+                    problems.append(f"module {module} is not in the base")
+                elif len(shape) == 2 and len(weight) == 2 and shape[axis] != weight[axis]:
+                    problems.append(f"{module}: factor {part.strip('.')} of shape {list(shape)} does not fit the "
+                                    f"base's weight of shape {list(weight)}")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise WildmergeError(f"adapter {adapter_path} does not fit the pool's base {base_path}: {problems[0]}{more}; "
+                             f"use an adapter trained on this base (its adapter_config.json names "
+                             f"{_declared_base(adapter_path)!r})")
+
+
+def _declared_base(adapter_path) -> str:
+    try:
+        return json.loads((Path(adapter_path) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path") or "none"
+    except (OSError, ValueError):
+        return "none"
+
+
 def materialise(base_path, adapter_path, progress: bool = True) -> tuple[Path, str]:
     """(folder of base + adapter as a full checkpoint, a note for the run log); built once, then reused."""
     from wildmerge.atomic import atomic_dir
     from wildmerge.locks import wait_claim
 
     config = _check_adapter(adapter_path)
+    check_fits(base_path, adapter_path)
     out = materialised_path(base_path, adapter_path)
     declared = config.get("base_model_name_or_path")
     note = (f"adapter {adapter_path} (LoRA r={config.get('r')}, on {', '.join(sorted(config.get('target_modules') or []))}"
@@ -77,7 +115,11 @@ def materialise(base_path, adapter_path, progress: bool = True) -> tuple[Path, s
         if progress:
             print(f"materialising adapter {adapter_path} against {base_path}", flush=True)
         base = AutoModelForCausalLM.from_pretrained(str(base_path), dtype="auto")
-        merged = PeftModel.from_pretrained(base, str(adapter_path), dtype=torch.float32).merge_and_unload()
+        try:
+            merged = PeftModel.from_pretrained(base, str(adapter_path), dtype=torch.float32).merge_and_unload()
+        except (RuntimeError, ValueError, KeyError) as exc:  # what the header check cannot see
+            raise WildmergeError(f"adapter {adapter_path} cannot be folded into {base_path} "
+                                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
         with atomic_dir(out) as tmp:
             merged.save_pretrained(str(tmp), safe_serialization=True)
             tok_from = adapter_path if any((Path(adapter_path) / f).is_file() for f in

@@ -32,8 +32,10 @@ def _unresolved(name, ref, domain=None) -> ResolvedModel:
     return ResolvedModel(name=name, model=ref, kind="unresolved", path=ref, domain=domain)
 
 
-def print_dry_run(run_dir, pool, sampling, methods, grids, keep_models: str = "all", scorer=None) -> int:
+def print_dry_run(run_dir, pool, sampling, methods, grids, keep_models: str = "all", scorer=None,
+                  tune: bool = False) -> int:
     from wildmerge.sampling.plan import build_entries
+    from wildmerge.sampling.preflight import missing_expert_data
 
     existing = check_same(run_dir, sampling)
     draw = None if existing else draw_for(pool, sampling, scorer)
@@ -59,6 +61,11 @@ def print_dry_run(run_dir, pool, sampling, methods, grids, keep_models: str = "a
         print(f"  disk: {size / 1e9:.3g} GB per merged model, {need / 1e9:.3g} GB needed for the merges to do "
               f"(--keep-models {keep_models})")
     print(f"  models evaluated: {len(entries)} (base, {len(pool.experts)} experts, {len(merges)} merges)")
+    missing = missing_expert_data(pool, methods, grids, tune)  # said before the plan: a real run stops on it
+    for line in missing:
+        print(f"  MISSING DATA: {line}")
+    if missing:
+        print(f"  (a real run stops here: add the data to {pool.source or 'the pool file'}, or --exclude those experts)")
     print("  plan:")
     for e in merges:
         print(f"    {e.model_id:<40} n={e.n:<3} {', '.join(e.experts)}")

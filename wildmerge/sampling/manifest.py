@@ -16,7 +16,7 @@ from wildmerge.hub import resolve_all
 from wildmerge.run import Manifest, PoolModels, RunFolder
 from wildmerge.sampling.preflight import check_finite
 from wildmerge.sampling.adapters import is_adapter, materialise
-from wildmerge.expert_data.generate import generate_spec
+from wildmerge.expert_data.recipe import absolute, to_record
 from wildmerge.sampling.sampler import domain_subsets, draw_subsets, top_subsets
 from wildmerge.sampling.settings import Sampling
 
@@ -47,19 +47,6 @@ def check_same(run_dir, sampling: Sampling) -> Manifest | None:
     return existing
 
 
-def _calibration(spec, relative_to: Path | None):
-    """An expert's calibration data with a relative local path made absolute (against the pool file)."""
-    def absolute(data: str) -> str:
-        p = Path(data).expanduser()
-        if relative_to is not None and not p.is_absolute() and (relative_to / p).exists():
-            return str((relative_to / p).resolve())
-        return data  # absolute already, or a datasets name
-
-    if isinstance(spec, str):
-        return absolute(spec)
-    return {**spec, **({"data": absolute(spec["data"])} if isinstance(spec.get("data"), str) else {})}
-
-
 def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=False,
             download=None) -> tuple[Manifest, PoolModels]:
     """(manifest, models resolved on this machine). Resolves and checks every model before anything is merged.
@@ -76,9 +63,7 @@ def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=Fals
     refs += [(e.label, e.model, pinned.get(e.label) or e.revision) for e in pool.experts]
     resolved = resolve_all(refs, relative_to=rel, allow_pickle=allow_pickle, download=download)
     base, experts = resolved[0], resolved[1:]
-    calibration = {e.label: e.calibration or pool.calibration for e in pool.experts}
-    for cal in calibration.values():
-        generate_spec(cal)  # bad generation settings fail here, before any merge
+    calibration = {name: to_record(absolute(d, rel)) for name, d in pool.all_data().items()}  # expert_data/recipe.py
     adapters = {}  # expert -> the adapter folder it was materialised from
     for i, (e, r) in enumerate(zip(pool.experts, experts)):
         if is_adapter(r.path):
@@ -94,8 +79,7 @@ def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=Fals
         base=base.model_copy(update={"name": "base"}),
         experts=[r.model_copy(update={"name": e.label, "domain": e.domain,
                                       **({"adapter": adapters[e.label]} if e.label in adapters else {}),
-                                      "calibration": _calibration(calibration[e.label], rel) if calibration[e.label]
-                                      else None})
+                                      "calibration": calibration[e.label]})
                  for e, r in zip(pool.experts, experts)])
     check_finite(run.root, models, allow_pickle)  # before any merge: NaN in, NaN out
     if existing:

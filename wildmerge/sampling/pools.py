@@ -4,9 +4,13 @@ A pool file (``merge_recipes/pools/<name>.yml``) only says *which* models; where
 later by ``wildmerge.hub`` (hub cache, local folder or ``demo:`` family), so a pool loads instantly.
 """
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pathlib import Path
+from typing import Optional
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.expert_data.schema import ExpertData, for_expert, parse_data
 from wildmerge.named_files import find_named_file, list_names, read_yaml
 
 
@@ -31,9 +35,15 @@ class ModelRef(BaseModel):
 class Expert(ModelRef):
     name: str | None = None
     domain: str | None = None
-    # the expert's own calibration data for RegMean / CoM: a data path (relative to the pool file) or a
-    # calibration section ({data, text_field, n_samples, ...}); copied into each rendered recipe's models entry
-    calibration: str | dict | None = None
+    # the expert's own data (expert_data/schema.py): unlabelled text, labelled items; ``calibration:`` is the old name
+    data: Optional[ExpertData] = Field(None, validation_alias=AliasChoices("data", "calibration"))
+    # the suite task labels this expert was fine-tuned for: its normalized accuracy in the report (merge / expert)
+    tasks: list[str] | None = None
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data(cls, v):
+        return parse_data(v, "data")
 
     @property
     def label(self) -> str:
@@ -49,10 +59,14 @@ class Pool(BaseModel):
     description: str = ""
     base: ModelRef
     experts: list[Expert]
-    # every expert's calibration unless it sets its own; ``generate`` = text sampled from each expert (hub pools
-    # ship no training data; see expert_data/generate.py)
-    calibration: str | dict | None = None
+    # every expert's data where it sets none of its own, part by part (``calibration:`` is the old name)
+    data: Optional[ExpertData] = Field(None, validation_alias=AliasChoices("data", "calibration"))
     source: str | None = None  # the file it was loaded from (set by load_pool; resolves relative paths)
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data(cls, v):
+        return parse_data(v, "data")
 
     @model_validator(mode="after")
     def _distinct(self):
@@ -81,6 +95,20 @@ class Pool(BaseModel):
                 return e
         raise ConfigError(f"pool {self.name!r} has no expert {name!r}{did_you_mean(name, self.expert_names)}")
 
+    def data_for(self, expert) -> Optional[ExpertData]:
+        """An expert's data (by name or Expert), the pool default filling the parts it leaves out."""
+        e = self.expert(expert) if isinstance(expert, str) else expert
+        own = e.data or ExpertData()
+        merged = for_expert(own.inherit(self.data), e.label)
+        return merged if (merged.text or merged.labelled) else None
+
+    def all_data(self) -> dict:
+        return {e.label: self.data_for(e) for e in self.experts}
+
+    @property
+    def folder(self) -> Optional[Path]:
+        return Path(self.source).parent if self.source else None
+
     def without(self, names) -> "Pool":
         """The same pool minus some experts (e.g. an id that cannot be resolved)."""
         for n in names:
@@ -101,9 +129,36 @@ def load_pool(name_or_path) -> Pool:
         raise ConfigError(f"pool file {path} must be a mapping with keys name, base, experts")
     data.setdefault("name", path.stem)
     try:
-        return Pool.model_validate({**data, "source": str(path.resolve())})
+        pool = Pool.model_validate({**data, "source": str(path.resolve())})
     except ValidationError as exc:
         raise ConfigError(f"pool file {path} is invalid:\n{_explain(exc)}") from None
+    pool = _quick_demo(pool)
+    check_pool_data(pool)
+    return pool
+
+
+def _quick_demo(pool: Pool) -> Pool:
+    """With WILDMERGE_DEMO_QUICK=1 the shipped demo pool is cut to the quick family's experts (3 of 12), so the
+    documented ``--pool demo`` / ``--base demo`` commands run on it as written."""
+    from wildmerge.demo.family import quick_forced
+    from wildmerge.demo.spec import experts_for
+
+    if not quick_forced() or not all(e.model.startswith("demo:") for e in [pool.base, *pool.experts]):
+        return pool
+    quick = {f"demo:{e.name}" for e in experts_for(True)}
+    gone = [e.label for e in pool.experts if e.model not in quick]
+    return pool.without(gone).model_copy(update={"description": pool.description + " (quick family)"}) if gone else pool
+
+
+def check_pool_data(pool: Pool) -> None:
+    """Local data files read at load time: a missing file, field or item count fails here, not at the first merge."""
+    from wildmerge.expert_data.check import check_local
+
+    for name, data in pool.all_data().items():
+        try:
+            check_local(name, data, pool.folder)
+        except ConfigError as exc:
+            raise ConfigError(f"pool {pool.name!r}: {exc}") from None
 
 
 def _explain(exc: ValidationError) -> str:
@@ -117,5 +172,5 @@ def _explain(exc: ValidationError) -> str:
             key = str(err["loc"][-1])
             lines.append(f"  {where}: unknown key{did_you_mean(key, valid)}; valid keys: {', '.join(valid)}")
         else:
-            lines.append(f"  {where}: {err['msg']}")
+            lines.append(f"  {where}: {err['msg'].removeprefix('Value error, ')}")
     return "\n".join(lines)

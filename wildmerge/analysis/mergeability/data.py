@@ -1,12 +1,11 @@
 """Each expert's calibration items for the activation and gradient metrics (Zhou et al., arXiv 2601.22285, §3.4-3.5).
 
-An expert's ``calibration:`` (pool file) is a ``.jsonl`` / ``.json`` file, or ``{data, prompt_field, answer_field,
-text_field}``. Records with a prompt and an answer are labelled (loss on the answer tokens only); records with only
-text serve the activation metrics. Each expert's items are a seeded sample that depends only on that expert and the
+An expert's ``data:`` (pool file; read through wildmerge.expert_data, so every source kind works) gives labelled
+items (prompt / answer: loss on the answer tokens only) from its ``labelled`` part, else unlabelled text that serves
+the activation metrics only. Each expert's items are a seeded sample that depends only on that expert and the
 seed (not on the pool or the pair order), drawn from the expert's own data, never from the evaluation suite.
 """
 
-import json
 import random
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -28,34 +27,21 @@ class DataSettings(BaseModel):
     seed: int = 42
 
 
-def read_items(expert: str, spec, relative_to: Optional[Path] = None) -> List[Dict[str, str]]:
-    """All records of an expert's calibration source as ``{"prompt", "answer"}`` (answer "" when unlabelled)."""
-    if spec is None:
-        raise ConfigError(f"expert {expert!r} has no calibration data: activation and gradient metrics need each "
-                          f"expert's own items. Add 'calibration: path/to/data.jsonl' (records with prompt and answer "
-                          f"fields) under that expert in the pool file, or use --groups weights")
-    spec = {"data": spec} if isinstance(spec, str) else dict(spec)
-    unknown = set(spec) - {"data", "prompt_field", "answer_field", "text_field", "n_samples", "seq_len", "split",
-                           "subset", "seed", "min_tokens", "batch_size"}
-    if unknown:
-        raise ConfigError(f"calibration of {expert!r}: unknown key(s) {sorted(unknown)}")
-    path = Path(str(spec.get("data", ""))).expanduser()
-    if relative_to is not None and not path.is_absolute():
-        path = relative_to / path
-    if path.suffix not in (".jsonl", ".json") or not path.is_file():
-        raise ConfigError(f"calibration of {expert!r}: {path} is not a local .jsonl/.json file; the mergeability "
-                          f"metrics read local files with prompt and answer fields")
-    text = path.read_text()
-    records = json.loads(text) if path.suffix == ".json" else [json.loads(l) for l in text.splitlines() if l.strip()]
-    pf, af, tf = spec.get("prompt_field", "prompt"), spec.get("answer_field", "answer"), spec.get("text_field", "text")
-    items = []
-    for r in records:
-        if pf in r and af in r:
-            items.append({"prompt": str(r[pf]), "answer": str(r[af])})
-        elif tf in r:
-            items.append({"prompt": str(r[tf]), "answer": ""})
+def read_items(expert: str, data, relative_to: Optional[Path] = None, model_path=None,
+               generated_dir=None) -> List[Dict[str, str]]:
+    """All of an expert's items as ``{"prompt", "answer"}`` (answer "" when it has only unlabelled text)."""
+    from wildmerge.expert_data.read import expert_items
+    from wildmerge.expert_data.schema import parse_data
+
+    data = parse_data(data, f"data of {expert!r}")
+    if data is None:
+        raise ConfigError(f"expert {expert!r} has no data: activation and gradient metrics need each expert's own "
+                          f"items. Add 'data: {{labelled: {{lm_eval_task: TASK, split: train}}}}' (or 'data: "
+                          f"generate' for the activation metrics) under that expert in the pool file, or use "
+                          f"--groups weights")
+    items = expert_items(data, expert, relative_to=relative_to, model_path=model_path, generated_dir=generated_dir)
     if not items:
-        raise ConfigError(f"calibration of {expert!r}: no record in {path} has {pf!r}/{af!r} or {tf!r} fields")
+        raise ConfigError(f"data of {expert!r}: no items")
     return items
 
 

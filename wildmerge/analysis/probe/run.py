@@ -126,9 +126,18 @@ def to_csv(rows: List[dict]) -> str:
     return buf.getvalue()
 
 
+_NEEDS_J = ("joint", "recovered_mean", "recovered_ratio_of_means", "residual_mean")
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not math.isnan(x)
+
+
 def _cell(r: dict, key: str, sd: str = "") -> str:
     x = r.get(key)
     if x is None or (isinstance(x, float) and math.isnan(x)):
+        if "native" in r and key in _NEEDS_J and not _finite(r.get("joint")):
+            return "- (no joint reference J: pass --reference)"  # R and U are gaps to J; without J they are empty
         return "-"
     s = r.get(sd) if sd else None
     return f"{x:.3f}" + (f" ± {s:.3f}" if isinstance(s, float) and not math.isnan(s) else "")

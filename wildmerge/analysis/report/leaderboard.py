@@ -162,3 +162,39 @@ def change_markdown(table, tasks: List[str]) -> str:
         return "_the base model has no score_\n"
     rows = [[r["method"], r["n"], r["k"]] + [f"{r[t]:+.2f}" for t in tasks + ["mean"]] for _, r in table.iterrows()]
     return markdown_table(rows, ["Method", "n", "k"] + tasks + ["mean"])
+
+
+def expert_tasks(run) -> dict:
+    """{expert: its declared suite tasks} from the run's pool file (the experts' ``tasks:`` field); empty when the
+    pool declares none or its file is gone."""
+    from wildmerge.errors import WildmergeError
+    from wildmerge.sampling.pools import load_pool
+
+    manifest = run.read_manifest()
+    if manifest is None or not manifest.pool_file:
+        return {}
+    try:
+        pool = load_pool(manifest.pool_file)
+    except (WildmergeError, OSError):
+        return {}
+    return {e.label: list(e.tasks) for e in pool.experts if e.tasks}
+
+
+def add_normalized(df, tasks_of: dict) -> None:
+    """Column ``normalized``: a model's accuracy on each of its experts' own tasks over that expert's, averaged over
+    its experts that declare tasks (the reality-check paper's normalized performance; Zhou et al. 2026's normalized
+    accuracy). An expert scores 1 on its own tasks; the base and models without a declaring expert stay empty."""
+    ok = df[df["status"] == OK].set_index("model_id")
+    values = []
+    for _, row in df.iterrows():
+        members = [row["model_id"]] if row["kind"] == "expert" else [e for e in str(row["experts"]).split(";") if e]
+        ratios = []
+        for expert in members:
+            own = [t for t in tasks_of.get(expert, []) if t in df.columns]
+            if row["status"] != OK or expert not in ok.index or not own:
+                continue
+            reference = sum(ok.loc[expert, t] for t in own)
+            if reference > 0:
+                ratios.append(sum(row[t] for t in own) / reference)
+        values.append(sum(ratios) / len(ratios) if ratios else float("nan"))
+    df["normalized"] = values

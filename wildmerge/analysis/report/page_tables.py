@@ -19,8 +19,9 @@ def _summary(protocol, tables) -> "object":
                                                              for n in sorted(sub["n"].dropna().unique())]
         for n, g in groups:
             rows.append({"method": variant, "n": n, "k": len(g), "mean": g["mean"].mean(),
-                         "std": g["mean"].std(ddof=0), "norm": g["task_vector_norm"].mean()})
-    out = pd.DataFrame(rows, columns=["method", "n", "k", "mean", "std", "norm"])
+                         "std": g["mean"].std(ddof=0), "norm": g["task_vector_norm"].mean(),
+                         "normalized": g["normalized"].mean() if "normalized" in g else float("nan")})
+    out = pd.DataFrame(rows, columns=["method", "n", "k", "mean", "std", "norm", "normalized"])
     for key, suffix in (("vs_base", "base"), ("vs_best", "best")):
         t = tables.get(key)
         if t is not None and len(t):
@@ -41,9 +42,11 @@ def build_page(run: str, suite: str, df, tasks: List[str], tables: Dict[str, obj
         Column(key="k", label="k"), Column(key="mean", label="mean acc. (%)", digits=2),
         Column(key="std", label="std", digits=2), Column(key="p_base", label="% > base", digits=0),
         Column(key="d_base", label="Δ base (pp)", digits=2), Column(key="p_best", label="% > best expert", digits=0),
-        Column(key="d_best", label="Δ best expert (pp)", digits=2), Column(key="norm", label="‖τ‖₂", digits=3)],
+        Column(key="d_best", label="Δ best expert (pp)", digits=2),
+        Column(key="normalized", label="normalized acc.", digits=3), Column(key="norm", label="‖τ‖₂", digits=3)],
         "The main protocol (Tables 1-3): each method at its recipe's settings on random subsets; n = 1 is the "
-        "experts alone. Click a header to sort, type to filter.")]
+        "experts alone; normalized acc.: accuracy on each expert's own tasks over that expert's (pool `tasks:`). "
+        "Click a header to sort, type to filter.")]
     change = tables.get("task_change")
     if change is not None and len(change):
         page_tables.append(table_from_frame(
@@ -76,6 +79,7 @@ def build_page(run: str, suite: str, df, tasks: List[str], tables: Dict[str, obj
         Column(key="n", filter=True), Column(key="subset_id", label="subset"),
         Column(key="domain", filter=True), Column(key="experts"), Column(key="status", filter=True),
         Column(key="mean", label="mean (%)", digits=2)] + [Column(key=t, label=f"{t} (%)", digits=2) for t in tasks]
+        + [Column(key="normalized", label="normalized acc.", digits=3)]
         + [Column(key="task_vector_norm", label="‖τ‖₂", digits=3), Column(key="recipe_label", label="recipe",
                                                                            link="recipe"),
            Column(key="card_label", label="model card", link="card"), Column(key="job_id", label="job"),

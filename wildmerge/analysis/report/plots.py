@@ -110,7 +110,7 @@ def per_task_vs_n(df, tasks: List[str], out_dir, title: str) -> Dict[str, Path]:
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(6, len(labels)), fontsize=9,
+    fig.legend(handles, labels, loc="upper center", ncol=max(1, min(6, len(labels))), fontsize=9,
                bbox_to_anchor=(0.5, 1.0 + 0.04 / rows))
     fig.suptitle(title, y=1.0 + 0.1 / rows)
     fig.tight_layout()
@@ -128,3 +128,27 @@ def norm_vs_n(df, out_dir, title: str) -> Optional[Dict[str, Path]]:
     ax.set_title(title)
     ax.legend(fontsize=8, loc="best", ncol=2)
     return _save(fig, Path(out_dir) / "norm_vs_n")
+
+
+def cost_vs_performance(points, out_dir, title: str) -> Optional[Dict[str, Path]]:
+    """The reality-check paper's Fig. 2: each method's mean suite accuracy against its mean merge seconds and its
+    mean merge + evaluation seconds per model (log scale: costs span orders of magnitude)."""
+    if points is None or points.empty or points["merge_seconds"].isna().all():
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    total = points["merge_seconds"] + points["eval_seconds"].fillna(0)
+    for ax, xs, label in ((axes[0], points["merge_seconds"], "merge seconds per model"),
+                          (axes[1], total, "merge + evaluation seconds per model")):
+        for i, (x, (_, r)) in enumerate(zip(xs, points.iterrows())):
+            if x == x:
+                st = style(i)
+                ax.scatter([x], [r["mean"]], color=st["color"], marker=st["marker"], s=50, label=r["variant"])
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("mean accuracy (%) of its merges")
+    axes[0].legend(fontsize=8, loc="best")
+    fig.suptitle(f"{title}: cost against performance")
+    fig.tight_layout()
+    return _save(fig, Path(out_dir) / "cost_vs_performance")

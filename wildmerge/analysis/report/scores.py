@@ -76,6 +76,11 @@ def screening_columns(info: Optional[Dict]) -> Dict:
     return out
 
 
+def overridden_text(settings: Optional[Dict]) -> str:
+    """``limit=2;batch_size=8``: the evaluation settings a command overrode for a job ('' for the suite's own)."""
+    return ";".join(f"{k}={v}" for k, v in sorted((settings or {}).items()))
+
+
 def collect_scores(run, suite: Optional[str] = None) -> Tuple["object", List[str], List[str]]:
     """(DataFrame, task column names, notes) for ``suite`` of the run (a folder or its ``RunData``); scores in
     percent."""
@@ -102,7 +107,8 @@ def collect_scores(run, suite: Optional[str] = None) -> Tuple["object", List[str
                "hparams": json.dumps(e.hparams, sort_keys=True), "experts": ";".join(e.experts),
                "job_id": index.get(e.model_id, ""), "status": "not evaluated", "error": "",
                "group": _group(e), "domain": e.domain or "", "ablations": ";".join(e.ablations),
-               "overrides": json.dumps(e.overrides, sort_keys=True)}
+               "overrides": json.dumps(e.overrides, sort_keys=True),
+               "overridden": overridden_text(stored.jobs.get(index.get(e.model_id, ""), {}).get("overridden"))}
         record = store.load(row["job_id"]) if row["job_id"] else {"status": "not evaluated", "error": ""}
         row["status"], row["error"] = record["status"], (record.get("error") or "").split("\n")[0]
         if record["status"] == OK:

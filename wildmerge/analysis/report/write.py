@@ -20,7 +20,7 @@ from wildmerge.analysis.report import domains
 from wildmerge.analysis.report import leaderboard
 from wildmerge.analysis.report import plots
 from wildmerge.analysis.report.layerwise_plots import layerwise_figures
-from wildmerge.analysis.report.costs import cost_markdown
+from wildmerge.analysis.report.costs import cost_markdown, cost_points, merge_seconds
 from wildmerge.analysis.pool.norms import NormCache
 from wildmerge.analysis.report.page_tables import build_page
 from wildmerge.analysis.report.run_data import RunData
@@ -53,12 +53,21 @@ def _norms(data: RunData, df, notes) -> None:
 class _Out:
     """Collects what one report writes into its temporary folder, under the names of the final folder."""
 
-    def __init__(self, tmp: Path, target: Path):
+    def __init__(self, tmp: Path, target: Path, overridden: Optional[Dict[str, str]] = None):
         self.tmp, self.target, self.written, self.figures = tmp, target, {}, []
+        self.overridden = overridden or {}  # model id -> its overridden settings, when any model has some
 
     def put(self, name: str, text: str) -> None:
         write_text(self.tmp / name, text)
         self.written[name.replace(".", "_")] = self.target / name
+
+    def csv(self, name: str, frame) -> None:
+        """A CSV of the report; when settings were overridden, each row says which (per model where it has one)."""
+        if self.overridden:
+            everyone = ", ".join(sorted(set(self.overridden.values())))
+            per_row = frame["model_id"].map(self.overridden) if "model_id" in frame else everyone
+            frame = frame.assign(overridden=per_row)
+        self.put(name, frame.to_csv(index=False, float_format="%.10g"))
 
     def plot(self, caption: str, saved: Optional[Dict[str, Path]]) -> None:
         if not saved:
@@ -75,7 +84,7 @@ def _main_tables(out: _Out, protocol, tasks, base, best_id, best, md: List[str])
         md.append("**The base model has no score, so Tables 1-3 cannot be computed** (see notes).\n")
     else:
         vs_base = tables["vs_base"] = leaderboard.interference_table(protocol, base, "base", paired="vs_base_diff")
-        out.put("table_vs_base.csv", vs_base.to_csv(index=False, float_format="%.10g"))
+        out.csv("table_vs_base.csv", vs_base)
         out.put("table_vs_base.md", leaderboard.to_markdown(vs_base, "Base", base))
         md += ["## Merges vs the base (Tables 1 and 3)\n",
                "Cell `P / D`: P = % of subsets whose mean accuracy beats the base, D = mean difference to the "
@@ -83,13 +92,13 @@ def _main_tables(out: _Out, protocol, tasks, base, best_id, best, md: List[str])
                "experts alone. Only the main protocol's merges (each method at its recipe's settings, random "
                "subsets) count here.\n", leaderboard.to_markdown(vs_base, "Base", base)]
         change = tables["task_change"] = leaderboard.task_change_table(protocol, tasks)
-        out.put("table_task_change_vs_base.csv", change.to_csv(index=False, float_format="%.10g"))
+        out.csv("table_task_change_vs_base.csv", change)
         md += ["## Per-task change vs the base (percentage points, mean over subsets)\n",
                leaderboard.change_markdown(change, tasks)]
     if best is not None:
         vs_best = tables["vs_best"] = leaderboard.interference_table(protocol, best, f"best expert {best_id}",
                                                                      paired="vs_best_diff")
-        out.put("table_vs_best_expert.csv", vs_best.to_csv(index=False, float_format="%.10g"))
+        out.csv("table_vs_best_expert.csv", vs_best)
         out.put("table_vs_best_expert.md", leaderboard.to_markdown(vs_best, "Best FT", best))
         md += [f"## Merges vs the best single expert (Table 2): `{best_id}`, {best:.2f}\n",
                leaderboard.to_markdown(vs_best, "Best FT", best)]
@@ -105,7 +114,7 @@ def _sweeps(out: _Out, df, base, title: str, md: List[str]):
     frames = []
     for name, rows in ablations.sweeps(df).items():
         table = ablations.sweep_table(rows, base)
-        out.put(f"sweep_{name}.csv", table.to_csv(index=False, float_format="%.10g"))
+        out.csv(f"sweep_{name}.csv", table)
         md += [f"## Sweep `{name}` ({table['method'].iloc[0]}, full pool)\n", ablations.to_markdown(table)]
         if (table["status"] == "ok").any():
             out.plot(f"Sweep {name}: accuracy vs the swept value and vs task-vector norm",
@@ -125,7 +134,7 @@ def _homogeneous(out: _Out, df, base, title: str, md: List[str]):
     if domains.domain_merges(df).empty:
         return None
     table = domains.domain_table(df, base)
-    out.put("table_homogeneous.csv", table.to_csv(index=False, float_format="%.10g"))
+    out.csv("table_homogeneous.csv", table)
     md += ["## Homogeneous vs heterogeneous merging (Appendix E)\n", domains.to_markdown(table, base)]
     if table["mean"].notna().any():
         out.plot("Homogeneous vs heterogeneous merging (Figs. 27-28)", domains.plot_domains(table, base, out.tmp,
@@ -166,6 +175,19 @@ def _report_dir(data: RunData, target: Path):
             yield tmp
 
 
+def _override_note(overridden: Dict[str, str]) -> str:
+    """One line for the top of the report when some scores were made with settings other than the suite file's
+    (``wildmerge eval --limit 2``...): such numbers must never pass for the suite's own."""
+    used = {o for o in overridden.values() if o}
+    if not used:
+        return ""
+    counts = {o: sum(v == o for v in overridden.values()) for o in sorted(set(overridden.values()))}
+    parts = [f"{o or 'none'} ({c} model{'s' if c > 1 else ''})" for o, c in counts.items()]
+    what = next(iter(used)) if len(counts) == 1 else "; ".join(parts)
+    return (f"Evaluation settings overridden: {what.replace(';', ', ')}: these are not the suite file's settings; "
+            f"`wildmerge eval RUN --suite NAME` without overrides scores the suite as written")
+
+
 def missing_references(df) -> list:
     """A warning for the top of the page when the base or an expert has no score: the tables that need them are
     missing or computed from fewer experts, and the reader must know before reading them."""
@@ -184,23 +206,33 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
     name = data.run.name
     df, tasks, notes = collect_scores(data, suite)
     _norms(data, df, notes)
+    leaderboard.add_normalized(df, leaderboard.expert_tasks(data.run))  # experts' declared tasks (pool ``tasks:``)
     protocol = protocol_rows(df)
     base, best_id, best = leaderboard.references(protocol)
     title = f"{name} / {suite}"
+    overridden = {m: o for m, o in zip(df["model_id"], df["overridden"])}
+    override_note = _override_note(overridden)
+    if override_note:
+        notes.insert(0, override_note)
     with _report_dir(data, target) as tmp:
-        out = _Out(tmp, target)
-        out.put("scores.csv", leaderboard.scores_table(df, tasks).to_csv(index=False, float_format="%.10g"))
-        out.put("norms.csv", df[["model_id", "kind", "variant", "n", "subset_id", "task_vector_norm"]]
-                .to_csv(index=False, float_format="%.10g"))
-        md = [f"# Leaderboard: run `{name}`, suite `{suite}`\n",
-              f"Scores are accuracies in percent; a model's score is the mean over {len(tasks)} task(s): "
-              f"{', '.join(tasks)}.\n"]
+        out = _Out(tmp, target, overridden if override_note else None)
+        out.csv("scores.csv", leaderboard.scores_table(df, tasks))
+        out.csv("norms.csv", df[["model_id", "kind", "variant", "n", "subset_id", "task_vector_norm"]])
+        md = [f"# Leaderboard: run `{name}`, suite `{suite}`\n"] + ([f"> **{override_note}**\n"] if override_note else [])
+        md += [f"Scores are accuracies in percent; a model's score is the mean over {len(tasks)} task(s): "
+               f"{', '.join(tasks)}.\n"]
         md += missing_references(df)
         tables = _main_tables(out, protocol, tasks, base, best_id, best, md)
-        if (protocol["kind"] == "merge").any():
+        if protocol["normalized"].notna().any():
+            md += ["## Normalized accuracy (each expert's own tasks, merge / expert)\n",
+                   leaderboard.summary_markdown(protocol, [], digits=3, columns=["normalized"])]
+        if ((protocol["kind"] == "merge") & (protocol["status"] == "ok")).any():  # no curve, no figure
             out.plot("Mean accuracy vs n (Fig. 3/6)", plots.accuracy_vs_n(protocol, tmp, title))
             out.plot("Accuracy vs n per task (Figs. 7-10)", plots.per_task_vs_n(protocol, tasks, tmp, title))
             out.plot("Task-vector norm vs n (Fig. 4)", plots.norm_vs_n(protocol, tmp, title))
+            out.plot("Cost against performance (the reality-check paper's Fig. 2)", plots.cost_vs_performance(
+                cost_points(ResultStore(data.run.eval_dir(suite)), protocol, merge_seconds(data.plan.entries)), tmp,
+                title))
         tables["sweeps"] = _sweeps(out, df, base, title, md)
         tables["homogeneous"] = _homogeneous(out, df, base, title, md)
         model_dirs = {e.model_id: Path(e.path) for e in data.plan.entries if e.kind == "merge"}
@@ -214,7 +246,11 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
         out.put("leaderboard.md", "\n".join(md))
         links = {mid: Path(os.path.relpath(path, target)).as_posix() for mid, path in model_dirs.items()}
         out.put("index.html", build_page(name, suite, df, tasks, tables, out.figures, links, notes))
-    cards = _update_cards(data, df, tasks, suite, notes)
+    if override_note:  # a model card states the suite's own numbers, never those of a limited evaluation
+        print("note: model cards were not updated: the scores were made with overridden settings")
+        cards = 0
+    else:
+        cards = _update_cards(data, df, tasks, suite, notes)
     for note in notes:
         print(f"note: {note}")
     if cards:

@@ -8,16 +8,13 @@ import yaml
 from wildmerge.analysis.tas.sweep import DEFAULT_SAMPLES, TASSweep, check_fits, check_points, select, sweep, \
     write_tas_csv
 from wildmerge.atomic import write_json, write_text
-from wildmerge.errors import ConfigError
 
 
 def check_calibration(pool) -> None:
-    missing = [e.label for e in pool.experts if not e.calibration]
-    if missing:
-        raise ConfigError(
-            f"expert(s) {', '.join(missing)} of pool {pool.name!r} have no calibration data: the task alignment "
-            f"score compares each expert with the merge on that expert's own unlabelled data. Add "
-            f"'calibration: path/to/texts.jsonl' to each expert in the pool file (or leave them out with --exclude)")
+    """Every expert (its own data or the pool's default) has text for the task alignment score, before any load."""
+    from wildmerge.expert_data.check import require_data
+
+    require_data(pool.all_data(), ["tas"], pool.name)
 
 
 def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Optional[int] = None,
@@ -27,7 +24,8 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
 
     from wildmerge.checkpoints import check_compatible, read_config
     from wildmerge.hub import resolve_all
-    from wildmerge.plugins.layerwise.calibration import apply_seq_len, load_token_batches, resolve_calibration
+    from wildmerge.expert_data.read import expert_texts
+    from wildmerge.plugins.layerwise.calibration import CalibrationSpec, apply_seq_len, load_token_batches
 
     check_calibration(pool)
     relative_to = Path(pool.source).parent if pool.source else None
@@ -38,14 +36,15 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
     check_compatible(base, experts, allow_pickle=allow_pickle, same_vocab=True)  # in-memory merges: no alignment
     check_fits([base, *experts.values()], device)
     config = read_config(base)
-    raw = {"calibration": {"n_samples": samples, "batch_size": 32, **({"seq_len": seq_len} if seq_len else {})},
-           "models": [{"model": e.label, "calibration": e.calibration} for e in pool.experts]}
-    specs = apply_seq_len(resolve_calibration(raw, list(experts), base_dir=relative_to), list(experts),
-                          config.get("max_position_embeddings"))
+    data = pool.all_data()
+    texts = {name: expert_texts(data[name], name, relative_to=relative_to, model_path=path,
+                                generated_dir=Path(out_dir) / "calibration") for name, path in experts.items()}
+    spec = CalibrationSpec(n_samples=samples, batch_size=32, seq_len=seq_len)
+    specs = apply_seq_len([spec] * len(experts), list(experts), config.get("max_position_embeddings"))
     tokenizer = AutoTokenizer.from_pretrained(base)
-    batches = {name: load_token_batches(spec, tokenizer, name, config["vocab_size"])
+    batches = {name: load_token_batches(spec, tokenizer, name, config["vocab_size"], records=texts[name])
                for name, spec in zip(experts, specs)}
-    data_key = [s.model_dump() for s in specs]
+    data_key = [specs[0].model_dump()] + [data[n].model_dump(exclude_none=True) for n in experts]
     return TASSweep(out_dir, base, experts, batches, device=device, data_key=str(data_key))
 
 

@@ -73,7 +73,7 @@ def _check_rule(rule: str, sweeps: dict) -> None:
 
 def tune_pool(pool_name: str, *, ablations=(), grid_file=None, exclude=(), out=None, samples: int = DEFAULT_SAMPLES,
               seq_len=None, distance: str = "l2", device: str = "cpu", threads=None, allow_pickle: bool = False,
-              select: str = "tas") -> dict:
+              check: int = 0, check_suite: str = "demo", check_limit=None, select: str = "tas") -> dict:
     """{grid name: what was selected}; every bad input (grid, pool, data, device) fails before any merge."""
     from wildmerge.sampling.ablations import load_grids
     from wildmerge.sampling.pools import load_pool
@@ -99,11 +99,16 @@ def tune_pool(pool_name: str, *, ablations=(), grid_file=None, exclude=(), out=N
         chosen[name] = selected = _select(tas, method, points, out / name, distance, select)
         print(f"{name}: {method.name} {selected['hparams']} ({_said(selected, distance)} over "
               f"{selected['candidates']} candidates); recipe: {selected['recipe']}")
+        if check:  # K grid points evaluated: does TAS track accuracy here? (analysis/tas/check.py)
+            from wildmerge.analysis.tas.check import check_tuned
+
+            selected["check"] = check_tuned(tas, method, points, out / name, check, check_suite, check_limit, distance)
     return chosen
 
 
 def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DEFAULT_SAMPLES, distance: str = "l2",
-                 device: str = "cpu", allow_pickle: bool = False, select: str = "tas") -> tuple:
+                 device: str = "cpu", allow_pickle: bool = False, check: int = 0, check_suite: str = "demo",
+                 check_limit=None, select: str = "tas") -> tuple:
     """(methods with their TAS-selected hyperparameters as recipe defaults, {method: what was chosen and how})."""
     from wildmerge.plugins.recipes import split_hparams
     from wildmerge.sampling.ablations import Grid, load_grids
@@ -124,6 +129,11 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
         out[name] = method.model_copy(update={"recipe": recipe,
                                               "model_parameters": {**method.model_parameters, **per}})
         tuned[name] = {**selected, "grid": grids[name].grid}
+        if check:  # recorded in the run's manifest with the choice; warns when TAS does not track accuracy
+            from wildmerge.analysis.tas.check import check_tuned
+
+            summary = check_tuned(tas, method, points, Path(out_dir) / name, check, check_suite, check_limit, distance)
+            tuned[name]["check"] = {k: v for k, v in summary.items() if k != "rows"}
         print(f"tuned {name}: {selected['hparams']} ({_said(selected, distance)})")
     for name in methods:
         if name not in tuned:

@@ -18,11 +18,12 @@ per-model overrides next to each ``model:``::
 ``data`` may be a template: ``{model}`` is the model's path, ``{name}`` its folder name, so one default such as
 ``data: "{model}/calibration.jsonl"`` or ``data: "calib/{name}.jsonl"`` gives every model its own file.
 
-A data source is a local ``.jsonl`` / ``.json`` (records with ``text_field``, or pre-tokenised ``input_ids``) or
-``.txt`` file (one sample per non-empty line), or a 🤗 ``datasets`` name.
+A data source is what a pool expert's ``data:`` names (wildmerge/expert_data, which reads it): a local
+``.jsonl`` / ``.json`` (records with ``text_field``, or pre-tokenised ``input_ids``), ``.txt`` (one sample per
+non-empty line) or ``.parquet`` file, ``demo:unlabelled/<expert>``, ``generate`` (text sampled from the model), a
+hub dataset name (``revision``, ``subset``, ``split``, ``text_field`` or ``template``) or ``lm_eval_task: NAME``.
 """
 
-import json
 import logging
 import random
 from pathlib import Path
@@ -34,7 +35,6 @@ from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 
 log = logging.getLogger("wildmerge")
 
-FILE_SUFFIXES = (".jsonl", ".json", ".txt")
 DEFAULT_SEQ_LEN = 256
 DEFAULT_SAMPLES = 64
 
@@ -46,6 +46,12 @@ class CalibrationSpec(BaseModel):
 
     data: Optional[str] = None
     text_field: str = "text"
+    template: Optional[str] = None  # "{question} {answer}" instead of one field
+    revision: Optional[str] = None  # a hub dataset's pinned commit
+    lm_eval_task: Optional[str] = None  # an lm-eval task's documents (prompt + answer) instead of 'data'
+    tasks: Optional[str] = None  # lm-eval include path for lm_eval_task
+    prompt_field: Optional[str] = None
+    answer_field: Optional[str] = None
     n_samples: Optional[int] = Field(None, ge=1)  # default: up to 64; an explicit count must be met
     seq_len: Optional[int] = Field(None, ge=2)  # default: min(256, the model's max_position_embeddings)
     min_tokens: int = Field(4, ge=1)
@@ -94,19 +100,19 @@ def resolve_calibration(raw: Dict[str, Any], model_names: List[str], base_dir: O
                 raise ConfigError(f"model {name!r} sets calibration twice (next to 'model:' and in 'parameters'): keep one")
             override = _as_dict(params["calibration"], where)
         spec = _validate({**defaults, **override}, where)
-        if spec.data is None:
+        if spec.data is None and spec.lm_eval_task is None:
             raise ConfigError(
                 f"model {name!r} has no calibration data: RegMean and Chain of Merges need each model's own "
                 f"task data. Add 'calibration: path/to/data.jsonl' under that model (or 'data:' in the "
                 f"top-level calibration section)"
             )
-        if "{" in spec.data:  # a template: "{model}/calibration.jsonl", "calib/{name}.jsonl"
+        if spec.data and "{" in spec.data:  # a template: "{model}/calibration.jsonl", "calib/{name}.jsonl"
             try:
                 spec = spec.model_copy(update={"data": spec.data.format(model=name, name=Path(name).name)})
             except (KeyError, IndexError, ValueError) as exc:
                 raise ConfigError(f"{where}: data template {spec.data!r} may only use {{model}} (the model path) "
                                   f"and {{name}} (its folder name): {exc!r}") from None
-        if base_dir is not None and not Path(spec.data).is_absolute() and (base_dir / spec.data).exists():
+        if spec.data and base_dir is not None and not Path(spec.data).is_absolute() and (base_dir / spec.data).exists():
             spec = spec.model_copy(update={"data": str(base_dir / spec.data)})
         specs.append(spec)
     return specs
@@ -125,74 +131,51 @@ def apply_seq_len(specs: List[CalibrationSpec], names: List[str], max_positions:
     return out
 
 
-def _records_from_file(path: Path) -> List[Any]:
-    if path.suffix == ".txt":
-        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if path.suffix == ".jsonl":
-        rows = []
-        for k, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise WildmergeError(f"{path}: line {k + 1} is not valid JSON ({exc.msg})") from None
-        return rows
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise WildmergeError(f"{path} is not valid JSON ({exc.msg})") from None
-    if isinstance(data, dict) and isinstance(data.get("data"), list):
-        data = data["data"]
-    if not isinstance(data, list):
-        raise WildmergeError(f"{path} must hold a JSON list of records (or {{'data': [...]}})")
-    return data
+def source_of(spec: CalibrationSpec):
+    """The expert-data source a recipe's calibration entry names (one reader for every feature)."""
+    from wildmerge.expert_data.schema import parse_source
+
+    keys = {"data": spec.data, "lm_eval_task": spec.lm_eval_task, "tasks": spec.tasks, "revision": spec.revision,
+            "subset": spec.subset, "split": spec.split, "template": spec.template, "prompt_field": spec.prompt_field,
+            "answer_field": spec.answer_field}
+    if spec.text_field != "text":
+        keys["text_field"] = spec.text_field
+    if spec.data is not None and not spec.data.startswith("demo:") and spec.data != "generate" \
+            and Path(spec.data).exists() and not Path(spec.data).is_dir():
+        keys["data"] = str(Path(spec.data).resolve())  # a local file by any name
+    return parse_source({k: v for k, v in keys.items() if v is not None}, f"calibration data {spec.data!r}")
 
 
-def _records(spec: CalibrationSpec) -> List[Any]:
-    if spec.data.startswith("demo:"):  # the demo family's per-expert text, e.g. demo:calibration/expert_01
-        from wildmerge.hub import resolve_path
+def read_texts(spec: CalibrationSpec, model_name: str) -> List[Any]:
+    """The texts (or pre-tokenised id lists) of one model's calibration entry, read through wildmerge.expert_data."""
+    from wildmerge.expert_data.read import texts
+    from wildmerge.expert_data.recipe import text_source
+    from wildmerge.expert_data.schema import ExpertData
 
-        return _records_from_file(Path(resolve_path(spec.data)))
-    path = Path(spec.data)
-    if path.exists():
-        if path.suffix not in FILE_SUFFIXES:
-            raise ConfigError(f"calibration file {path} must end in one of {', '.join(FILE_SUFFIXES)}")
-        return _records_from_file(path)
-    if path.suffix in FILE_SUFFIXES or spec.data.startswith((".", "/")):
-        raise ConfigError(f"calibration file {spec.data!r} not found (relative paths start at the current folder "
-                          f"or the recipe's folder)")
-    try:
-        import datasets
-
-        return list(datasets.load_dataset(spec.data, spec.subset, split=spec.split))
-    except Exception as exc:  # offline, missing, wrong split...
-        raise WildmergeError(f"could not load calibration dataset {spec.data!r} (split {spec.split!r}): {exc}. "
-                             f"Download it first or point 'data' at a local .jsonl file") from None
+    source = source_of(spec)
+    if source.kind == "lm_eval_task":  # labelled items as prompt + answer
+        source = text_source(ExpertData(labelled=source))
+    where = f"calibration data {source.describe()} of model {model_name!r}"
+    return texts(source, where, model_path=model_name if source.kind == "generate" else None,
+                 expert=Path(model_name).name)
 
 
-def _to_ids(record: Any, spec: CalibrationSpec, tokenizer, where: str) -> List[int]:
-    if isinstance(record, str):
-        text = record
-    elif isinstance(record, dict) and spec.text_field in record:
-        text = record[spec.text_field]
-    elif isinstance(record, dict) and "input_ids" in record:
-        return [int(t) for t in record["input_ids"]][: spec.seq_len]
-    else:
-        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-        raise ConfigError(f"{where}: records have no {spec.text_field!r} field (found {keys}); set "
-                          f"calibration.text_field")
+def _to_ids(text: Any, spec: CalibrationSpec, tokenizer, where: str) -> List[int]:
+    if isinstance(text, list):  # pre-tokenised
+        return [int(t) for t in text][: spec.seq_len]
     if tokenizer is None:
         raise WildmergeError(f"{where}: the base model has no tokenizer to encode text; save one beside it or "
                              f"give pre-tokenised records with 'input_ids'")
     return tokenizer(str(text), truncation=True, max_length=spec.seq_len)["input_ids"]
 
 
-def load_token_batches(spec: CalibrationSpec, tokenizer, model_name: str, vocab_size: int):
-    """Token batches ``[(input_ids [b, s], attention_mask [b, s])]`` of one model's calibration data."""
+def load_token_batches(spec: CalibrationSpec, tokenizer, model_name: str, vocab_size: int, records=None):
+    """Token batches ``[(input_ids [b, s], attention_mask [b, s])]`` of one model's calibration data (``records``:
+    its texts when the caller read them already)."""
     import torch
 
-    where = f"calibration data {spec.data!r} of model {model_name!r}"
-    records = _records(spec)
+    where = f"calibration data {spec.data or spec.lm_eval_task!r} of model {model_name!r}"
+    records = read_texts(spec, model_name) if records is None else records
     order = list(range(len(records)))
     random.Random(spec.seed).shuffle(order)
     wanted = spec.n_samples or DEFAULT_SAMPLES
@@ -226,6 +209,7 @@ def load_token_batches(spec: CalibrationSpec, tokenizer, model_name: str, vocab_
 
 def warn_if_shared(specs: List[CalibrationSpec], method: str) -> None:
     """Spec A15: with one data source for every model, CoM is exactly plain averaging."""
-    if len(specs) > 1 and len({(s.data, s.subset, s.split, s.text_field, s.seed) for s in specs}) == 1:
+    if len(specs) > 1 and len({(s.data, s.lm_eval_task, s.subset, s.split, s.text_field, s.template, s.seed)
+                               for s in specs}) == 1:
         log.warning("every model uses the same calibration data (%s): %s then reduces to simple averaging; give "
                     "each model its own task data", specs[0].data, method)

@@ -1,0 +1,75 @@
+"""The guided search end to end on the quick demo family (real merges, real lm-eval): it spends no more than its
+budget, reports a full evaluation of its winner, records every rung, and a search killed mid-way and rerun ends
+exactly where an uninterrupted one does."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from wildmerge.demo.family import ensure_family
+from wildmerge.errors import ConfigError
+from wildmerge.run import RunFolder
+from wildmerge.search.guided import search_pool
+
+ARGS = dict(suite_name="demo", methods=["ta"], first=0.25, eta=2.0, tune=False, limit=8)
+BUDGET = 3.0
+
+
+@pytest.fixture(scope="module")
+def pool_file(tmp_path_factory):
+    family = ensure_family(tmp_path_factory.mktemp("demo_cache"), seed=0, quick=True, progress=False)
+    return str(Path(family["root"]) / "pool.yml")
+
+
+@pytest.fixture(scope="module")
+def finished(pool_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("search") / "run"
+    return out, search_pool(pool_file, BUDGET, out=out, **ARGS)
+
+
+def test_search_reports_a_full_evaluation_within_budget(finished):
+    out, summary = finished
+    folder = RunFolder(out)
+    record = json.loads(folder.search_json.read_text())
+    assert record["result"] == json.loads(json.dumps(summary))
+    assert summary["full_evaluations_spent"] <= BUDGET
+    assert summary["winner"] in {c["id"] for c in record["candidates"]}
+    lines = [json.loads(x) for x in folder.search_log.read_text().splitlines()]
+    last = lines[-1]
+    assert last["fraction"] == 1.0 and last["leader"] == summary["winner"]
+    assert last["decisions"][summary["winner"]]["score"] == summary["suite_mean"]
+    lo, hi = summary["vs_base_points"][1:]
+    assert lo <= summary["vs_base_points"][0] <= hi
+    assert 100 * (summary["suite_mean"] - summary["base_suite_mean"]) == pytest.approx(summary["vs_base_points"][0])
+    assert (Path(summary["model"]) / "config.json").is_file()
+
+
+def test_a_killed_search_resumes_to_the_same_result(finished, pool_file, tmp_path):
+    _, expected = finished
+    out = tmp_path / "run"
+    code = (f"from wildmerge.search.guided import search_pool; search_pool({pool_file!r}, {BUDGET}, out={str(out)!r}, "
+            f"**{ARGS!r})")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = RunFolder(out).search_log
+    deadline = time.time() + 600
+    while not log.is_file() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.kill()  # after the first rung is logged: the rest of the search is lost
+    proc.wait()
+    assert log.is_file() and len(log.read_text().splitlines()) < 3
+    again = search_pool(pool_file, BUDGET, out=out, **ARGS)
+    assert {k: v for k, v in again.items() if k != "model"} == {k: v for k, v in expected.items() if k != "model"}
+
+
+def test_bad_settings_fail_before_any_model_is_loaded(pool_file, tmp_path):
+    with pytest.raises(ConfigError, match="--budget"):
+        search_pool(pool_file, 0.5, out=tmp_path / "a", **ARGS)
+    with pytest.raises(ConfigError, match="eta"):
+        search_pool(pool_file, 3, out=tmp_path / "b", **{**ARGS, "eta": 1.0})
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -1,0 +1,162 @@
+"""Does TAS track accuracy on this pool? Evaluate a few grid points and compare (the reality-check paper, Figs. 3-4).
+
+The paper shows, on its own tasks, that lower TAS goes with better performance; on another pool it may not (on the
+demo family it has no signal on TIES). ``check_grid`` takes K grid points spread evenly over the TAS ranking (the
+TAS choice always among them), merges each in memory, scores it with the evaluation harness and reports the
+Spearman correlation of TAS with the suite mean (a good proxy is strongly negative), the regret (best evaluated
+suite mean minus the TAS choice's, points) and the plots. ``tracks`` says whether a user may trust ``argmin TAS``.
+"""
+
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+from wildmerge.atomic import write_json
+
+TRACKS_SPEARMAN = -0.5  # at most this (strongly negative) ...
+TRACKS_REGRET = 1.0  # ... and the TAS choice within this many points of the best evaluated point
+
+
+def _ranks(values) -> np.ndarray:
+    """Ranks 0..n-1, tied values sharing their mean rank."""
+    x = np.asarray(values, dtype=np.float64)
+    ranks = np.empty(len(x))
+    ranks[np.argsort(x, kind="stable")] = np.arange(len(x))
+    for v in np.unique(x):
+        ranks[x == v] = ranks[x == v].mean()
+    return ranks
+
+
+def spearman(x, y) -> float:
+    """Rank correlation (ties share their mean rank); nan when either side is constant."""
+    rx, ry = _ranks(x), _ranks(y)
+    return float(np.corrcoef(rx, ry)[0, 1]) if np.std(rx) > 0 and np.std(ry) > 0 else float("nan")
+
+
+def spread(records: List[dict], k: int, distance: str = "l2") -> List[dict]:
+    """``k`` records evenly spaced over the TAS ranking, best first (the TAS choice is always the first)."""
+    ranked = sorted(records, key=lambda r: r["tas"][distance])
+    if k >= len(ranked):
+        return ranked
+    picks = sorted({int(round(i)) for i in np.linspace(0, len(ranked) - 1, max(k, 1))})
+    return [ranked[i] for i in picks]
+
+
+def summarize(rows: List[dict], distance: str = "l2") -> Dict:
+    """Spearman of TAS with accuracy, the TAS choice, the best point and the regret (points), and ``tracks``."""
+    tas = [r["tas"][distance] for r in rows]
+    acc = [r["accuracy"] for r in rows]
+    choice = rows[int(np.argmin(tas))]
+    best = rows[int(np.argmax(acc))]
+    rho = spearman(tas, acc)
+    regret = 100 * (best["accuracy"] - choice["accuracy"])
+    tracks = bool(rho <= TRACKS_SPEARMAN and regret <= TRACKS_REGRET) if len(rows) > 2 else regret <= TRACKS_REGRET
+    return {"distance": distance, "points": len(rows), "spearman": rho, "regret_points": regret,
+            "choice": choice["hparams"], "choice_accuracy": choice["accuracy"], "best": best["hparams"],
+            "best_accuracy": best["accuracy"], "tracks": tracks}
+
+
+def verdict(name: str, summary: Dict) -> str:
+    """One line for the console; says plainly when TAS should not be trusted."""
+    line = (f"{name}: TAS vs accuracy over {summary['points']} evaluated points: Spearman "
+            f"{summary['spearman']:+.2f}, regret {summary['regret_points']:.2f} points "
+            f"(TAS chose {summary['choice']}, best {summary['best']})")
+    if not summary["tracks"]:
+        line += (f"\nwarning: TAS does not track accuracy on this pool for {name} (Spearman above "
+                 f"{TRACKS_SPEARMAN} or regret above {TRACKS_REGRET} point): evaluate the grid instead of trusting "
+                 f"argmin TAS")
+    return line
+
+
+def plot(name: str, rows: List[dict], out: Path, distance: str = "l2", ylabel: str = "suite mean accuracy") -> dict:
+    """Accuracy against TAS for every point (Fig. 4 left) and, for a one-axis grid, both against the knob (Fig. 3)."""
+    from wildmerge.analysis.report.plots import _plt, _save
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    tas = [r["tas"][distance] for r in rows]
+    acc = [r["accuracy"] for r in rows]
+    axes[0].scatter(tas, acc)
+    for r, x, y in zip(rows, tas, acc):
+        axes[0].annotate(r["candidate"], (x, y), fontsize=6)
+    axes[0].set_xlabel(f"mean TAS ({distance}, lower = closer to the experts)")
+    axes[0].set_ylabel(ylabel)
+    axes[0].set_title(f"{name}: accuracy vs TAS")
+    keys = list(rows[0]["hparams"])
+    if len(keys) == 1:
+        ordered = sorted(rows, key=lambda r: r["hparams"][keys[0]])
+        xs = [r["hparams"][keys[0]] for r in ordered]
+        axes[1].plot(xs, [r["accuracy"] for r in ordered], marker="o", color="C0")
+        twin = axes[1].twinx()
+        twin.plot(xs, [r["tas"][distance] for r in ordered], marker="s", color="C1")
+        axes[1].set_xlabel(keys[0])
+        axes[1].set_ylabel("accuracy", color="C0")
+        twin.set_ylabel(f"mean TAS ({distance})", color="C1")
+    else:
+        axes[1].axis("off")
+    fig.tight_layout()
+    return _save(fig, Path(out) / f"tas_check_{name}")
+
+
+def check_grid(tas, method, records: List[dict], k: int, out_dir, suite: str = "demo", limit=None,
+               distance: str = "l2", executor: str = "serial") -> Dict:
+    """Evaluate ``k`` of the sweep's points (merged in memory, saved under ``out_dir/models``); write
+    ``check.json`` and the plots; returns the summary with the evaluated rows."""
+    from wildmerge.eval.evaluate import evaluate_models
+    from wildmerge.eval.store import OK, ResultStore
+
+    out = Path(out_dir)
+    picked = spread(records, k, distance)
+    paths = [save_candidate(tas, method, r, out / "models" / r["candidate"]) for r in picked]
+    ev = evaluate_models(paths, suite, out / "eval", executor=executor,
+                         overrides={"limit": limit} if limit else None)
+    store = ResultStore(ev["store"])
+    rows = []
+    for r, path in zip(picked, paths):
+        record = store.load(ev["index"][path])
+        if record["status"] != OK:
+            continue
+        rows.append({"candidate": r["candidate"], "hparams": r["hparams"], "tas": r["tas"],
+                     "scores": record["scores"], "accuracy": float(np.mean(list(record["scores"].values())))})
+    if not rows:
+        from wildmerge.errors import WildmergeError
+
+        raise WildmergeError(f"no checked point of {method.name} could be scored; see {out / 'eval'}")
+    summary = {**summarize(rows, distance), "suite": suite, "limit": limit, "rows": rows}
+    summary["plots"] = {k: str(v) for k, v in plot(method.name, rows, out, distance).items()}
+    write_json(out / "check.json", summary)
+    return summary
+
+
+def save_candidate(tas, method, record: dict, path: Path) -> str:
+    """The grid point merged in memory and written as a checkpoint (with the base's tokenizer); once."""
+    from transformers import AutoTokenizer
+
+    from wildmerge.atomic import atomic_dir
+    from wildmerge.plugins.recipes import render_recipe, split_hparams
+
+    if (path / "config.json").is_file():
+        return str(path)
+    top, per = split_hparams(method, record["hparams"])
+    recipe = render_recipe(method, "base", list(tas.expert_paths), overrides=top or None,
+                           model_overrides=per or None)
+    recipe.pop("out_dtype", None)
+    tas._load(tas.merged_state(recipe))
+    with atomic_dir(path) as tmp:
+        tas.model.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(tas.base_path).save_pretrained(tmp)
+    return str(path)
+
+
+def check_tuned(tas, method, points: List[dict], grid_dir, k: int, suite: str = "demo", limit=None,
+                distance: str = "l2") -> Dict:
+    """``wildmerge tune --check K`` / ``sample --tune-check K`` for one tuned grid: the sweep's records (read back
+    from disk, no TAS recomputed) checked against K evaluations; prints the verdict and returns the summary."""
+    from wildmerge.analysis.tas.sweep import sweep
+
+    records = sweep(tas, method, points, grid_dir, progress=False)
+    summary = check_grid(tas, method, records, k, Path(grid_dir) / "check", suite=suite, limit=limit,
+                         distance=distance)
+    print(verdict(method.name, summary))
+    return summary

@@ -1,0 +1,116 @@
+"""Checks run when a pool is loaded (local files: exist, have the fields, hold enough items) and the pre-flight
+listing of which methods or diagnostics lack data for which experts, with the line to add to the pool file."""
+
+from typing import Dict, List, Optional
+
+from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.expert_data.read import item_of, read_records, text_of
+from wildmerge.expert_data.schema import ExpertData
+
+# what each feature reads: "text" (unlabelled; labelled items also serve) or "labelled" (prompt / answer)
+NEEDS = {
+    "regmean": "text",
+    "chain_of_merges": "text",
+    "tas": "text",
+    "composer": "text",
+    "activation metrics": "text",
+    "gradient metrics": "labelled",
+}
+
+
+def check_local(name: str, data: Optional[ExpertData], relative_to=None) -> None:
+    """Every local file of one expert's data read now: a missing file, field or item fails at pool load."""
+    if data is None:
+        return
+    for part, source in (("text", data.text), ("labelled", data.labelled)):
+        if source is None or source.kind != "file":
+            continue
+        where = f"{part} data of expert {name!r} ({source.file})"
+        try:
+            records = read_records(source, relative_to=relative_to, expert=name)
+        except WildmergeError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        usable = _usable(records, source, part, where)
+        if usable < (source.n or 1):
+            raise ConfigError(f"{where}: {usable} non-empty item(s), at least {source.n or 1} needed; add data or "
+                              f"lower n")
+
+
+def _usable(records, source, part: str, where: str) -> int:
+    """Items with text (every record checked for its fields or template)."""
+    if part == "text":
+        return sum(1 for r in records if text_of(r, source, where))
+    return sum(1 for r in records if item_of(r, source, where)["prompt"])
+
+
+def check_remote(data: Dict[str, Optional[ExpertData]], features: List[str]) -> None:
+    """Hub datasets and lm-eval tasks the features read, read now (once, then from the cache): an uncached or
+    misnamed dataset fails before any model is resolved, every one listed with how to fetch it."""
+    problems = []
+    for name, d in data.items():
+        if d is None:
+            continue
+        parts = {NEEDS[f] for f in features}
+        sources = [("text", d.text or d.labelled)] if "text" in parts else []
+        sources += [("labelled", d.labelled)] if "labelled" in parts else []
+        for part, source in sources:
+            if source is None or source.kind not in ("dataset", "lm_eval_task"):
+                continue
+            where = f"{part} data of expert {name!r} ({source.describe()})"
+            try:
+                records = read_records(source, expert=name)
+                if _usable(records, source, part, where) < (source.n or 1):
+                    problems.append(f"  {where}: fewer than {source.n or 1} non-empty items")
+            except WildmergeError as exc:
+                problems.append(f"  {where}: {str(exc).splitlines()[0]}")
+    if problems:
+        raise WildmergeError("expert data cannot be read:\n" + "\n".join(problems))
+
+
+def has(data: Optional[ExpertData], what: str) -> bool:
+    """Whether ``data`` serves a feature that reads ``what``; decided without loading any model."""
+    if data is None:
+        return False
+    if what == "text" or data.labelled is not None:
+        return (data.text or data.labelled) is not None
+    text = data.text  # an old calibration file whose records carry prompt and answer is labelled too
+    if text is None or text.template or text.field:
+        return False
+    if text.kind == "demo":
+        return text.demo.startswith("demo:calibration/")
+    if text.kind == "file":
+        try:
+            records = read_records(text)
+        except WildmergeError:
+            return False
+        return bool(records) and all(isinstance(r, dict) and "prompt" in r and "answer" in r for r in records)
+    return False
+
+
+def line_to_add(what: str) -> str:
+    if what == "labelled":
+        return "data: {labelled: {lm_eval_task: TASK, split: train}}  (or {dataset: ORG/NAME, revision: COMMIT, " \
+               "prompt: FIELD, answer: FIELD})"
+    return "data: generate  (text sampled from the expert; or a file / {dataset: ORG/NAME, revision: COMMIT})"
+
+
+def missing_data(data: Dict[str, Optional[ExpertData]], features: List[str]) -> List[str]:
+    """One line per feature that lacks data for some experts: who, and what to add to the pool file."""
+    lines = []
+    for feature in features:
+        what = NEEDS[feature]
+        lacking = [name for name, d in data.items() if not has(d, what)]
+        if lacking:
+            lines.append(f"{feature} needs each expert's {what} data; none for {', '.join(lacking)}. Add under each "
+                         f"of them (or once at the pool's top level): {line_to_add(what)}")
+    return lines
+
+
+def require_data(data: Dict[str, Optional[ExpertData]], features: List[str], pool_name: str = "") -> None:
+    """The pre-flight: one error listing every missing piece, before any model is loaded."""
+    lines = missing_data(data, features)
+    if lines:
+        pool = f" of pool {pool_name!r}" if pool_name else ""
+        raise ConfigError(f"missing expert data{pool}:\n" + "\n".join(f"  {l}" for l in lines)
+                          + "\n(or leave those experts out with --exclude NAME)")
+    check_remote(data, features)

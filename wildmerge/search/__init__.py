@@ -1,0 +1,1 @@
+"""A guided search for a good merge under a budget of evaluations (``wildmerge search``)."""
