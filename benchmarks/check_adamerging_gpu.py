@@ -54,11 +54,7 @@ def main():
     base = model(root / "base", vocab)
     experts = {f"e{i}": model(root / f"e{i}", vocab, base=base, seed=i + 1, noise=0.3) for i in range(2)}
     texts = [["The sky is blue and fire is hot", "Ice is cold and the sky is blue", "Fire is hot, ice is cold"] * 4, ["1 plus 1 equals 2 and two plus two is four", "Two plus two is four, 1 plus 1 equals 2"] * 6]
-    data = {}
-    for i, t in enumerate(texts):
-        p = root / f"d{i}.jsonl"
-        p.write_text("".join(json.dumps({"text": x}) + "\n" for x in t))
-        data[f"e{i}"] = str(p)
+    data = {f"e{i}": t for i, t in enumerate(texts)}
     result = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
     lams = {}
     for device in ("cpu", "cuda"):

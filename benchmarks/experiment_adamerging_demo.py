@@ -24,7 +24,7 @@ def main() -> None:
     from wildmerge.analysis.tas.sweep import select, sweep
     from wildmerge.eval.evaluate import evaluate_models
     from wildmerge.eval.store import ResultStore
-    from wildmerge.plugins.adamerging import AdaMergingSettings, adamerge
+    from wildmerge.analysis.tas.tune import adamerge_pool
     from wildmerge.plugins.recipes import load_method_recipe, render_recipe
     from wildmerge.sampling.pools import load_pool
 
@@ -54,10 +54,8 @@ def main() -> None:
     result["ta_tas"] = {"lambda": chosen["hparams"]["lambda"], "seconds": time.perf_counter() - start}
 
     start = time.perf_counter()
-    data = {e.label: e.calibration for e in pool.experts}
-    written = adamerge(tas.base_path, dict(tas.expert_paths), data, out / "adamerging",
-                       settings=AdaMergingSettings(iterations=args.iterations, batch_size=args.batch_size, lr=args.lr),
-                       samples=args.samples)
+    written = adamerge_pool("demo", iterations=args.iterations, batch_size=args.batch_size, lr=args.lr,
+                            samples=args.samples, out=out / "adamerging")
     result["adamerging"] = {"seconds": time.perf_counter() - start,
                             "losses": json.loads(Path(written["coefficients"]).read_text())["losses"][::10]}
 

@@ -19,15 +19,6 @@ TEXTS = {0: ["The sky is blue", "Grass is green", "Fire is hot", "Ice is cold", 
          1: ["1 plus 1 equals 2", "2 plus 3 equals 5", "4 plus 4 equals 8", "Two plus two is four"] * 3}
 
 
-def data_files(root: Path) -> dict:
-    out = {}
-    for i, texts in TEXTS.items():
-        path = root / f"data{i}.jsonl"
-        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-        out[f"e{i}"] = str(path)
-    return out
-
-
 def test_merged_parameters_are_task_arithmetic_per_block():
     base = {"model.layers.0.w": torch.zeros(2), "model.layers.1.w": torch.zeros(2), "lm_head.weight": torch.zeros(2)}
     taus = [{k: torch.ones(2) for k in base}, {k: 2 * torch.ones(2) for k in base}]
@@ -42,8 +33,8 @@ def test_merged_parameters_are_task_arithmetic_per_block():
 def test_adamerging_learns_writes_a_model_and_a_recipe_mergekit_reproduces(lm_family, tmp_path, loss):
     experts = {f"e{i}": p for i, p in enumerate(lm_family["experts"])}
     settings = AdaMergingSettings(loss=loss, iterations=15, lr=0.05, batch_size=4)
-    out = adamerge(lm_family["base"], experts, data_files(tmp_path), tmp_path / "ada", settings=settings, samples=8,
-                   progress=False)
+    texts = {f"e{i}": t for i, t in TEXTS.items()}  # as expert_data.read.expert_texts gives them
+    out = adamerge(lm_family["base"], experts, texts, tmp_path / "ada", settings=settings, samples=8, progress=False)
     info = json.loads(out["coefficients"].read_text())
     lam = np.array(info["coefficients"])
     assert lam.shape == (2, 3) and (lam >= 0).all() and (lam <= 1).all()  # 2 blocks + the rest, clamped

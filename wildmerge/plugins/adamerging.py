@@ -162,31 +162,29 @@ def _load(path, device) -> Dict[str, torch.Tensor]:
     return tensors
 
 
-def _token_batches(base_path: str, data: Dict[str, object], samples: int, seq_len: Optional[int],
-                   relative_to: Optional[Path]) -> Dict[str, List[tuple]]:
-    """Each expert's unlabelled text as token batches."""
+def _token_batches(base_path: str, texts: Dict[str, list], samples: int,
+                   seq_len: Optional[int]) -> Dict[str, List[tuple]]:
+    """Each expert's unlabelled text (already read: strings or records) as token batches."""
     from transformers import AutoTokenizer
 
     from wildmerge.checkpoints import read_config
-    # TODO(expert_data): read through wildmerge.expert_data's per-expert reader once it lands; this is what
-    # analysis/tas/setup.py uses today (the layer-wise methods' calibration loader).
-    from wildmerge.plugins.layerwise.calibration import apply_seq_len, load_token_batches, resolve_calibration
+    from wildmerge.plugins.layerwise.calibration import CalibrationSpec, apply_seq_len, load_token_batches
 
     config = read_config(base_path)
-    names = list(data)
-    raw = {"calibration": {"n_samples": samples, "batch_size": 32, **({"seq_len": seq_len} if seq_len else {})},
-           "models": [{"model": n, "calibration": data[n]} for n in names]}
-    specs = apply_seq_len(resolve_calibration(raw, names, base_dir=relative_to), names,
+    names = list(texts)
+    specs = apply_seq_len([CalibrationSpec(n_samples=samples, batch_size=32, seq_len=seq_len)] * len(names), names,
                           config.get("max_position_embeddings"))
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    return {n: load_token_batches(s, tokenizer, n, config["vocab_size"]) for n, s in zip(names, specs)}
+    return {n: load_token_batches(s, tokenizer, n, config["vocab_size"], records=texts[n])
+            for n, s in zip(names, specs)}
 
 
-def adamerge(base_path: str, experts: Dict[str, str], data: Dict[str, object], out_dir,
+def adamerge(base_path: str, experts: Dict[str, str], texts: Dict[str, list], out_dir,
              settings: Optional[AdaMergingSettings] = None, samples: int = 128, seq_len: Optional[int] = None,
-             device: str = "cpu", relative_to: Optional[Path] = None, progress: bool = True) -> Dict[str, Path]:
+             device: str = "cpu", progress: bool = True, data_key=None) -> Dict[str, Path]:
     """Learn the coefficients and write ``out_dir/model`` (merged checkpoint), ``recipe.yml`` (stock mergekit)
-    and ``coefficients.json``. ``data``: each expert's unlabelled text (a file, or a calibration mapping)."""
+    and ``coefficients.json``. ``texts``: each expert's unlabelled text (``expert_data.read.expert_texts``);
+    ``data_key``: what describes it in ``coefficients.json``."""
     import yaml
     from transformers import AutoModelForCausalLM
 
@@ -194,10 +192,10 @@ def adamerge(base_path: str, experts: Dict[str, str], data: Dict[str, object], o
     from wildmerge.plugins.model_pass import num_layers
 
     settings = settings or AdaMergingSettings()
-    missing = [n for n in experts if n not in data]
+    missing = [n for n in experts if not texts.get(n)]
     if missing:
         raise ConfigError(f"AdaMerging learns on each expert's own unlabelled data: none given for {missing}")
-    batches = _token_batches(base_path, {n: data[n] for n in experts}, samples, seq_len, relative_to)
+    batches = _token_batches(base_path, {n: texts[n] for n in experts}, samples, seq_len)
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32).to(device).eval()
     names = [n for n, _ in model.named_parameters()]
     base = {k: v for k, v in _load(base_path, device).items() if k in names}
@@ -226,7 +224,7 @@ def adamerge(base_path: str, experts: Dict[str, str], data: Dict[str, object], o
                    "experts": learned.experts, "groups": [f"layers.{l}" for l in range(num_layers(base_path))]
                    + ["other"], "coefficients": learned.coefficients.tolist(), "losses": learned.losses,
                    "settings": settings.model_dump(), "samples": samples,
-                   "data": {n: json.loads(json.dumps(data[n], default=str)) for n in experts}})}
+                   "data": json.loads(json.dumps(data_key, default=str))})}
     return written
 
 

@@ -147,6 +147,7 @@ def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, l
     """AdaMerging+TAS (``loss="tas"``) or AdaMerging (``"entropy"``) on the whole pool: writes ``model/`` (the merged
     checkpoint), ``recipe.yml`` (stock mergekit) and ``coefficients.json`` under ``out``."""
     from wildmerge.analysis.tas.setup import check_calibration
+    from wildmerge.expert_data.read import expert_texts
     from wildmerge.hub import resolve_all
     from wildmerge.plugins.adamerging import AdaMergingSettings, adamerge
     from wildmerge.sampling.pools import load_pool
@@ -165,7 +166,10 @@ def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, l
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=allow_pickle)
     experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
     out = Path(out or Path("runs") / f"adamerging-{pool.name}")
-    written = adamerge(resolved[0].path, experts, {e.label: e.calibration for e in pool.experts}, out,
-                       settings=settings, samples=samples, seq_len=seq_len, device=device, relative_to=relative_to)
+    data = pool.all_data()
+    texts = {name: expert_texts(data[name], name, relative_to=relative_to, model_path=path,
+                                generated_dir=out / "calibration") for name, path in experts.items()}
+    written = adamerge(resolved[0].path, experts, texts, out, settings=settings, samples=samples, seq_len=seq_len,
+                       device=device, data_key={n: data[n].model_dump(exclude_none=True) for n in experts})
     print(f"AdaMerging ({loss}): model {written['model']}; recipe {written['recipe']}")
     return written
