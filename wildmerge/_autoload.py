@@ -5,8 +5,8 @@ interpreter start-up; it installs a tiny import hook that waits for mergekit's o
 then runs our post-import hooks:
 
 - after ``mergekit.merge_methods``: register our per-tensor methods (``wildmerge.plugins.registration``);
-- after ``wildmerge.plugins.methods``: the same, for a process that imported our methods before mergekit (mergekit's
-  hook then finds our module half-imported and leaves the registration to this one);
+- after each module of our methods (``registration.METHOD_MODULES``): the same, for a process that imported it
+  before mergekit (mergekit's hook then finds it half-imported and leaves its registration to this one);
 - after ``mergekit.merge``: wrap ``run_merge`` so recipes for our methods are validated strictly (mergekit
   silently ignores misspelled parameters) and layer-sequential methods (Chain of Merges, RegMean) are routed to
   their own driver. Recipes of mergekit's own methods merge exactly as without wildmerge (warnings only).
@@ -24,6 +24,9 @@ import sys
 _POST_IMPORT_HOOKS = {
     "mergekit.merge_methods": ("wildmerge.plugins.registration", "on_merge_methods_imported"),
     "wildmerge.plugins.methods": ("wildmerge.plugins.registration", "on_our_methods_imported"),
+    "wildmerge.plugins.norm_methods": ("wildmerge.plugins.registration", "on_our_methods_imported"),
+    "wildmerge.plugins.baselines": ("wildmerge.plugins.registration", "on_our_methods_imported"),
+    "wildmerge.plugins.lines": ("wildmerge.plugins.registration", "on_our_methods_imported"),
     "mergekit.merge": ("wildmerge.plugins.entrypoint", "on_merge_module_imported"),
 }
 

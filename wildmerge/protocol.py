@@ -102,7 +102,7 @@ class SampleSettings(BaseModel):
     full: bool = True
     homogeneous: bool = False
     exclude: List[str] = Field(default_factory=list)
-    select: Literal["random", "predicted"] = "random"
+    select: Literal["random", "predicted", "balanced", "unbalanced"] = "random"
     predictor: Optional[str] = None
     predictor_method: Optional[str] = None
     ablations: List[str] = Field(default_factory=list)
@@ -142,8 +142,15 @@ def _method_names(methods: Optional[List[str]]) -> List[str]:
     return list(dict.fromkeys(list_method_recipes() if names == ["all"] else names))
 
 
-def _predicted(s: SampleSettings):
-    """(record for the manifest, scorer) of ``--select predicted``; (None, None) for random draws."""
+def _predicted(s: SampleSettings, pool=None):
+    """(record for the manifest, scorer) of ``--select predicted`` / ``balanced`` / ``unbalanced``; (None, None) for
+    random draws."""
+    if s.select in ("balanced", "unbalanced"):
+        if s.homogeneous:
+            raise ConfigError(f"--select {s.select} and --homogeneous both choose the subsets: pick one")
+        from wildmerge.analysis.pool.balance import balance_selection
+
+        return balance_selection(pool, s.select == "balanced", allow_pickle=s.allow_pickle, download=s.download)
     if s.select != "predicted":
         return None, None
     from wildmerge.analysis.mergeability.selection import load_scorer
@@ -174,7 +181,7 @@ def run_sample(s: SampleSettings) -> int:
         if not pool.experts:
             raise ConfigError(f"--exclude {','.join(s.exclude)} leaves no expert in pool {pool.name!r}: keep at least "
                               f"one")
-    select, scorer = _predicted(s)
+    select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
     if sampling.k < 1:
         raise ConfigError(f"--k must be at least 1 (got {sampling.k})")

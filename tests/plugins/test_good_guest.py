@@ -256,11 +256,14 @@ OURS = ("from mergekit.merge_methods import registered_methods; "
         "print(sorted(m.spec.name for m in registered_methods() if getattr(m, '__wildmerge__', False)))")
 
 
-@pytest.mark.parametrize("first", ["wildmerge.plugins.methods", "wildmerge.plugins.spectral"])
+@pytest.mark.parametrize("first", ["wildmerge.plugins.methods", "wildmerge.plugins.spectral",
+                                   "wildmerge.plugins.norm_methods", "wildmerge.plugins.baselines",
+                                   "wildmerge.plugins.lines"])
 def test_hook_registers_our_methods_whatever_is_imported_first(first):
     done = python(f"import {first}; {OURS}")
     assert done.stderr == ""  # no "could not hook into ...: partially initialized module"
-    assert done.stdout.strip() == "['iso_c', 'iso_cts', 'metagpt', 'norm_avg', 'task_arithmetic_sb', 'ties_sb', 'tsv_m']"
+    assert done.stdout.strip() == ("['consensus_ta', 'iso_c', 'iso_cts', 'lines_consensus', 'lines_ta', 'metagpt', "
+                                   "'norm_avg', 'star', 'task_arithmetic_sb', 'ties_sb', 'tsv_lossless', 'tsv_m']")
 
 
 def test_hook_can_be_turned_off():

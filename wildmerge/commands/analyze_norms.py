@@ -6,7 +6,8 @@ from pathlib import Path
 HELP = "task-vector norms per expert and layer, cosine with their sum, max/min ratio"
 DESCRIPTION = ("Per expert and per layer: the task-vector norm, its cosine with the sum of task vectors, and the "
                "max/min norm ratio (the reality-check paper, Figs. 5, 12-13). A ratio above 3 means TIES and MetaGPT will follow "
-               "the largest expert: compare with norm_avg.")
+               "the largest expert: compare with norm_avg. Also: TA's similarity to each expert against lambda "
+               "(Fig. 5 right, our definition) and, with --sign-election, whom TIES's elected sign follows.")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -14,6 +15,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
     p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/norms)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
+    p.add_argument("--sign-election", type=float, metavar="DENSITY",
+                   help="also attribute TIES's sign election to the experts, at this kept fraction (1 = untrimmed)")
 
 
 def run(args) -> int:
@@ -31,11 +34,30 @@ def run(args) -> int:
     base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
     check_compatible(base, experts, allow_pickle=args.allow_pickle, same_vocab=True)  # task vectors need one shape
     check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
-    rows = imbalance_rows(layer_grams(base, experts), list(experts))
+    grams = layer_grams(base, experts)
+    rows = imbalance_rows(grams, list(experts))
     out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "norms")
-    for path in write_imbalance(rows, list(experts), out):
+    for path in write_imbalance(rows, list(experts), out) + _acted_upon(base, experts, grams, out, args):
         print(f"wrote {path}")
     info = summary(rows)
     note = f"; {info['note']}" if info["flagged"] else ""
     print(f"max/min task-vector norm ratio: {info['max_min_ratio']:.2f}{note}")
     return 0
+
+
+def _acted_upon(base, experts, grams, out: Path, args) -> list:
+    """Similarity of TA's merge to each expert against lambda; TIES's sign election per expert (when asked)."""
+    import pandas as pd
+
+    from wildmerge.analysis.pool.lambda_similarity import plot_similarity, similarity_curves
+    from wildmerge.atomic import write_text
+
+    curves = similarity_curves(grams["model"], list(experts))
+    written = [write_text(out / "similarity_vs_lambda.csv", pd.DataFrame(curves).to_csv(index=False))]
+    written += list(plot_similarity(curves, out).values())
+    if args.sign_election is not None:
+        from wildmerge.analysis.pool.sign_election import sign_election
+
+        election = sign_election(base, experts, density=args.sign_election)
+        written.append(write_text(out / "sign_election.csv", pd.DataFrame(election).to_csv(index=False)))
+    return written

@@ -28,8 +28,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--homogeneous", action="store_true",
                    help="Appendix E: one merge per expert domain plus one of all experts, instead of random subsets")
     p.add_argument("--ablation", action="append", default=[], type=comma_list,
-                   help="Appendix C sweeps on the full pool: ta_lambda, ta_lambda_nonorm, ties_grid, ties_density, "
-                        "sb_beta, or all (repeatable or comma-separated)")
+                   help="sweeps on the full pool: ta_lambda, ta_lambda_nonorm, ties_grid, ties_density, sb_beta, "
+                        "or all (Appendix C); com_components, com_samples (Chain of Merges' Tables 3 and 4) "
+                        "(repeatable or comma-separated)")
     p.add_argument("--grid", help="YAML of extra sweeps: {name: {method: ta, grid: {lambda: [0.5, 1.0]}}}")
     p.add_argument("--tune", action="store_true",
                    help="choose each method's hyperparameters by the task alignment score on the pool before merging "
@@ -38,9 +39,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tune-samples", type=int, default=128, help="unlabelled samples per expert for --tune")
     p.add_argument("--tune-check", type=int, default=0, metavar="K",
                    help="with --tune: evaluate K grid points per method and record whether TAS tracks accuracy")
-    p.add_argument("--select", choices=("random", "predicted"), default="random",
+    p.add_argument("--select", choices=("random", "predicted", "balanced", "unbalanced"), default="random",
                    help="predicted: take the k best-scored subsets of each size from a fitted mergeability predictor "
-                        "(--predictor) instead of random ones; recorded in the manifest")
+                        "(--predictor) instead of random ones; balanced / unbalanced: the k subsets whose experts' "
+                        "task-vector norms are the most / least equal (max/min ratio); recorded in the manifest")
     p.add_argument("--predictor", help="predictor.json (or its folder) written by `wildmerge analyze predictor`")
     p.add_argument("--predictor-method", help="score subsets with this method's fit (default: all methods, z-scored)")
     p.add_argument("--exclude", action="append", default=[], type=comma_list, help="leave these experts (names) out")

@@ -26,6 +26,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="where models are held and run: cpu, cuda, cuda:1")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
+    p.add_argument("--select", default="tas", choices=("tas", "adamms"),
+                   help="selection rule: tas (lowest mean TAS) or adamms (AdaMMS*: the most stable point of a "
+                        "one-hyperparameter grid; the reality-check paper, App. D)")
+    p.add_argument("--adamerging", choices=("tas", "entropy"),
+                   help="instead of grids: learn coefficients per block and expert (AdaMerging+TAS or AdaMerging's "
+                        "entropy loss); writes the merged model and a stock mergekit recipe")
+    p.add_argument("--iterations", type=int, default=500, help="--adamerging: optimiser steps (default 500)")
+    p.add_argument("--lr", type=float, default=1e-3, help="--adamerging: Adam learning rate (default 1e-3)")
+    p.add_argument("--batch-size", type=int, default=16, help="--adamerging: samples per expert and step")
     p.add_argument("--check", type=int, default=0, metavar="K",
                    help="evaluate K grid points spread over the TAS ranking: Spearman, regret and plots in "
                         "<grid>/check/ (does TAS track accuracy on this pool?)")
@@ -51,12 +60,16 @@ def _check_pool_weights(args) -> None:
 
 
 def run(args) -> int:
-    from wildmerge.analysis.tas.tune import tune_pool
+    from wildmerge.analysis.tas.tune import adamerge_pool, tune_pool
 
     _check_pool_weights(args)
-
+    if args.adamerging:
+        adamerge_pool(args.pool, loss=args.adamerging, iterations=args.iterations, lr=args.lr,
+                      batch_size=args.batch_size, exclude=args.exclude, out=args.out, samples=args.samples,
+                      seq_len=args.seq_len, device=args.device, threads=args.threads, allow_pickle=args.allow_pickle)
+        return 0
     tune_pool(args.pool, ablations=[n for a in args.ablation for n in a.split(",") if n], grid_file=args.grid,
               exclude=args.exclude, out=args.out, samples=args.samples, seq_len=args.seq_len, distance=args.distance,
               device=args.device, threads=args.threads, allow_pickle=args.allow_pickle, check=args.check,
-              check_suite=args.suite, check_limit=args.limit)
+              check_suite=args.suite, check_limit=args.limit, select=args.select)
     return 0

@@ -41,7 +41,7 @@ def _calibration_data(entry: PlanEntry, expert):
         return None
     out = recipe_entry(materialise(source, model_path=expert.path, expert=expert.name,
                                    generated_dir=generated_calibration_dir(entry.path)))
-    if source.kind == "generate":
+    if source.kind == "generate" and "n_samples" not in entry.overrides:  # a swept count (CoM Table 4) applies
         out.setdefault("n_samples", None)  # use what was generated (up to the method's default count)
     return out
 

@@ -5,8 +5,16 @@
 - ``metagpt`` (MetaGPT, Eq. 4): norm-proportional weights ``w_t = ||tau_t||^p / sum_j ||tau_j||^p``,
   ``theta = theta_0 + lambda * sum_t w_t tau_t``; ``p = 1`` as printed in the reality-check paper, ``p = 2`` as in the MetaGPT paper.
 
-Norms are taken per tensor: mergekit hands a method one tensor at a time, so a "layer" here is one weight tensor
-(the paper's per-layer unit is a transformer block; block-level norms are not implemented).
+``scope`` says over what the norms ``||tau_t||`` are taken (the reality-check paper, App. B and G):
+
+- ``tensor`` (default): each weight tensor alone; needs nothing but the tensor mergekit hands over.
+- ``block``: the paper's per-layer variant, the one in its tables: a layer is a transformer block with all its
+  parameters flattened together (``model.layers.<i>.*``); every tensor outside the blocks (embeddings, final norm,
+  lm_head) is its own group, as in the paper's Table 3.
+- ``model``: the paper's full-model variant, one norm per expert over every tensor.
+
+Block and model norms come from one streamed pass over the checkpoints before the first tensor is merged
+(``model_pass.py``), kept for the rest of the merge.
 """
 
 import dataclasses
@@ -15,8 +23,10 @@ from typing import Any, Callable, List, Optional, Type
 import torch
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
 from pydantic import Field
+from typing_extensions import Literal
 
 from wildmerge.plugins.method_params import MethodParams
+from wildmerge.plugins.model_pass import task_vector_norms
 from wildmerge.plugins.task_vector_method import TaskVectorMethod
 
 METAGPT_URL = "https://arxiv.org/abs/2406.11385"
@@ -26,6 +36,9 @@ class NormAvgParams(MethodParams):
     """NormAvg (the reality-check paper, App. B): average of task vectors rescaled to the smallest norm."""
 
     lambda_: float = Field(1.0, alias="lambda", ge=0.0, allow_inf_nan=False, description="scale of the merged update")
+    scope: Literal["tensor", "block", "model"] = Field(
+        "tensor", description="norms per weight tensor, per transformer block (the paper's per-layer variant) or "
+                              "over the whole model")
 
 
 class MetaGPTParams(NormAvgParams):
@@ -48,7 +61,7 @@ def metagpt_update(deltas: List[torch.Tensor], norms: List[float], power: float)
 
 @dataclasses.dataclass(frozen=True)
 class NormMerge(TaskVectorMethod, GroupMergeMethod):
-    """``theta_0 + lambda * update(tau_1..tau_T, ||tau_1||..||tau_T||)``, norms computed in float64 per tensor."""
+    """``theta_0 + lambda * update(tau_1..tau_T, ||tau_1||..||tau_T||)``, norms in float64 over the ``scope``."""
 
     method_name: str
     method_pretty_name: str
@@ -61,10 +74,14 @@ class NormMerge(TaskVectorMethod, GroupMergeMethod):
         deltas = self.task_vectors(group, parameters)
         if deltas is None:
             return base
-        norms = [float(d.double().norm()) for d in deltas]
-        if max(norms) == 0.0:
+        if all(not bool(d.any()) for d in deltas):
             return base.clone()  # a zero task vector gives the base exactly
-        extra = {k: parameters[k] for k in self.params.fields_by_name() if k != "lambda"}
+        norms = task_vector_norms(self.method_name, group, parameters["scope"])
+        if norms is None:
+            norms = [float(d.double().norm()) for d in deltas]
+        if max(norms) == 0.0:
+            return base.clone()
+        extra = {k: parameters[k] for k in self.params.fields_by_name() if k not in ("lambda", "scope")}
         update = self.update(deltas, norms, **extra)
         return (base.to(torch.float32) + parameters["lambda"] * update).to(base.dtype)
 

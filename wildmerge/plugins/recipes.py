@@ -74,8 +74,9 @@ def render_recipe(
 ) -> Dict[str, Any]:
     """A complete mergekit recipe: ``recipe`` applied to ``base`` and ``experts``.
 
-    ``overrides`` update the top-level ``parameters`` (e.g. ``{"lambda": 0.5}``), ``model_overrides`` every
-    expert's parameters (e.g. ``{"density": 0.3}``). The output dtype follows the base checkpoint's when it is
+    ``overrides`` update the top-level ``parameters`` (e.g. ``{"lambda": 0.5}``; a key of the recipe's
+    ``calibration`` section, e.g. ``n_samples``, updates that section), ``model_overrides`` every expert's parameters
+    (e.g. ``{"density": 0.3}``). The output dtype follows the base checkpoint's when it is
     a local folder (merging itself runs in the recipe's ``dtype``).
     """
     method = recipe if isinstance(recipe, MethodRecipe) else load_method_recipe(recipe)
@@ -85,12 +86,15 @@ def render_recipe(
         raise ConfigError(f"duplicate experts in {experts}: each expert may appear once")
     out = copy.deepcopy(method.recipe)
     out["base_model"] = base
+    calibration = {k: v for k, v in (overrides or {}).items() if k in (method.calibration or {})}
+    overrides = {k: v for k, v in (overrides or {}).items() if k not in calibration}
     if overrides:
         out["parameters"] = {**out.get("parameters", {}), **overrides}
     per_model = {**method.model_parameters, **(model_overrides or {})}
     out["models"] = [{"model": e, "parameters": dict(per_model)} if per_model else {"model": e} for e in experts]
     if method.calibration is not None:
         out.setdefault("calibration", copy.deepcopy(method.calibration))
+        out["calibration"].update(calibration)  # e.g. n_samples of Chain of Merges' Table 4 sweep
     if "out_dtype" not in out and (dtype := _base_dtype(base)):
         out["out_dtype"] = dtype
     return out
@@ -120,7 +124,9 @@ def load_methods(names) -> Dict[str, MethodRecipe]:
 
 
 def default_hparams(method) -> dict:
-    return {**method.recipe.get("parameters", {}), **method.model_parameters}
+    """The recipe's parameters, per-expert parameters and calibration settings (layer-wise methods: ``n_samples``
+    ...), each a hyperparameter a grid may sweep."""
+    return {**(method.calibration or {}), **method.recipe.get("parameters", {}), **method.model_parameters}
 
 
 def split_hparams(method, hparams: dict) -> tuple[dict, dict]:

@@ -2,32 +2,60 @@
 
 If a future mergekit ships a method under one of our names, mergekit's own wins (we never replace a built-in);
 ours stays reachable as ``wildmerge_<name>`` and a warning says so.
+
+Our methods live in several modules, any of which may be imported first (and import mergekit half-way through):
+each registration takes the modules that are complete and skips one still being imported; the autoload hook runs
+again when that module is done, so every method ends up registered whatever the import order.
 """
 
+import importlib
 import logging
 import sys
 
 log = logging.getLogger("wildmerge")
 
+# module -> the tuple of methods it exports; registered in this order
+METHOD_MODULES = {
+    "wildmerge.plugins.methods": "ALL_METHODS",
+    "wildmerge.plugins.norm_methods": "NORM_METHODS",
+    "wildmerge.plugins.baselines": "BASELINE_METHODS",
+    "wildmerge.plugins.lines": "LINES_METHODS",
+}
 
-def register_all() -> dict:
-    """Register every wildmerge method; returns {our method name: name it is registered under}."""
+
+def _importable_methods(complete: str = "") -> list:
+    methods = []
+    for module, name in METHOD_MODULES.items():
+        if module != complete and _half_imported(module):
+            continue
+        try:
+            methods += getattr(importlib.import_module(module), name)
+        except ImportError:
+            if not any(_half_imported(m) for m in METHOD_MODULES):
+                raise
+            # it needs a module that is still being imported: registered when that one is done
+    return methods
+
+
+def register_all(complete: str = "") -> dict:
+    """Register every wildmerge method that can be imported now; returns {our method name: registered name}.
+
+    ``complete``: a module whose post-import hook is running (the import system still marks it as in progress)."""
     from mergekit.merge_methods import registry
 
-    from wildmerge.plugins.methods import ALL_METHODS
-    from wildmerge.plugins.norm_methods import NORM_METHODS
-
+    ours = _importable_methods(complete)
     present = {m.spec.name: m for m in registry.registered_methods()}
     names = {}
-    for method in ALL_METHODS + NORM_METHODS:
-        ours = name = method.spec.name
+    for method in ours:
+        own = name = method.spec.name
         if name in present and not getattr(present[name], "__wildmerge__", False):
             alias = f"wildmerge_{name}"
             log.warning("mergekit already has a merge method %r: mergekit's wins; wildmerge's is %r", name, alias)
             method, name = method.renamed(alias), alias
         if name not in present:
             registry.register(method)
-        names[ours] = name
+            present[name] = method
+        names[own] = name
     return names
 
 
@@ -38,13 +66,9 @@ def _half_imported(name: str) -> bool:
 
 
 def on_merge_methods_imported(module) -> None:
-    # `import wildmerge.plugins.methods` first imports mergekit: our module is then half-imported and cannot be
-    # read yet; on_our_methods_imported registers as soon as it is complete.
-    if _half_imported("wildmerge.plugins.methods"):
-        return
     register_all()
 
 
 def on_our_methods_imported(module) -> None:
-    if "mergekit.merge_methods" in sys.modules:
-        register_all()
+    if "mergekit.merge_methods" in sys.modules and not _half_imported("mergekit.merge_methods"):
+        register_all(complete=module.__name__)

@@ -1,8 +1,15 @@
-"""The hyperparameter sweeps of the in-the-wild paper's Appendix C, as data. Each merges the full pool (n = N).
+"""The hyperparameter sweeps of the papers, as data. Each merges the full pool (n = N).
 
-The paper plots these sweeps without listing every grid point; the values below are ours where it is silent
-(TA: lambda 0.1 to 1.9 in steps of 0.2 plus 10, Fig. 11/12; SB: beta in [0, 1], Fig. 18; TIES: Figs. 13-17).
-A user grid file (``--grid my_grid.yml``) has the same shape: ``{name: {method, grid: {param: [values]}}}``.
+- The in-the-wild paper's Appendix C (``all`` runs these): the paper plots these sweeps without listing every grid
+  point; the values below are ours where it is silent (TA: lambda 0.1 to 1.9 in steps of 0.2 plus 10, Fig. 11/12;
+  SB: beta in [0, 1], Fig. 18; TIES: Figs. 13-17).
+- Chain of Merges (Buzzega et al. 2025): ``com_components`` is its Table 3 (RegMean, then CoM with the chain only
+  (MCS), + Norm, + Sim); ``com_samples`` its Table 4 (calibration samples per task, 2 to 500). They need each
+  expert's calibration data, so ``all`` leaves them out.
+
+A user grid file (``--grid my_grid.yml``) has the same shape: ``{name: {method, grid: {param: [values]}}}``, plus
+optionally ``cases: [{param: value, ...}]`` (explicit points, each combined with every grid point). A preset made of
+several grids names them ``<preset>:<part>``; the report's sweep tables put the parts of a preset in one table.
 """
 
 import itertools
@@ -19,12 +26,15 @@ LAMBDAS = [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9, 10.0]
 class Grid(BaseModel):
     model_config = ConfigDict(extra="forbid")
     method: str
-    grid: dict[str, list[float | int | bool | str]]
+    grid: dict[str, list[float | int | bool | str]] = {}
+    cases: list[dict[str, float | int | bool | str]] = []
     description: str = ""
 
     def points(self) -> list[dict]:
+        """Every grid combination, each combined with every case (no cases: the combinations alone)."""
         keys = list(self.grid)
-        return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+        combos = [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+        return [{**p, **c} for p in combos for c in self.cases] if self.cases else combos
 
 
 ABLATIONS = {
@@ -38,19 +48,37 @@ ABLATIONS = {
     "sb_beta": Grid(method="ta_sb", grid={"beta": [0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9, 1.0]},
                     description="C.4 / Fig. 18: Subspace Boosting threshold beta (on TA)"),
 }
+APPENDIX_C = tuple(ABLATIONS)  # what ``all`` runs
+
+# Chain of Merges, Table 3: MCS (the chain) is CoM against RegMean; Norm and Sim are CoM's switches (cumulative rows)
+ABLATIONS["com_components:regmean"] = Grid(
+    method="regmean", description="Chain of Merges Table 3, row 1: RegMean (no MCS, no Norm, no Sim)")
+ABLATIONS["com_components"] = Grid(
+    method="com", cases=[{"norm": "none", "sim": False}, {"norm": "token", "sim": False},
+                         {"norm": "token", "sim": True}],
+    description="Chain of Merges Table 3, rows 2-4: the chain (MCS), + Norm, + Sim")
+ABLATIONS["com_samples"] = Grid(
+    method="com", grid={"n_samples": [2, 5, 10, 50, 100, 200, 300, 400, 500]},
+    description="Chain of Merges Table 4: calibration samples per task (CoM full)")
+
+
+def preset_of(name: str) -> str:
+    """The preset a grid belongs to: ``com_components:regmean`` -> ``com_components``."""
+    return name.split(":", 1)[0]
 
 
 def load_grids(names=(), path=None) -> dict[str, Grid]:
     """Named ablations (``all`` = every one) plus the grids of a user YAML file."""
     out = {}
+    presets = list(dict.fromkeys(preset_of(k) for k in ABLATIONS))
     for name in names:
         if name == "all":
-            out.update(ABLATIONS)
-        elif name in ABLATIONS:
-            out[name] = ABLATIONS[name]
+            out.update({k: ABLATIONS[k] for k in APPENDIX_C})
+        elif name in presets:
+            out.update({k: g for k, g in ABLATIONS.items() if preset_of(k) == name})
         else:
-            raise ConfigError(f"unknown ablation {name!r}{did_you_mean(name, ABLATIONS)}; "
-                              f"valid: all, {', '.join(ABLATIONS)}")
+            raise ConfigError(f"unknown ablation {name!r}{did_you_mean(name, presets)}; "
+                              f"valid: all, {', '.join(presets)}")
     if path:
         if not Path(path).is_file():
             raise ConfigError(f"grid file {path} does not exist")

@@ -4,6 +4,9 @@ Every sweep merges the full pool once per grid point. Its table lists each point
 difference to the base in percentage points and the task-vector norm; its figure plots mean accuracy against the
 first swept parameter (one curve per value of the others, as in the TIES density x lambda grid) and, beside it,
 against the merged task vector's L2 norm (Figs. 13-16). The sweep point at the recipe's settings is included.
+
+The parts of a preset (``com_components:regmean`` and ``com_components``) make one table. A sweep over layer-wise
+merges also shows Chain of Merges' components as its Table 3 does: MCS (the chain: CoM, not RegMean), Norm, Sim.
 """
 
 import json
@@ -13,13 +16,35 @@ from typing import Dict, List, Optional
 from wildmerge.analysis.markdown import markdown_table
 
 OK = "ok"
+COMPONENTS = ("MCS", "Norm", "Sim")  # Chain of Merges' Table 3 columns (shown, not plotted)
+
+
+def _preset(tag: str) -> str:
+    return tag.split(":", 1)[0]
 
 
 def sweeps(df) -> Dict[str, object]:
-    """{sweep name: its merged models (rows of ``df``)}, in the order the sweeps were planned."""
-    names = [a for cell in df["ablations"].fillna("") for a in cell.split(";") if a]
-    return {name: df[df["ablations"].fillna("").str.split(";").map(lambda cell, n=name: n in cell)]
+    """{sweep name: its merged models (rows of ``df``)}, in the order the sweeps were planned; the parts of a
+    preset (``name:part``) are one sweep."""
+    names = [_preset(a) for cell in df["ablations"].fillna("") for a in cell.split(";") if a]
+    return {name: df[df["ablations"].fillna("").str.split(";").map(
+                lambda cell, n=name: any(a and _preset(a) == n for a in cell))]
             for name in dict.fromkeys(names)}
+
+
+def _components(method: str, hp: dict) -> Dict[str, str]:
+    """Chain of Merges' Table 3 columns for a layer-wise merge (empty for any other method)."""
+    if "norm" not in hp or "sim" not in hp:
+        return {}
+    from wildmerge.errors import ConfigError
+    from wildmerge.plugins.recipes import load_method_recipe
+
+    try:
+        chained = load_method_recipe(method).recipe.get("merge_method") == "chain_of_merges"
+    except ConfigError:
+        return {}
+    mark = {True: "yes", False: "no"}
+    return dict(zip(COMPONENTS, (mark[chained], mark[hp["norm"] != "none"], mark[bool(hp["sim"])])))
 
 
 def swept_keys(rows) -> List[str]:
@@ -38,7 +63,8 @@ def sweep_table(rows, base: Optional[float]):
     for _, r in rows.iterrows():
         hp = json.loads(r["hparams"])
         mean = r["mean"] if r["status"] == OK else float("nan")
-        out.append({"method": r["method_label"], **{k: hp.get(k) for k in keys}, "model_id": r["model_id"],
+        out.append({"method": r["method_label"], **_components(r["method"], hp), **{k: hp.get(k) for k in keys},
+                    "model_id": r["model_id"],
                     "status": r["status"], "mean": mean,
                     "diff_vs_base_pp": mean - base if base is not None else float("nan"),
                     "task_vector_norm": r.get("task_vector_norm", float("nan"))})
@@ -51,7 +77,7 @@ def plot_sweep(name: str, table, base: Optional[float], out_dir, title: str) -> 
 
     plt = _plt()
     keys = [c for c in table.columns if c not in ("method", "model_id", "status", "mean", "diff_vs_base_pp",
-                                                   "task_vector_norm")]
+                                                   "task_vector_norm", *COMPONENTS)]
     x, others = keys[0], keys[1:]
     ok = table[table["status"] == OK]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))

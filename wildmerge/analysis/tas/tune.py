@@ -1,8 +1,10 @@
 """Hyperparameters chosen by the task alignment score (the reality-check paper), with no evaluation.
 
 ``tune_pool`` is ``wildmerge tune``: sweep named or user grids on a pool and write, per grid, ``tas.csv``,
-``selected.json`` and ``recipe.yml``. ``tune_methods`` is ``wildmerge sample --tune``: each method of a run gets the
-hyperparameters TAS selects on the run's whole pool, from a built-in grid per method.
+``selected.json`` and ``recipe.yml``; ``select="adamms"`` picks by AdaMMS*'s stability rule instead (App. D).
+``tune_methods`` is ``wildmerge sample --tune``: each method of a run gets the hyperparameters TAS selects on the
+run's whole pool, from a built-in grid per method (the reality-check paper's Table 4 grids for its baselines).
+``adamerge_pool`` is ``wildmerge tune --adamerging``: coefficients per block and expert learned on the pool's data.
 """
 
 from pathlib import Path
@@ -22,12 +24,56 @@ TUNE_GRIDS = {
     "tsv_m": {"lambda": [0.5, 0.75, 1.0, 1.25, 1.5]},
     "norm_avg": {"lambda": [0.5, 1.0, 2.0, 4.0]},
     "metagpt": {"lambda": [0.25, 0.5, 0.75, 1.0]},
+    # the reality-check paper's Table 4 grids
+    "consensus_ta": {"lambda": [0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0]},
+    "lines_ta": {"lambda": LAMBDAS},
+    "lines_consensus": {"lambda": [0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0]},
+    "star": {"eta": [0.6, 0.8, 0.9, 0.95], "lambda": [0.8, 1.0, 1.2]},
+    "tsv_lossless": {"lambda": [0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5]},
+    "breadcrumbs": {"lambda": [0.3, 0.5, 0.7], "density": [0.89, 0.79, 0.69]},  # beta 0.1, 0.2, 0.3; gamma 0.01
 }
+RULES = ("tas", "adamms")
+
+
+def _load(pool, out, **kwargs):
+    """The TAS sweep of the pool, its input names told to the block / model passes (LiNeS, NormAvg per block)."""
+    from wildmerge.plugins.model_pass import name_folders
+
+    tas = load_sweep(pool, out, **kwargs)
+    name_folders({"base": tas.base_path, **tas.expert_paths})
+    return tas
+
+
+def _select(tas, method, points, out_dir, distance: str, rule: str) -> dict:
+    if rule == "adamms":
+        from wildmerge.analysis.tas.adamms import tune_grid_adamms
+
+        return tune_grid_adamms(tas, method, points, out_dir)
+    return tune_grid(tas, method, points, out_dir, distance=distance)
+
+
+def _said(selected: dict, distance: str) -> str:
+    if selected.get("rule") == "adamms":
+        return f"AdaMMS* score {selected['score']:.4g}"
+    return f"mean TAS {distance} {selected['tas'][distance]:.4g}"
+
+
+def _check_rule(rule: str, sweeps: dict) -> None:
+    if rule not in RULES:
+        raise ConfigError(f"unknown selection rule {rule!r}; valid: {', '.join(RULES)}")
+    if rule == "adamms":
+        from wildmerge.analysis.tas.adamms import swept_key
+
+        for name, (_, points) in sweeps.items():
+            try:
+                swept_key(points)
+            except ConfigError as exc:
+                raise ConfigError(f"grid {name!r}: {exc}") from None
 
 
 def tune_pool(pool_name: str, *, ablations=(), grid_file=None, exclude=(), out=None, samples: int = DEFAULT_SAMPLES,
               seq_len=None, distance: str = "l2", device: str = "cpu", threads=None, allow_pickle: bool = False,
-              check: int = 0, check_suite: str = "demo", check_limit=None) -> dict:
+              check: int = 0, check_suite: str = "demo", check_limit=None, select: str = "tas") -> dict:
     """{grid name: what was selected}; every bad input (grid, pool, data, device) fails before any merge."""
     from wildmerge.sampling.ablations import load_grids
     from wildmerge.sampling.pools import load_pool
@@ -42,17 +88,17 @@ def tune_pool(pool_name: str, *, ablations=(), grid_file=None, exclude=(), out=N
     if not grids:
         raise ConfigError("nothing to tune: give --grid FILE or --ablation NAME")
     sweeps = grid_points(grids)
+    _check_rule(select, sweeps)
     pool = load_pool(pool_name)
     if exclude:
         pool = pool.without(exclude)
     out = Path(out or Path("runs") / f"tune-{pool.name}")
-    tas = load_sweep(pool, out, samples=samples, seq_len=seq_len, device=device, allow_pickle=allow_pickle)
+    tas = _load(pool, out, samples=samples, seq_len=seq_len, device=device, allow_pickle=allow_pickle)
     chosen = {}
     for name, (method, points) in sweeps.items():
-        chosen[name] = selected = tune_grid(tas, method, points, out / name, distance=distance)
-        print(f"{name}: {method.name} {selected['hparams']} (mean TAS {distance} "
-              f"{selected['tas'][distance]:.4g} over {selected['candidates']} candidates); "
-              f"recipe: {selected['recipe']}")
+        chosen[name] = selected = _select(tas, method, points, out / name, distance, select)
+        print(f"{name}: {method.name} {selected['hparams']} ({_said(selected, distance)} over "
+              f"{selected['candidates']} candidates); recipe: {selected['recipe']}")
         if check:  # K grid points evaluated: does TAS track accuracy here? (analysis/tas/check.py)
             from wildmerge.analysis.tas.check import check_tuned
 
@@ -62,7 +108,7 @@ def tune_pool(pool_name: str, *, ablations=(), grid_file=None, exclude=(), out=N
 
 def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DEFAULT_SAMPLES, distance: str = "l2",
                  device: str = "cpu", allow_pickle: bool = False, check: int = 0, check_suite: str = "demo",
-                 check_limit=None) -> tuple:
+                 check_limit=None, select: str = "tas") -> tuple:
     """(methods with their TAS-selected hyperparameters as recipe defaults, {method: what was chosen and how})."""
     from wildmerge.plugins.recipes import split_hparams
     from wildmerge.sampling.ablations import Grid, load_grids
@@ -73,10 +119,11 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
     if not grids:
         raise ConfigError(f"--tune: none of the methods {', '.join(methods)} has a grid; give --tune-grid FILE")
     sweeps = grid_points(grids)  # checked before anything is loaded
-    tas = load_sweep(pool, out_dir, samples=samples, device=device, allow_pickle=allow_pickle)
+    _check_rule(select, sweeps)
+    tas = _load(pool, out_dir, samples=samples, device=device, allow_pickle=allow_pickle)
     tuned, out = {}, dict(methods)
     for name, (method, points) in sweeps.items():
-        selected = tune_grid(tas, method, points, Path(out_dir) / name, distance=distance)
+        selected = _select(tas, method, points, Path(out_dir) / name, distance, select)
         top, per = split_hparams(method, selected["hparams"])
         recipe = {**method.recipe, "parameters": {**method.recipe.get("parameters", {}), **top}}
         out[name] = method.model_copy(update={"recipe": recipe,
@@ -87,8 +134,42 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
 
             summary = check_tuned(tas, method, points, Path(out_dir) / name, check, check_suite, check_limit, distance)
             tuned[name]["check"] = {k: v for k, v in summary.items() if k != "rows"}
-        print(f"tuned {name}: {selected['hparams']} (TAS {distance} {selected['tas'][distance]:.4g})")
+        print(f"tuned {name}: {selected['hparams']} ({_said(selected, distance)})")
     for name in methods:
         if name not in tuned:
             print(f"  note: {name} has no tuning grid; it keeps its recipe's hyperparameters")
     return out, tuned
+
+
+def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, lr: float = 1e-3, batch_size: int = 16,
+                  exclude=(), out=None, samples: int = DEFAULT_SAMPLES, seq_len=None, device: str = "cpu",
+                  threads=None, allow_pickle: bool = False) -> dict:
+    """AdaMerging+TAS (``loss="tas"``) or AdaMerging (``"entropy"``) on the whole pool: writes ``model/`` (the merged
+    checkpoint), ``recipe.yml`` (stock mergekit) and ``coefficients.json`` under ``out``."""
+    from wildmerge.analysis.tas.setup import check_calibration
+    from wildmerge.expert_data.read import expert_texts
+    from wildmerge.hub import resolve_all
+    from wildmerge.plugins.adamerging import AdaMergingSettings, adamerge
+    from wildmerge.sampling.pools import load_pool
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    settings = AdaMergingSettings(loss=loss, iterations=iterations, lr=lr, batch_size=batch_size)
+    pool = load_pool(pool_name)
+    if exclude:
+        pool = pool.without(exclude)
+    check_calibration(pool)
+    relative_to = Path(pool.source).parent if pool.source else None
+    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
+    resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=allow_pickle)
+    experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
+    out = Path(out or Path("runs") / f"adamerging-{pool.name}")
+    data = pool.all_data()
+    texts = {name: expert_texts(data[name], name, relative_to=relative_to, model_path=path,
+                                generated_dir=out / "calibration") for name, path in experts.items()}
+    written = adamerge(resolved[0].path, experts, texts, out, settings=settings, samples=samples, seq_len=seq_len,
+                       device=device, data_key={n: data[n].model_dump(exclude_none=True) for n in experts})
+    print(f"AdaMerging ({loss}): model {written['model']}; recipe {written['recipe']}")
+    return written

@@ -1,0 +1,88 @@
+"""``wildmerge tune --select adamms`` (AdaMMS*), ``wildmerge tune --adamerging``, and the new baselines in memory (a TAS
+sweep tells the block / model passes which folder each input name stands for) equal to the stock merge."""
+
+import argparse
+import json
+
+import pytest
+import torch
+import yaml
+from mergekit.config import MergeConfiguration
+from mergekit.merge import run_merge
+from mergekit.options import MergeOptions
+from safetensors.torch import load_file
+
+from helpers import lm_family  # noqa: F401  (fixture)
+from wildmerge.commands import tune
+from wildmerge.errors import ConfigError
+
+TEXTS = ["The sky is blue", "Two plus two is four", "Fire is hot", "Ice is cold", "A cat says meow",
+         "4 plus 4 equals 8", "Grass is red", "The sky is green", "Snow is blue", "1 plus 2 equals 3"]
+
+
+def _pool(family, tmp_path):
+    experts = []
+    for i, path in enumerate(family["experts"]):
+        data = tmp_path / f"texts{i}.jsonl"
+        data.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[i::2] * 2))
+        experts.append({"model": path, "name": f"e{i}", "calibration": str(data)})
+    pool = tmp_path / "pool.yml"
+    pool.write_text(yaml.safe_dump({"name": "tiny", "base": {"model": family["base"]}, "experts": experts}))
+    return str(pool)
+
+
+def _tune(*argv):
+    parser = argparse.ArgumentParser()
+    tune.configure(parser)
+    return tune.run(parser.parse_args([str(a) for a in argv]))
+
+
+def _grid(tmp_path, method, grid):
+    path = tmp_path / f"{method}.yml"
+    path.write_text(yaml.safe_dump({"sweep": {"method": method, "grid": grid}}))
+    return path
+
+
+def test_select_adamms_writes_its_choice_and_refuses_two_hyperparameters(lm_family, tmp_path):  # noqa: F811
+    pool, out = _pool(lm_family, tmp_path), tmp_path / "out"
+    assert _tune("--pool", pool, "--grid", _grid(tmp_path, "ta", {"lambda": [0.2, 0.6, 1.0]}), "--out", out,
+                 "--samples", 4, "--select", "adamms") == 0
+    selected = json.loads((out / "sweep" / "selected.json").read_text())
+    records = json.loads((out / "sweep" / "adamms.json").read_text())
+    assert selected["rule"] == "adamms" and selected["hparams"] == {"lambda": 0.6}  # the only interior point
+    assert records[1]["score"] == pytest.approx((records[1]["d_prev"] + records[1]["d_next"]) / 2)
+    assert yaml.safe_load((out / "sweep" / "recipe.yml").read_text())["parameters"]["lambda"] == 0.6
+    with pytest.raises(ConfigError, match="grid 'sweep': AdaMMS\\* needs a grid over exactly one hyperparameter"):
+        _tune("--pool", pool, "--grid", _grid(tmp_path, "ties", {"lambda": [0.5, 1.0], "density": [0.2, 0.5]}),
+              "--out", tmp_path / "out2", "--samples", 4, "--select", "adamms")
+    assert not (tmp_path / "out2").exists()
+
+
+def test_tune_adamerging_writes_a_model_and_a_recipe(lm_family, tmp_path):  # noqa: F811
+    out = tmp_path / "ada"
+    assert _tune("--pool", _pool(lm_family, tmp_path), "--adamerging", "entropy", "--iterations", 2, "--samples", 4,
+                 "--batch-size", 2, "--out", out) == 0
+    assert (out / "model" / "model.safetensors").is_file() and (out / "model" / "tokenizer.json").is_file()
+    recipe = yaml.safe_load((out / "recipe.yml").read_text())
+    assert recipe["merge_method"] == "task_arithmetic" and len(recipe["models"]) == 2
+    assert json.loads((out / "coefficients.json").read_text())["settings"]["loss"] == "entropy"
+
+
+@pytest.mark.parametrize("method", ["lines_consensus", "norm_avg_block"])
+def test_block_and_model_methods_merge_in_memory_as_the_stock_merge(lm_family, tmp_path, method):  # noqa: F811
+    from wildmerge.merging.inmemory import CandidateMerger
+    from wildmerge.plugins.model_pass import name_folders
+    from wildmerge.plugins.recipes import render_recipe
+
+    experts = {f"e{i}": p for i, p in enumerate(lm_family["experts"])}
+    merger = CandidateMerger(lm_family["base"], experts)
+    name_folders({"base": lm_family["base"], **experts})
+    recipe = render_recipe(method, "base", list(experts))
+    recipe.pop("out_dtype", None)
+    in_memory = merger.merge(recipe)
+    stock = render_recipe(method, lm_family["base"], list(experts.values()))
+    run_merge(MergeConfiguration.model_validate(stock), str(tmp_path / "m"),
+              options=MergeOptions(copy_tokenizer=False, quiet=True))
+    written = load_file(str(tmp_path / "m" / "model.safetensors"))
+    for name, tensor in written.items():
+        torch.testing.assert_close(in_memory[name], tensor, rtol=0, atol=1e-6)
