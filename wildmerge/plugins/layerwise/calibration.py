@@ -149,9 +149,9 @@ def _records_from_file(path: Path) -> List[Any]:
 
 
 def _records(spec: CalibrationSpec) -> List[Any]:
-    if spec.data.startswith("demo:"):  # the demo family's per-expert text, e.g. demo:calibration/expert_01
-        from wildmerge.hub import resolve_path
+    from wildmerge.hub import FAMILY_PREFIXES, resolve_path
 
+    if spec.data.startswith(FAMILY_PREFIXES):  # a built family's per-expert data, e.g. demo:unlabelled/expert_01
         return _records_from_file(Path(resolve_path(spec.data)))
     path = Path(spec.data)
     if path.exists():
