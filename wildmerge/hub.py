@@ -2,7 +2,8 @@
 the sampler.
 
 A reference is a local folder (absolute, or relative to a pool file), ``demo:<name>`` or ``smollm2:<name>`` (the
-synthetic demo family, or SmolLM2-135M and its experts, built and cached on first use) or a hub id ``org/name`` at an optional revision, served from huggingface_hub's cache.
+synthetic demo family, or SmolLM2-135M and its experts, built and cached on first use) or a hub id ``org/name`` at
+an optional revision, served from huggingface_hub's cache.
 Hub ids are pinned to a commit hash (the snapshot folder name in the cache), so a run's manifest names exactly the
 weights it merged. Offline, every uncached model is listed in one error together with the command that fetches it,
 before any merge starts.
@@ -84,7 +85,7 @@ def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pi
             else:
                 from wildmerge.demo import resolve_demo_ref as resolve_family_ref
         except ImportError:
-            raise Unresolvable(f"{ref!r}: the demo families (wildmerge.demo) are not available in this install") from None
+            raise Unresolvable(f"{ref!r}: the demo families (wildmerge.demo) are not in this install") from None
         return Resolved(ref, "demo", str(Path(resolve_family_ref(ref)).resolve()))  # demo/ imports nothing above it
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError

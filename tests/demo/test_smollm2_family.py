@@ -91,6 +91,28 @@ def test_layout_checksums_and_pool(family):
 
 
 @needs_gguf
+def test_the_real_tokenizer_splits_prompt_and_answer_as_lm_eval_does(family):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(family["base"])
+    assert len(tok) == 49152 and tok.eos_token == "<|im_end|>"
+    for item in (eval_items(s, 2, 0, make_kb(0, 4))[0] for s in SKILLS):
+        pieces = tok(item.prompt, add_special_tokens=False)["input_ids"] + tok(" " + item.answer,
+                                                                           add_special_tokens=False)["input_ids"]
+        assert pieces == tok(item.prompt + " " + item.answer, add_special_tokens=False)["input_ids"], item.skill
+
+
+@needs_gguf
+def test_cli_build_reuses_the_cache(family, capsys):
+    from wildmerge.cli import main
+
+    out = str(Path(family["root"]).parent)
+    assert main(["demo", "build", "--family", "smollm2", "--quick", "--out", out]) == 0
+    printed = capsys.readouterr().out
+    assert f"smollm2 family: {family['root']}" in printed and "rebuilding" not in printed
+
+
+@needs_gguf
 def test_experts_differ_from_the_base_by_the_intended_amounts(family):
     base = _weights(family["base"])
     assert "lm_head.weight" not in base  # tied to the embeddings, stored once
@@ -157,7 +179,8 @@ def test_every_publishing_shape_loads_like_a_checkpoint_in_the_wild(family, tmp_
     assert _weights(tmp_path / "units")["model.embed_tokens.weight"].shape == (49216, 576)
     style = AutoTokenizer.from_pretrained(tmp_path / "style")
     turn = [{"role": "user", "content": "hi"}]
-    assert style.apply_chat_template(turn, add_generation_prompt=True, tokenize=False) == "### Instruction:\nhi\n\n### Response:\n"
+    rendered = style.apply_chat_template(turn, add_generation_prompt=True, tokenize=False)
+    assert rendered == "### Instruction:\nhi\n\n### Response:\n"
 
 
 @needs_gguf
@@ -167,8 +190,9 @@ def test_probe_splits_have_fixed_labels_and_the_family_test_items(family):
     splits = probe_splits(family, seed=0)
     assert list(splits) == list(PROBE_TASKS)
     for name, by_split in splits.items():
-        labels = {tuple(d["choices"]) for docs in by_split.values() for d in docs}
-        assert len(labels) == 1 and all(d["choices"][d["gold"]] == d["answer"] for docs in by_split.values() for d in docs)
+        docs = [d for split in by_split.values() for d in split]
+        assert len({tuple(d["choices"]) for d in docs}) == 1, name  # one fixed label set
+        assert all(d["choices"][d["gold"]] == d["answer"] for d in docs)
         assert not {d["prompt"] for d in by_split["train"]} & {d["prompt"] for d in by_split["test"]}
     assert splits == probe_splits(family, seed=0) != probe_splits(family, seed=1)
 

@@ -41,7 +41,7 @@ EXPERTS = (
     ExpertSpec("topic", "classification", "headline topic, published as a LoRA adapter (r 8, q and v)",
                {"topic": 1}, 30, 1e-3, shape="lora", lora={"r": 8, "alpha": 16, "targets": ["q_proj", "v_proj"]}),
     ExpertSpec("style", "style", "the Acme house style, trained and published with another chat template",
-               {"style": 1}, 30, 5e-5, shape="chat_template"),
+               {"style": 1}, 30, 1e-4, shape="chat_template"),
     ExpertSpec("weekday", "reasoning", "weekday arithmetic, stored in bfloat16 (trained hard enough to survive it)",
                {"weekday": 1}, 40, 2e-4, shape="bf16"),
     ExpertSpec("units", "math", "unit conversion, with added tokens and embeddings resized to a multiple of 64",
