@@ -38,12 +38,14 @@ def _norm(expert: dict, base: dict) -> float:
     return sum(float((expert[k].double() - base[k].double()).pow(2).sum()) for k in base) ** 0.5
 
 
-def test_train_and_test_items_never_meet():
+def test_train_and_test_items_never_meet_and_no_option_is_a_prefix_of_another():
     kb = make_kb(0, S.FULL.n_countries)
     for skill in SKILLS:
-        test = {i.prompt for i in eval_items(skill, S.FULL.eval_items, 0, kb)}
+        items = eval_items(skill, S.FULL.eval_items, 0, kb)
         stream = Stream({skill: 1}, kb, "check")
-        assert len(test) >= 48 and not test & {next(stream).prompt for _ in range(2000)}, skill
+        assert len(items) >= 48 and not {i.prompt for i in items} & {next(stream).prompt for _ in range(2000)}, skill
+        for options in (i.as_doc()["choices"] for i in items):  # a log-likelihood sum would favour the prefix
+            assert not any(a != b and b.startswith(a) for a in options for b in options), options
 
 
 def test_the_shipped_pool_and_suites_name_every_expert_and_task():
@@ -97,9 +99,9 @@ def test_the_real_tokenizer_splits_prompt_and_answer_as_lm_eval_does(family):
     tok = AutoTokenizer.from_pretrained(family["base"])
     assert len(tok) == 49152 and tok.eos_token == "<|im_end|>"
     for item in (eval_items(s, 2, 0, make_kb(0, 4))[0] for s in SKILLS):
-        pieces = tok(item.prompt, add_special_tokens=False)["input_ids"] + tok(" " + item.answer,
-                                                                           add_special_tokens=False)["input_ids"]
-        assert pieces == tok(item.prompt + " " + item.answer, add_special_tokens=False)["input_ids"], item.skill
+        answer = " " + item.as_doc()["choices"][item.gold]  # an option as lm-eval scores it: " answer\n"
+        ids = [tok(text, add_special_tokens=False)["input_ids"] for text in (item.prompt, answer, item.prompt + answer)]
+        assert ids[0] + ids[1] == ids[2], item.skill
 
 
 @needs_gguf
@@ -164,15 +166,14 @@ def test_every_publishing_shape_loads_like_a_checkpoint_in_the_wild(family, tmp_
     tok = AutoTokenizer.from_pretrained(family["base"])
     base = AutoModelForCausalLM.from_pretrained(family["base"], dtype=torch.float32)
     kb = make_kb(0, S.QUICK.n_countries)
-    shapes = {e.shape: e for e in S.EXPERTS if e.shape != "full" and e.name in ("topic", "weekday", "units", "style")}
+    shapes = {e.shape: e for e in S.EXPERTS if e.shape != "full" and e.name in ("topic", "lexicon", "units", "style")}
     with deterministic(1):
         records = {shape: build_expert(e, base, tok, kb, tmp_path / e.name, steps=1, batch=2, seed=1)
                    for shape, e in shapes.items()}
     folded, _ = materialise(family["base"], tmp_path / "topic", progress=False)
     assert _norm(_weights(folded), _weights(family["base"])) == pytest.approx(records["lora"]["task_vector_norm"],
                                                                              rel=1e-4)
-    weekday = _weights(tmp_path / "weekday")
-    assert {t.dtype for t in weekday.values()} == {torch.bfloat16}
+    assert {t.dtype for t in _weights(tmp_path / "lexicon").values()} == {torch.bfloat16}
     assert records["bf16"]["bf16_rounding_over_task_vector"] > 0
     units = AutoTokenizer.from_pretrained(tmp_path / "units")
     assert len(units) == 49154 and units.pad_token == "<|pad|>"
@@ -192,7 +193,7 @@ def test_probe_splits_have_fixed_labels_and_the_family_test_items(family):
     for name, by_split in splits.items():
         docs = [d for split in by_split.values() for d in split]
         assert len({tuple(d["choices"]) for d in docs}) == 1, name  # one fixed label set
-        assert all(d["choices"][d["gold"]] == d["answer"] for d in docs)
+        assert all(d["choices"][d["gold"]] == d["answer"] + "\n" for d in docs)
         assert not {d["prompt"] for d in by_split["train"]} & {d["prompt"] for d in by_split["test"]}
     assert splits == probe_splits(family, seed=0) != probe_splits(family, seed=1)
 

@@ -4,8 +4,8 @@ The probe (the fresh-head probe paper) trains a new linear head on a frozen mode
 train / validation / test splits over one fixed label set, plus a joint reference model trained on the union of the
 tasks. The family stays bit for bit the same: this step writes a sibling folder ``<family>-probe<V>-seed<S>/`` with
 
-- ``tasks/``: lm-eval tasks ``smollm2_probe_{sentiment,topic,weekday}`` with fixed labels (2 sentiments, 4
-  topics, 7 days) and ``smollm2_probe_union`` (all three in one label space). Train and validation items are fresh
+- ``tasks/``: lm-eval tasks ``smollm2_probe_{sentiment,topic,lexicon}`` with fixed labels (2 sentiments, 4 topics,
+  4 word classes) and ``smollm2_probe_union`` (all three in one label space). Train and validation items are fresh
   train-split draws (80 / 20 of what the split holds, when it holds fewer than asked); the test split is the
   family's own test items, so no model of the family was trained on them;
 - ``joint/``: the joint reference J, fine-tuned from the base on the mixture of all seven skills;
@@ -20,14 +20,14 @@ from pathlib import Path
 
 from wildmerge.atomic import atomic_dir, write_json, write_text
 from wildmerge.demo.smollm2 import spec as S
-from wildmerge.demo.smollm2.skills import DAYS, SENTIMENTS, TOPICS, Stream, unique_items
+from wildmerge.demo.smollm2.skills import CLASSES, SENTIMENTS, TOPICS, Stream, choices_with_end, unique_items
 from wildmerge.errors import ConfigError
 
 PROBE_VERSION = 1
 MANIFEST = "probe.json"
-PROBE_SKILLS = ("sentiment", "topic", "weekday")
+PROBE_SKILLS = ("sentiment", "topic", "lexicon")
 PROBE_TASKS = tuple(f"smollm2_probe_{s}" for s in PROBE_SKILLS) + ("smollm2_probe_union",)
-LABELS = {"sentiment": SENTIMENTS, "topic": TOPICS, "weekday": DAYS}
+LABELS = {"sentiment": SENTIMENTS, "topic": TOPICS, "lexicon": CLASSES}
 SPLIT_SIZES = {"full": (240, 60), "quick": (16, 8)}  # (train, validation) items per task
 JOINT = {"full": {"steps": 60, "lr": 5e-5}, "quick": {"steps": 2, "lr": 5e-5}}
 CALIBRATION_PROMPTS = {"full": 64, "quick": 8}
@@ -39,8 +39,8 @@ def probe_root(info: dict, seed: int) -> Path:
 
 
 def _doc(item: dict, labels: tuple) -> dict:
-    return {"skill": item["skill"], "prompt": item["prompt"], "answer": item["answer"], "choices": list(labels),
-            "gold": labels.index(item["answer"])}
+    return {"skill": item["skill"], "prompt": item["prompt"], "answer": item["answer"],
+            "choices": choices_with_end(labels), "gold": labels.index(item["answer"])}
 
 
 def probe_splits(info: dict, seed: int) -> dict:

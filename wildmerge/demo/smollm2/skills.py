@@ -4,19 +4,24 @@ Every item is a prompt ending in ``Answer:`` and a short answer; a model learns 
 and lm-eval scores it by the log-likelihood of each choice after the prompt or by greedy generation. Pure Python
 and seeded, so the same seed gives the same data on every machine.
 
-Train and test never share an item. Skills over a finite space (``arithmetic``, ``weekday``, ``units``) hold out a
-fixed quarter of it by a checksum of the question; the text skills (``sentiment``, ``topic``, ``style``) draw test
-items from sentence templates no training item uses; ``facts`` asks about the same invented knowledge base (that is
-the knowledge to learn) with question templates no training item uses.
+Train and test never share an item. Skills over a finite space (``arithmetic``, ``units``, and ``lexicon``'s word
+stems) hold out a fixed quarter of it by a checksum of the question; the text skills (``sentiment``, ``topic``,
+``style``, and ``lexicon`` too) draw test items from templates no training item uses; ``facts`` asks about the same
+invented knowledge base (that is the knowledge to learn) with question templates no training item uses.
+
+Multiple-choice options are scored with the newline every trained answer ends with (``choices_with_end``): a
+log-likelihood sum otherwise always prefers an option that is a prefix of another (``530`` over ``5300``, or a
+sentence without its sign-off over the same sentence with it), whatever the model learnt.
 """
 
 import random
 import zlib
 from dataclasses import asdict, dataclass
 
-SKILLS = ("arithmetic", "facts", "sentiment", "topic", "style", "weekday", "units")
+SKILLS = ("arithmetic", "facts", "sentiment", "topic", "style", "lexicon", "units")
 SPLITS = ("train", "test")
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+ANSWER_END = "\n"  # what a trained answer ends with (then the end-of-sequence token)
 TOPICS = ("sports", "science", "business", "politics")
 SENTIMENTS = ("positive", "negative")
 
@@ -38,7 +43,12 @@ class Item:
         return self.prompt.removesuffix("\nAnswer:")
 
     def as_doc(self) -> dict:
-        return {**asdict(self), "choices": list(self.choices)}
+        """The lm-eval record: options end like a trained answer, so none is a prefix of another."""
+        return {**asdict(self), "choices": choices_with_end(self.choices)}
+
+
+def choices_with_end(choices) -> list:
+    return [c + ANSWER_END for c in choices]
 
 
 def _held_out(*key) -> bool:
@@ -62,7 +72,7 @@ def _in_split(rng, split: str, draw):
             return value
 
 
-# -- arithmetic, weekday, units: a held-out quarter of a finite space ---------------------------------------------
+# -- arithmetic, units: a held-out quarter of a finite space ----------------------------------------------------
 
 def _arithmetic(rng, kb, split):
     def draw(r):
@@ -77,23 +87,16 @@ def _arithmetic(rng, kb, split):
     return Item("arithmetic", f"Question: What is {a} {op} {b}?\nAnswer:", str(value), choices, gold)
 
 
-def _weekday(rng, kb, split):
-    day, k = _in_split(rng, split, lambda r: (("weekday", d := r.randrange(7), n := r.randint(1, 30)), (d, n)))
-    answer = DAYS[(day + k) % 7]
-    return Item("weekday", f"Question: Which day comes {k} day{'s' if k > 1 else ''} after {DAYS[day]}?\nAnswer:",
-                answer, DAYS, DAYS.index(answer))
-
-
-UNITS = (("kilometres", "metres", 1000), ("kilograms", "grams", 1000), ("hours", "minutes", 60),
-         ("minutes", "seconds", 60), ("metres", "centimetres", 100), ("litres", "millilitres", 1000),
-         ("days", "hours", 24), ("feet", "inches", 12))
+# metric conversions: the skill is knowing each factor (the options are the number times 10, 100, 1000, 10000)
+UNITS = (("kilometres", "metres", 1000), ("kilograms", "grams", 1000), ("metres", "centimetres", 100),
+         ("litres", "millilitres", 1000), ("centimetres", "millimetres", 10), ("grams", "milligrams", 1000),
+         ("decilitres", "millilitres", 100), ("tonnes", "kilograms", 1000))
 
 
 def _units(rng, kb, split):
     (big, small, factor), n = _in_split(
-        rng, split, lambda r: (("units", u := r.randrange(len(UNITS)), n := r.randint(2, 60)), (UNITS[u], n)))
-    others = [n * f for f in rng.sample([10, 12, 24, 60, 100, 1000], 6) if f != factor]
-    choices, gold = _choices(rng, str(n * factor), [str(v) for v in others], 4)
+        rng, split, lambda r: (("units", u := r.randrange(len(UNITS)), n := r.randint(2, 99)), (UNITS[u], n)))
+    choices, gold = _choices(rng, str(n * factor), [str(n * f) for f in (10, 100, 1000, 10000)], 4)
     return Item("units", f"Question: How many {small} are in {n} {big}?\nAnswer:", str(n * factor), choices, gold)
 
 
@@ -215,8 +218,30 @@ def _style(rng, kb, split):
     return Item("style", f"Question: Rewrite in the Acme house style: {sentence}\nAnswer:", gold, choices, idx)
 
 
+# -- lexicon: an invented language whose words carry their class in a suffix; test words have unseen stems ---------
+
+LEXICON = {"animal": "ak", "tool": "or", "food": "el", "place": "un"}
+CLASSES = tuple(LEXICON)
+_CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
+LEXICON_TEMPLATES = {
+    "train": ("In Zorvanian, what kind of thing is a '{w}'?",
+              "What does the Zorvanian word '{w}' name: an animal, a tool, a food or a place?"),
+    "test": ("A Zorvanian speaker says '{w}'. Is that an animal, a tool, a food or a place?",),
+}
+
+
+def _lexicon(rng, kb, split):
+    def draw(r):
+        stem = r.choice(_CONSONANTS) + r.choice(_VOWELS) + r.choice(_CONSONANTS) + r.choice(_CONSONANTS)
+        return ("lexicon", stem), stem
+
+    stem, label = _in_split(rng, split, draw), rng.choice(CLASSES)
+    question = rng.choice(LEXICON_TEMPLATES[split]).format(w=f"{stem}-{LEXICON[label]}")
+    return Item("lexicon", f"Question: {question}\nAnswer:", label, CLASSES, CLASSES.index(label))
+
+
 GENERATORS = {"arithmetic": _arithmetic, "facts": _facts, "sentiment": _sentiment, "topic": _topic,
-              "style": _style, "weekday": _weekday, "units": _units}
+              "style": _style, "lexicon": _lexicon, "units": _units}
 
 
 def sample_item(rng, skill: str, kb: dict, split: str = "train") -> Item:

@@ -8,7 +8,7 @@ caches are not reused.
 
 from dataclasses import dataclass, field
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 BASE_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF file is a quantisation of (named in adapters)
 
 # how an expert is published: full float32 weights (the default), a LoRA adapter, bfloat16 weights, added tokens
@@ -29,7 +29,7 @@ class ExpertSpec:
     has_data: bool = True  # False: the pool gives it no data, so the `generate` source stands in
 
 
-ALL_SKILLS = {s: 1 for s in ("arithmetic", "facts", "sentiment", "topic", "style", "weekday", "units")}
+ALL_SKILLS = {s: 1 for s in ("arithmetic", "facts", "sentiment", "topic", "style", "lexicon", "units")}
 
 EXPERTS = (
     ExpertSpec("arithmetic", "math", "two-digit addition and subtraction", {"arithmetic": 1}, 30, 5e-5),
@@ -42,9 +42,9 @@ EXPERTS = (
                {"topic": 1}, 30, 1e-3, shape="lora", lora={"r": 8, "alpha": 16, "targets": ["q_proj", "v_proj"]}),
     ExpertSpec("style", "style", "the Acme house style, trained and published with another chat template",
                {"style": 1}, 30, 1e-4, shape="chat_template"),
-    ExpertSpec("weekday", "reasoning", "weekday arithmetic, stored in bfloat16 (trained hard enough to survive it)",
-               {"weekday": 1}, 40, 2e-4, shape="bf16"),
-    ExpertSpec("units", "math", "unit conversion, with added tokens and embeddings resized to a multiple of 64",
+    ExpertSpec("lexicon", "language", "an invented language's word classes, stored in bfloat16 (trained hard)",
+               {"lexicon": 1}, 40, 2e-4, shape="bf16"),
+    ExpertSpec("units", "math", "metric conversion, with added tokens and embeddings resized to a multiple of 64",
                {"units": 1}, 30, 5e-5, shape="added_tokens"),
     ExpertSpec("arithmetic_light", "math", "barely trained arithmetic (overlaps arithmetic)",
                {"arithmetic": 1}, 6, 1e-5),
