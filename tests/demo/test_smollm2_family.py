@@ -54,9 +54,14 @@ def test_the_shipped_pool_and_suites_name_every_expert_and_task():
 
     pool = load_pool("smollm2")
     assert [e.model for e in pool.experts] == [f"smollm2:{e.name}" for e in S.EXPERTS]
-    assert {e.label: e.calibration for e in pool.experts} == {
+    data = {e.label: pool.data_for(e) for e in pool.experts}  # through the per-expert data contract
+    assert {n: d.labelled.demo if d.labelled else None for n, d in data.items()} == {
         e.name: f"smollm2:labelled/{e.name}" if e.has_data else None for e in S.EXPERTS}
-    assert pool.calibration == "generate"  # the generalist, published without data
+    assert {n: d.text.demo for n, d in data.items() if d.labelled} == {
+        e.name: f"smollm2:text/{e.name}" for e in S.EXPERTS if e.has_data}
+    # the generalist, published without data, inherits the pool's `data: generate`
+    assert {n: d.text.kind for n, d in data.items() if not d.labelled} == {
+        e.name: "generate" for e in S.EXPERTS if not e.has_data}
     assert len(S.EXPERTS) in range(8, 13) and {e.shape for e in S.EXPERTS} == set(S.SHAPES)
     from wildmerge.demo.smollm2.tasks import task_names
 
@@ -89,7 +94,8 @@ def test_layout_checksums_and_pool(family):
         ["LlamaForCausalLM"], True, "float32", 49152)
     assert "quantization_config" not in config and "<|im_start|>" in (root / "base" / "chat_template.jinja").read_text()
     pool = load_pool(family["pool_file"])
-    assert {e.label: e.calibration for e in pool.experts} == {n: d["labelled"] for n, d in family["data"].items()}
+    assert {e.label: (pool.data_for(e).text.file, pool.data_for(e).labelled.file) for e in pool.experts} == {
+        n: (d["text"], d["labelled"]) for n, d in family["data"].items()}  # the family's own pool: data: {text, labelled}
 
 
 @needs_gguf

