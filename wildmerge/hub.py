@@ -1,8 +1,9 @@
 """Model references -> local folders: the one resolver for merging, RegMean / CoM, evaluation, diagnostics and
 the sampler.
 
-A reference is a local folder (absolute, or relative to a pool file), ``demo:<name>`` (the synthetic demo family,
-built and cached on first use) or a hub id ``org/name`` at an optional revision, served from huggingface_hub's cache.
+A reference is a local folder (absolute, or relative to a pool file), ``demo:<name>`` or ``smollm2:<name>`` (the
+synthetic demo family, or SmolLM2-135M and its experts, built and cached on first use) or a hub id ``org/name`` at
+an optional revision, served from huggingface_hub's cache.
 Hub ids are pinned to a commit hash (the snapshot folder name in the cache), so a run's manifest names exactly the
 weights it merged. Offline, every uncached model is listed in one error together with the command that fetches it,
 before any merge starts.
@@ -35,6 +36,10 @@ class ResolvedModel(BaseModel):
     calibration: Any = None  # per-expert data for RegMean / CoM / diagnostics
 
 
+# references into the locally built families (wildmerge.demo): the synthetic demo and the SmolLM2 family
+FAMILY_PREFIXES = ("demo:", "smollm2:")
+
+
 class Unresolvable(WildmergeError):
     """A reference that is not a local folder, not a demo model and not a (cached) hub id."""
 
@@ -48,7 +53,7 @@ def offline() -> bool:
 
 def classify(ref: str, relative_to: Path | None = None) -> tuple[str, str]:
     """('demo' | 'local' | 'hub', normalised ref); raises Unresolvable for something that is none of them."""
-    if ref.startswith("demo:"):
+    if ref.startswith(FAMILY_PREFIXES):
         return "demo", ref
     candidates = [Path(ref).expanduser()]
     if relative_to is not None and not Path(ref).is_absolute():
@@ -78,10 +83,13 @@ def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pi
         return ResolvedModel(model=ref, kind="local", path=norm)
     if kind == "demo":
         try:
-            from wildmerge.demo import resolve_demo_ref
+            if ref.startswith("smollm2:"):
+                from wildmerge.demo.smollm2 import resolve_smollm2_ref as resolve_family_ref
+            else:
+                from wildmerge.demo import resolve_demo_ref as resolve_family_ref
         except ImportError:
-            raise Unresolvable(f"{ref!r}: the demo family (wildmerge.demo) is not available in this install") from None
-        path = Path(resolve_demo_ref(ref)).resolve()  # demo/ imports nothing above it
+            raise Unresolvable(f"{ref!r}: the demo families (wildmerge.demo) are not in this install") from None
+        path = Path(resolve_family_ref(ref)).resolve()  # demo/ imports nothing above it
         return ResolvedModel(model=ref, kind="demo", path=str(path))
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
@@ -110,7 +118,7 @@ def resolve_all(refs, *, relative_to=None, allow_pickle=False, download=None) ->
     from tqdm.auto import tqdm
 
     out, problems, fetch = [], [], []
-    hub_refs = sum(1 for _, ref, _ in refs if not ref.startswith("demo:") and not Path(ref).expanduser().exists())
+    hub_refs = sum(1 for _, ref, _ in refs if not ref.startswith(FAMILY_PREFIXES) and not Path(ref).expanduser().exists())
     for label, ref, revision in tqdm(refs, desc="resolving models", unit="model", disable=hub_refs == 0):
         try:
             out.append(resolve(ref, revision, relative_to=relative_to, allow_pickle=allow_pickle, download=download)

@@ -23,6 +23,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                               "deterministic and fastest for this size)")
         if name == "build":
             p.add_argument("--rebuild", action="store_true", help="rebuild even if the cache is intact")
+            p.add_argument("--family", choices=("demo", "smollm2"), default="demo",
+                           help="demo (default): the synthetic family; smollm2: SmolLM2-135M-Instruct and its "
+                                "experts fine-tuned on CPU (cache $WILDMERGE_SMOLLM2_CACHE; --quick: 2 experts)")
         else:
             p.add_argument("--report-dir", metavar="DIR", help="where to write report.json/csv "
                                                                 "(default: next to the family, <key>-report/)")
@@ -32,6 +35,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from wildmerge.demo.family import ensure_family
 
+    if getattr(args, "family", "demo") == "smollm2":
+        from wildmerge.demo.smollm2.family import ensure_family
     if args.threads < 1:
         raise ConfigError(f"--threads must be at least 1, got {args.threads}")
     if args.seed < 0:
@@ -39,7 +44,7 @@ def run(args) -> int:
     info = ensure_family(args.out, seed=args.seed, quick=args.quick, threads=args.threads,
                          rebuild=getattr(args, "rebuild", False))
     if args.demo_command == "build":
-        print(f"demo family: {info['root']}")
+        print(f"{getattr(args, 'family', 'demo')} family: {info['root']}")
         print(f"  base      {info['base']}")
         for e in info["pool"]["experts"]:
             print(f"  {e['name']} {info['experts'][e['name']]}  [{e['domain']}] {e['description']}")

@@ -119,9 +119,9 @@ class Suite(BaseModel):
         """The include path as an absolute folder (``demo:tasks`` builds the demo family's task folder)."""
         if not self.include_path:
             return None
-        if self.include_path.startswith("demo:"):
-            from wildmerge.hub import resolve_path
+        from wildmerge.hub import FAMILY_PREFIXES, resolve_path
 
+        if self.include_path.startswith(FAMILY_PREFIXES):
             return resolve_path(self.include_path)
         path = Path(self.include_path).expanduser()
         if not path.is_absolute() and self.source:

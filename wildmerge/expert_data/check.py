@@ -77,7 +77,7 @@ def has(data: Optional[ExpertData], what: str) -> bool:
     if text is None or text.template or text.field:
         return False
     if text.kind == "demo":
-        return text.demo.startswith("demo:calibration/")
+        return text.demo.startswith(("demo:calibration/", "smollm2:labelled/"))
     if text.kind == "file":
         try:
             records = read_records(text)

@@ -25,6 +25,8 @@ from wildmerge.expert_data.generate import GenerateSpec
 KINDS = ("file", "demo", "dataset", "lm_eval_task", "generate")
 FILE_SUFFIXES = (".jsonl", ".json", ".txt", ".parquet")
 # the old recipe-style keys (plugins/layerwise/calibration.py) that a ``calibration:`` entry may still carry
+FAMILY_PREFIXES = ("demo:", "smollm2:")  # the locally built families (wildmerge.demo), as hub.py knows them
+
 LEGACY = {"data": None, "text_field": "field", "n_samples": "n", "prompt_field": "prompt", "answer_field": "answer"}
 
 
@@ -34,7 +36,7 @@ class Source(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     file: Optional[str] = None  # local .jsonl / .json / .txt / .parquet (relative to the pool file)
-    demo: Optional[str] = None  # demo:unlabelled/<expert>, demo:calibration/<expert> (the demo family's own data)
+    demo: Optional[str] = None  # a built family's own data: demo:unlabelled/<e>, demo:calibration/<e>, smollm2:text/<e>
     dataset: Optional[str] = None  # a hub dataset id, read through datasets.load_dataset (offline: its local cache)
     lm_eval_task: Optional[str] = None  # labelled items: an lm-eval task's documents, as lm-eval formats them
     generate: Optional[GenerateSpec] = None  # text sampled from the expert, seeded, cached
@@ -60,8 +62,8 @@ class Source(BaseModel):
             raise ValueError(f"give exactly one of {', '.join(KINDS)} (got {', '.join(given) or 'none'})")
         if self.file is not None and not self.file.endswith(FILE_SUFFIXES):
             raise ValueError(f"file {self.file!r} must end in one of {', '.join(FILE_SUFFIXES)}")
-        if self.demo is not None and not self.demo.startswith("demo:"):
-            raise ValueError(f"demo {self.demo!r} must start with demo:")
+        if self.demo is not None and not self.demo.startswith(FAMILY_PREFIXES):
+            raise ValueError(f"demo {self.demo!r} must start with one of {', '.join(FAMILY_PREFIXES)}")
         return self
 
     @property
@@ -100,7 +102,7 @@ def parse_source(value, where: str) -> Source:
     if isinstance(value, str):
         if value == "generate":
             value = {"generate": {}}
-        elif value.startswith("demo:"):
+        elif value.startswith(FAMILY_PREFIXES):  # a locally built family's own data (demo:, smollm2:)
             value = {"demo": value}
         else:
             value = {"file": value}
@@ -114,7 +116,7 @@ def parse_source(value, where: str) -> Source:
         if not isinstance(old, str):
             raise ConfigError(f"{where}: 'data' must be a string")
         looks_local = old.endswith(FILE_SUFFIXES) or old.startswith((".", "/", "~"))
-        if old == "generate" or old.startswith("demo:") or (looks_local and not Path(old).expanduser().is_dir()):
+        if old == "generate" or old.startswith(FAMILY_PREFIXES) or (looks_local and not Path(old).expanduser().is_dir()):
             kind = parse_source(old, where).kind
         else:
             kind = "dataset"  # a hub id, or a dataset folder datasets.load_dataset reads

@@ -12,11 +12,11 @@ BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 def _one_model_bytes(pool, methods) -> int | None:
     """Size of one merged model from the base's tensor headers, when the base is on this machine."""
     from wildmerge.checkpoints import param_count, read_config
-    from wildmerge.hub import resolve
+    from wildmerge.hub import FAMILY_PREFIXES, resolve
     from wildmerge.errors import WildmergeError
 
-    if pool.base.model.startswith("demo:"):
-        return None  # resolving would build the demo family; a dry run stays instant
+    if pool.base.model.startswith(FAMILY_PREFIXES):
+        return None  # resolving would build the family; a dry run stays instant
     try:
         base = resolve(pool.base.model, pool.base.revision, download=False,
                        relative_to=Path(pool.source).parent if pool.source else None).path

@@ -1,0 +1,77 @@
+"""Build the whole SmolLM2 family into one folder: the dequantised base, the experts, their data, the test items,
+and ``family.json``.
+
+``family.json`` is written last and lists the SHA-256 of every file: it is the completion marker that ``family.py``
+checks before it uses a cached family. Deterministic: seeded data, ``torch.manual_seed`` before every model, the
+demo's deterministic-kernels context with a fixed thread count, so a rebuild on one machine gives the same bytes.
+"""
+
+import platform
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from wildmerge import __version__
+from wildmerge.atomic import write_json
+from wildmerge.demo.build import checksums
+from wildmerge.demo.smollm2 import spec as S
+from wildmerge.demo.smollm2.skills import SKILLS, eval_items, make_kb
+
+MANIFEST = "family.json"
+
+
+def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, progress: bool = True) -> dict:
+    """Make and save everything into ``out_dir`` (the caller makes it atomic); returns the manifest."""
+    import torch
+    import transformers
+    from tqdm.auto import tqdm
+
+    from wildmerge.demo.smollm2.data import write_expert_data
+    from wildmerge.demo.smollm2.experts import build_expert, save
+    from wildmerge.demo.smollm2.source import load_base, source_record
+    from wildmerge.demo.smollm2.tasks import task_names, write_data
+    from wildmerge.demo.train import deterministic
+
+    start = time.time()
+    out, bs = Path(out_dir), S.build_spec(quick)
+    source = source_record()  # fails with the install line before any work when the GGUF file is missing
+    kb = make_kb(seed, bs.n_countries)
+    write_data(out / "tasks", {skill: eval_items(skill, bs.eval_items, seed, kb) for skill in SKILLS})
+    experts = S.experts_for(quick)
+    manifest = {
+        "builder_version": S.BUILDER_VERSION, "seed": seed, "quick": quick, "threads": threads,
+        "versions": {"wildmerge": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version(), "machine": platform.machine()},
+        "kernels": {"aten": torch.backends.cpu.get_cpu_capability()},
+        "source": source, "spec": asdict(bs), "tasks": {"path": "tasks", "names": task_names()},
+        "knowledge_base": kb, "seconds": {},
+    }
+    total = sum(S.steps_of(e, quick) for e in experts)
+    with deterministic(threads), tqdm(total=total, desc="smollm2 family", unit="step", disable=not progress) as bar:
+        t = time.time()
+        bar.set_description("smollm2 base (dequantising the GGUF file)")
+        base, tokenizer = load_base()
+        save(base, tokenizer, out / "base")
+        manifest["base"] = {"path": "base", "parameters": sum(p.numel() for p in base.parameters()),
+                            "dtype": "float32", "tied_embeddings": bool(base.config.tie_word_embeddings),
+                            "vocab": len(tokenizer), "hub_id": S.BASE_HUB_ID}
+        manifest["seconds"]["base"] = round(time.time() - t, 1)
+        bar.write(f"smollm2 base: dequantised and saved in {manifest['seconds']['base']:.0f} s")
+        manifest["experts"] = []
+        for i, e in enumerate(experts):
+            t = time.time()
+            bar.set_description(f"smollm2 {e.name}")
+            record = build_expert(e, base, tokenizer, kb, out / "experts" / e.name, steps=S.steps_of(e, quick),
+                                  batch=bs.batch, seed=seed * 1000 + i + 1, progress=bar)
+            if e.has_data:
+                write_expert_data(out, e, tokenizer, kb, seed, bs.n_text, bs.n_labelled)
+                record["data"] = {"text": f"data/{e.name}/text.jsonl", "labelled": f"data/{e.name}/labelled.jsonl"}
+            manifest["experts"].append(record)
+            manifest["seconds"][e.name] = round(time.time() - t, 1)
+            bar.write(f"smollm2 {e.name}: {record['steps']} steps ({e.shape}) in {manifest['seconds'][e.name]:.0f} s, "
+                      f"loss {record['first_loss']:.3f} -> {record['final_loss']:.3f}, "
+                      f"task vector {record['task_vector_norm']:.3f}")
+    manifest["build_seconds"] = round(time.time() - start, 1)
+    manifest["files"] = checksums(out)
+    write_json(out / MANIFEST, manifest)  # last: the completion marker
+    return manifest
