@@ -81,14 +81,20 @@ def _token_features(model, params, ids, mask):
 
 
 def _batches_cycle(batches: List[tuple], size: int, seed: int):
-    """Endless batches of ``size`` samples (reshuffled every pass) from one expert's token batches."""
-    rows = [(ids[r], mask[r]) for ids, mask in batches for r in range(ids.shape[0])]
+    """Endless batches of ``size`` samples (reshuffled every pass) from one expert's token batches, each padded
+    to its longest sample (the input batches are padded each to their own width)."""
+    rows = [ids[r][mask[r].bool()] for ids, mask in batches for r in range(ids.shape[0])]
     gen = torch.Generator().manual_seed(seed)
     while True:
         order = torch.randperm(len(rows), generator=gen).tolist()
         for start in range(0, len(order), size):
             chunk = [rows[i] for i in order[start:start + size]]
-            yield torch.stack([c[0] for c in chunk]), torch.stack([c[1] for c in chunk])
+            width = max(len(c) for c in chunk)
+            ids = torch.zeros(len(chunk), width, dtype=torch.long)
+            mask = torch.zeros(len(chunk), width, dtype=torch.long)
+            for r, c in enumerate(chunk):
+                ids[r, :len(c)], mask[r, :len(c)] = c, 1
+            yield ids, mask
 
 
 def learn_coefficients(model, base: Dict[str, torch.Tensor], experts: Dict[str, Dict[str, torch.Tensor]],
