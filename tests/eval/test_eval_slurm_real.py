@@ -72,7 +72,8 @@ def test_real_slurm_array_survives_a_cancelled_task(slurm, lm_family, tmp_path, 
     run.join(timeout=900)
     assert not run.is_alive(), "the executor did not notice the cancelled task"
     assert out["ran"] == 3 and len(out["failed"]) == 1, (killed, out["failed"])
-    assert "left the queue without a result" in next(iter(out["failed"].values()))
+    why = next(iter(out["failed"].values()))  # which one depends on when scancel's SIGTERM reaches the task
+    assert "left the queue without a result" in why or "killed by SIGTERM" in why, why
     folder = tmp_path / "slurm" / "mini" / "slurm"
     assert len(list(folder.glob("*_submitted.pkl"))) == 3  # one real array of three tasks
 
