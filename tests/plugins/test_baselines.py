@@ -140,6 +140,26 @@ def test_lines_consensus_with_alpha_given_is_lines_on_the_consensus_vector():
     np.testing.assert_allclose(out.numpy(), b + (0.25 + 0.3) * ref_consensus(taus), atol=1e-6)
 
 
+def test_lines_consensus_in_memory_takes_alpha_from_the_state_dicts_merged_together():
+    """mergekit's ``merge_state_dicts`` (no folders): alpha unset is the L1 rule over every tensor of the call."""
+    from mergekit.merge_methods.api import merge_state_dicts
+
+    names = ["model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight", "lm_head.weight"]
+    pairs = [inputs(seed=i, scales=[0.05, 0.1, 0.02]) for i in range(len(names))]
+    dicts = [{n: (p[0] if m == 0 else p[1][m - 1]) for n, p in zip(names, pairs)} for m in range(4)]
+    out = merge_state_dicts(dict(zip(["base", "a", "b", "c"], dicts)), "lines_consensus", base="base",
+                            parameters={"lambda": 0.4, "num_layers": 2})
+    refs = [f64(*p) for p in pairs]
+    whole = sum(np.abs(sum(taus)).sum() for _, taus in refs)
+    kept = sum(np.abs(ref_consensus(taus)).sum() for _, taus in refs)
+    alpha = whole / kept / 3
+    for name, (b, taus) in zip(names, refs):
+        layer = 0 if ".0." in name else 1 if ".1." in name else None
+        scale = alpha if layer is None else ref_lines_scale(layer, 2, alpha, 0.4)
+        np.testing.assert_allclose(out[name].double().numpy(), b + scale * ref_consensus(taus), atol=1e-5)
+    assert alpha > 1 / 3  # the consensus mask drops mass, so alpha grows over TA's 1/T
+
+
 # ---------------------------------------------------------------- whole checkpoints: block / model norms, LiNeS alpha
 
 

@@ -9,7 +9,8 @@ the consensus-masked sum (``baselines.consensus_sum``).
 ``lambda`` is ``beta``, the one value the reality-check paper tunes (its Table 4 "Lines+TA" / "Lines+Consensus").
 ``alpha`` left unset follows the authors' multi-task rule: ``alpha = ||sum_t tau_t||_1 / (T ||tau_merged||_1)``
 over the whole model, i.e. ``1/T`` for TA; for Consensus the L1 norms come from one pass over the checkpoints
-(``model_pass.py``). ``L`` is the base config's ``num_hidden_layers`` unless ``num_layers`` is given.
+(``model_pass.py``), or, when the models are tensors in memory (mergekit's ``merge_state_dicts``), from the tensor
+groups merged together in that call. ``L`` is the base config's ``num_hidden_layers`` unless ``num_layers`` is given.
 """
 
 import dataclasses
@@ -23,7 +24,7 @@ from pydantic import Field
 from wildmerge.errors import ConfigError
 from wildmerge.plugins.baselines import ConsensusOptions, consensus_sum
 from wildmerge.plugins.method_params import MethodParams, per_model
-from wildmerge.plugins.model_pass import group_folders, layer_index, num_layers, stamp, stream_tensors
+from wildmerge.plugins.model_pass import folder_of, group_folders, layer_index, num_layers, stamp, stream_tensors
 from wildmerge.plugins.task_vector_method import TaskVectorMethod
 
 LINES_URL = "https://arxiv.org/abs/2410.17146"
@@ -93,6 +94,32 @@ class LinesMerge(TaskVectorMethod, GroupMergeMethod):
                               f"num_layers is {n_layers}; give the model's number of blocks (0: from its config)")
         scale = lines_scale(layer, n_layers, self._alpha(group, parameters, weights), parameters["lambda"])
         return (base.to(update.dtype) + scale * update).to(base.dtype)
+
+    def _execute(self, groups, parameters, options, **kwargs):
+        """In-memory inputs (no folders behind the ids): alpha unset takes its L1 norms from the groups of this call."""
+        if groups and self._needs_groups_alpha(groups, parameters):
+            alpha = self._groups_alpha(groups, parameters)
+            parameters = [dict(p, alpha=alpha) for p in parameters]
+        return super()._execute(groups, parameters, options, **kwargs)
+
+    def _needs_groups_alpha(self, groups, parameters) -> bool:
+        return (parameters[0]["alpha"] is None and bool(self._mask_options(parameters[0]))
+                and any(folder_of(e.id) is None for g in groups for e in g.entries if g.entries))
+
+    def _groups_alpha(self, groups, parameters) -> float:
+        """``||sum_t w_t tau_t||_1 / (T ||consensus||_1)`` over the tensors of ``groups`` (in float64)."""
+        whole = kept = 0.0
+        n = 0
+        for group, p in zip(groups, parameters):
+            if not group.entries or group.base is None:
+                continue
+            base = group.base.tensor.double()
+            deltas = [float(p["weight"][e.id]) * (e.tensor.double() - base) for e in group.non_base]
+            n = len(deltas)
+            opts = self._mask_options(p)
+            whole += float(sum(deltas).abs().sum())
+            kept += float(consensus_sum(deltas, opts["tall_lambda"], opts["k"]).abs().sum())
+        return (whole / kept if kept > 0 else 1.0) / max(n, 1)
 
     def _mask_options(self, parameters) -> dict:
         return {k: parameters[k] for k in ConsensusOptions.fields_by_name() if k in parameters}
