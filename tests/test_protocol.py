@@ -10,7 +10,8 @@ import pytest
 from helpers import write_pool
 from wildmerge.commands import sample
 from wildmerge.errors import ConfigError
-from wildmerge.protocol import DEMO_K, DEMO_SIZES, PAPER_K, PAPER_SIZES, SampleSettings, run_sample
+from wildmerge.protocol import PAPER_K, PAPER_SIZES, SampleSettings, run_sample
+from wildmerge.sampling.pools import load_pool
 from wildmerge.sampling.pools import load_pool
 from wildmerge.sampling.settings import Sampling
 
@@ -69,8 +70,13 @@ def test_arguments_become_settings_with_the_defaults_of_the_pool(pool):
     json.dumps(s.model_dump(mode="json"))  # the settings are plain data: the predictor's scorer travels apart
     paper = _settings().sampling(pool)
     assert paper.sizes == [n for n in PAPER_SIZES if n < 3] and paper.k == PAPER_K
-    demo = _settings().sampling(pool.model_copy(update={"name": "demo"}))
-    assert demo.sizes == [n for n in DEMO_SIZES if n < 3] and demo.k == DEMO_K
+    own = pool.model_copy(update={"protocol": pool.protocol.model_copy(update={"sizes": [1, 2, 4], "k": 2})})
+    assert _settings().sampling(own).sizes == [1, 2] and _settings().sampling(own).k == 2
+    assert _settings("--k", "5", "--sizes", "1").sampling(own).k == 5  # a flag beats the pool's default
+    # the embedded families carry their own defaults in their pool files: the protocol in minutes on a CPU
+    demo, smol = load_pool("demo").protocol, load_pool("smollm2").protocol
+    assert (demo.sizes, demo.k, demo.evaluate, demo.suite) == ([1, 2, 4], 2, True, "demo")
+    assert smol.evaluate and smol.suite == "smollm2" and {"regmean", "com"} <= set(smol.methods)
     assert _settings("--homogeneous").sampling(pool).mode == "homogeneous"
 
 

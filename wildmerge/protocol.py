@@ -18,7 +18,7 @@ from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.run import RunFolder
 
 PAPER_SIZES, PAPER_K = (1, 2, 4, 6, 8, 10), 15  # Hitit et al. 2025; n = N (the full pool) is added
-DEMO_SIZES, DEMO_K = (1, 2, 4), 2  # the demo pool: the protocol in minutes on a CPU
+# a pool's own defaults (``protocol:`` in its YAML, e.g. the embedded families') replace these
 
 OVERRIDES = ("limit", "dtype", "batch_size", "device")
 EXECUTOR_OPTIONS = ("workers", "job_timeout", "ray_address", "gpus_per_job", "cpus_per_job", "slurm_partition",
@@ -95,8 +95,8 @@ class SampleSettings(BaseModel):
 
     pool: str = "demo"
     out: Optional[str] = None  # default runs/<pool>-seed<seed>
-    methods: Optional[List[str]] = None  # default the paper's seven; ["all"]: every shipped recipe
-    sizes: Optional[List[int]] = None  # default PAPER_SIZES (demo: DEMO_SIZES) below the pool's size
+    methods: Optional[List[str]] = None  # default the pool's protocol.methods, else the paper's seven; ["all"]: all
+    sizes: Optional[List[int]] = None  # default the pool's protocol.sizes, else PAPER_SIZES, below the pool's size
     k: Optional[int] = None
     seed: int = 0
     full: bool = True
@@ -113,8 +113,8 @@ class SampleSettings(BaseModel):
     tune_check: int = 0  # evaluate this many grid points per tuned method: does TAS track accuracy? (manifest)
     dry_run: bool = False
     keep_models: Literal["all", "none"] = "all"
-    evaluate: Optional[bool] = None  # default: only the demo pool
-    suite: Optional[str] = None  # default: demo for the demo pool
+    evaluate: Optional[bool] = None  # default: the pool's protocol.evaluate (the embedded families)
+    suite: Optional[str] = None  # default: the pool's protocol.suite
     device: str = "cpu"  # mergekit's math device
     merge_workers: Union[int, Literal["auto"], None] = None  # None: one per visible GPU on cuda, else 1
     allow_pickle: bool = False
@@ -125,9 +125,9 @@ class SampleSettings(BaseModel):
         """The draw on ``pool`` (a loaded pool, experts already excluded)."""
         from wildmerge.sampling.settings import Sampling
 
-        demo = pool.name == "demo"
-        default = [n for n in (DEMO_SIZES if demo else PAPER_SIZES) if n < len(pool.experts)]  # n = N is added anyway
-        k = self.k if self.k is not None else (DEMO_K if demo else PAPER_K)
+        own = pool.protocol
+        default = [n for n in (own.sizes or PAPER_SIZES) if n < len(pool.experts)]  # n = N is added anyway
+        k = self.k if self.k is not None else (own.k or PAPER_K)
         return Sampling.of(pool, seed=self.seed, sizes=self.sizes or default, k=k, full=self.full,
                            homogeneous=self.homogeneous, select=select)
 
@@ -189,18 +189,18 @@ def run_sample(s: SampleSettings) -> int:
     if too_big:
         raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
                           f"use sizes between 1 and {len(pool.experts)}")
-    methods = load_methods(_method_names(s.methods))
+    methods = load_methods(_method_names(pool.protocol.methods if s.methods is None else s.methods))
     grids = load_grids(s.ablations, s.grid)
     load_methods({g.method for g in grids.values()})
-    evaluate = pool.name == "demo" if s.evaluate is None else s.evaluate
-    suite = s.suite or ("demo" if pool.name == "demo" else None)
+    evaluate = pool.protocol.evaluate if s.evaluate is None else s.evaluate
+    suite = s.suite or pool.protocol.suite
     if evaluate and not suite:
         raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
     if evaluate:
         s.evaluation.check()  # a misplaced option fails before any merge
     elif s.evaluation.screen is not None:
         raise ConfigError(f"--screen {s.evaluation.screen} screens the evaluation, but this run is not evaluated "
-                          f"(--no-evaluate, or a pool other than demo): add --evaluate --suite NAME, or drop --screen")
+                          f"(--no-evaluate, or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --screen")
     run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run

@@ -8,7 +8,7 @@ The work is ``wildmerge.protocol.run_sample``; this module only turns the argume
 import argparse
 
 from wildmerge.commands.options import add_eval_options, comma_ints, comma_list, eval_options
-from wildmerge.protocol import DEMO_K, DEMO_SIZES, PAPER_K, PAPER_SIZES, SampleSettings, run_sample
+from wildmerge.protocol import PAPER_K, PAPER_SIZES, SampleSettings, run_sample
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -17,12 +17,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "or the path of a pool YAML (default: demo)")
     p.add_argument("--out", help="run directory (default: runs/<pool>-seed<seed>)")
     p.add_argument("--methods", type=comma_list, default=None,
-                   help="comma-separated method recipes (default: the paper's seven: ta,ties,model_stock,tsv_m,"
-                        "iso_c,ta_sb,ties_sb; 'all' = every recipe in merge_recipes/methods)")
+                   help="comma-separated method recipes (default: the pool's protocol.methods, else the paper's seven: "
+                        "ta,ties,model_stock,tsv_m,iso_c,ta_sb,ties_sb; 'all' = every recipe in merge_recipes/methods)")
     p.add_argument("--sizes", type=comma_ints, default=None,
-                   help=f"subset sizes n (default {','.join(map(str, PAPER_SIZES))}; demo "
-                        f"{','.join(map(str, DEMO_SIZES))}); n = 1 means every expert alone, n = N is added")
-    p.add_argument("--k", type=int, default=None, help=f"random subsets per size (default {PAPER_K}; demo {DEMO_K})")
+                   help=f"subset sizes n (default: the pool's protocol.sizes, else {','.join(map(str, PAPER_SIZES))}; "
+                        f"demo 1,2,4); n = 1 means every expert alone, n = N is added")
+    p.add_argument("--k", type=int, default=None, help=f"random subsets per size (default: the pool's protocol.k, else {PAPER_K}; demo 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subset draw (default 0)")
     p.add_argument("--no-full", dest="full", action="store_false", help="do not add the full pool (n = N)")
     p.add_argument("--homogeneous", action="store_true",
@@ -51,9 +51,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="'none' deletes each merged model's weights once it is evaluated (keeps recipe and info)")
     ev = p.add_mutually_exclusive_group()
     ev.add_argument("--evaluate", dest="evaluate", action="store_true", default=None,
-                    help="evaluate every model and write the report (default for the demo pool)")
+                    help="evaluate every model and write the report (default: the pool's protocol.evaluate: the embedded "
+                         "demo and smollm2 families)")
     ev.add_argument("--no-evaluate", dest="evaluate", action="store_false", help="merge only")
-    p.add_argument("--suite", help="evaluation suite (default: demo for the demo pool)")
+    p.add_argument("--suite", help="evaluation suite (default: the pool's protocol.suite: demo, smollm2)")
     p.add_argument("--device", dest="merge_device", default="cpu",
                    help="mergekit math device for merging: cpu, cuda, auto (default: %(default)s); the evaluation "
                         "device is --eval-device")

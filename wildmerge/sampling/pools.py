@@ -53,12 +53,33 @@ class Expert(ModelRef):
         return self.model.rstrip("/").split("/")[-1].split(":")[-1]
 
 
+class ProtocolDefaults(BaseModel):
+    """What ``wildmerge sample --base POOL`` does when a flag is left out: the embedded families say "fewer subsets,
+    evaluate on our suite", so one command runs the protocol end to end on a laptop; hub pools keep the paper's."""
+
+    model_config = ConfigDict(extra="forbid")
+    sizes: Optional[list[int]] = None  # subset sizes below N (n = N is added); None: the paper's 1,2,4,6,8,10
+    k: Optional[int] = Field(None, ge=1)  # random subsets per size; None: the paper's 15
+    methods: Optional[list[str]] = None  # None: the paper's seven
+    evaluate: bool = False
+    suite: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _suite(self):
+        if self.evaluate and not self.suite:
+            raise ValueError("protocol: evaluate: true needs suite: NAME")
+        if self.sizes is not None and (not self.sizes or min(self.sizes) < 1):
+            raise ValueError(f"protocol: sizes {self.sizes} must be whole numbers of experts, at least 1")
+        return self
+
+
 class Pool(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     description: str = ""
     base: ModelRef
     experts: list[Expert]
+    protocol: ProtocolDefaults = Field(default_factory=ProtocolDefaults)
     # every expert's data where it sets none of its own, part by part (``calibration:`` is the old name)
     data: Optional[ExpertData] = Field(None, validation_alias=AliasChoices("data", "calibration"))
     source: str | None = None  # the file it was loaded from (set by load_pool; resolves relative paths)
