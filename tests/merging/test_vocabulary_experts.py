@@ -210,13 +210,31 @@ def test_norm_imbalance_reads_a_resized_expert_on_the_base_tokens(lm_family, odd
     pd.testing.assert_frame_equal(tables["aligned"], tables["by_hand"], rtol=1e-9)
 
 
-@pytest.mark.parametrize("analysis", ["mergeability"])
-def test_task_vector_diagnostics_refuse_a_resized_expert_clearly(lm_family, odd_experts, tmp_path, capsys,  # noqa: F811
-                                                                 analysis):
-    # they subtract the base from every tensor, so shapes must agree: one clear line, not a shape traceback
-    pool = _pool(tmp_path, lm_family["base"], {"a": lm_family["experts"][1], "resized": odd_experts["resized"]})
-    extra = ["--groups", "weights"] if analysis == "mergeability" else []  # data-free metrics: no data pre-flight
-    assert main(["analyze", analysis, "--pool", pool, "--out", str(tmp_path / "out"), *extra]) != 0
-    err = capsys.readouterr().err
-    assert "resized" in err and "needs identical vocabularies" in err
-    assert "Traceback" not in err
+def test_weight_mergeability_metrics_read_a_resized_expert_on_the_base_tokens(lm_family, odd_experts,  # noqa: F811
+                                                                               cut_expert, tmp_path):
+    import pandas as pd
+
+    tables = {}
+    for label, resized in {"aligned": odd_experts["resized"], "by_hand": cut_expert}.items():
+        (tmp_path / label).mkdir()
+        pool = _pool(tmp_path / label, lm_family["base"], {"a": lm_family["experts"][1], "resized": resized})
+        out = tmp_path / label / "out"
+        assert main(["analyze", "mergeability", "--pool", pool, "--out", str(out), "--groups", "weights"]) == 0
+        tables[label] = {p.name: pd.read_csv(p) for p in sorted(out.glob("*.csv"))}
+    assert tables["aligned"] and tables["aligned"].keys() == tables["by_hand"].keys()
+    for name, frame in tables["aligned"].items():
+        pd.testing.assert_frame_equal(frame, tables["by_hand"][name], rtol=1e-6)
+
+
+def test_in_memory_candidates_hold_a_resized_expert_on_the_base_tokens(lm_family, odd_experts,  # noqa: F811
+                                                                       cut_expert):
+    """The task alignment score's sweeps merge in memory: a resized expert is held at the base's token rows."""
+    from wildmerge.merging.inmemory import CandidateMerger
+
+    recipe = {"merge_method": "task_arithmetic", "parameters": {"lambda": 0.7},
+              "models": [{"model": "a", "parameters": {"weight": 1.0}}, {"model": "resized", "parameters": {"weight": 1.0}}]}
+    merged = [CandidateMerger(lm_family["base"], {"a": lm_family["experts"][1], "resized": r}).merge(recipe)
+              for r in (odd_experts["resized"], cut_expert)]
+    assert merged[0].keys() == merged[1].keys()
+    for name in merged[1]:
+        assert torch.equal(merged[0][name], merged[1][name]), name

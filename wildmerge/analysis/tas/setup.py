@@ -33,7 +33,7 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=allow_pickle, download=download)
     base = resolved[0].path
     experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    check_compatible(base, experts, allow_pickle=allow_pickle, same_vocab=True)  # in-memory merges: no alignment
+    check_compatible(base, experts, allow_pickle=allow_pickle)  # added tokens: held on the base's tokens
     check_fits([base, *experts.values()], device)
     config = read_config(base)
     data = pool.all_data()
