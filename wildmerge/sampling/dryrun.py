@@ -55,7 +55,8 @@ def print_dry_run(run_dir, pool, sampling, methods, grids, keep_models: str = "a
     size = _one_model_bytes(pool, methods)
     todo = len(merges) - done
     if size is None:
-        print("  disk: unknown (the base is not on this machine yet, or is the demo family, built on first use)")
+        print("  disk: unknown (the base is not on this machine yet, or is an embedded family (demo:, smollm2:), built "
+              "on first use)")
     else:
         need = size * (min(todo, 1) if keep_models == "none" else todo)
         print(f"  disk: {size / 1e9:.3g} GB per merged model, {need / 1e9:.3g} GB needed for the merges to do "
