@@ -15,13 +15,15 @@ METHODS = ["ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c"]
 SIZES = [2, 3, 4, 5, 6, 8, 10]
 
 
-def fabricate_results(run_dir, scores, failed=(), suite="mini") -> Path:
-    """Sealed result files and the eval index for ``suite``: ``scores`` maps model id -> (t1, t2) fractions."""
+def fabricate_results(run_dir, scores, failed=(), suite="mini", validation=None) -> Path:
+    """Sealed result files and the eval index for ``suite``: ``scores`` maps model id -> (t1, t2) fractions;
+    ``validation`` (model id -> (t1, t2)) gives both tasks a ``validation`` split with those scores."""
     run = RunFolder(run_dir)
     store = run.eval_dir(suite)
     (store / "results").mkdir(parents=True, exist_ok=True)
+    split = {"validation_split": "validation"} if validation else {}
     (store / "suite.yml").write_text(yaml.safe_dump({"name": suite, "tasks": [
-        {"task": t, "num_fewshot": 0, "metric": "acc,none", "label": t} for t in TASKS]}))
+        {"task": t, "num_fewshot": 0, "metric": "acc,none", "label": t, **split} for t in TASKS]}))
     index = {}
     for mid, values in scores.items():
         job = f"{suite}-{mid}"
@@ -31,6 +33,7 @@ def fabricate_results(run_dir, scores, failed=(), suite="mini") -> Path:
             record.update(status="failed", error="CUDA out of memory")
         else:
             record["scores"] = dict(zip(TASKS, values))
+            record["scores"].update({f"{t}@validation": v for t, v in zip(TASKS, (validation or {}).get(mid, ()))})
         write_result(store / "results" / f"{job}.json", record)
     (store / "index.json").write_text(json.dumps({"suite": suite, "models": index, "jobs": {}}))
     return store

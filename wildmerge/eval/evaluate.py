@@ -173,6 +173,10 @@ def check_screen(screen: Optional[float], suite: Suite) -> None:
     if screen is not None and not 0 < screen < 1:
         raise ConfigError(f"--screen {screen}: the screening fraction must be between 0 and 1 (e.g. 0.2 scores "
                           f"20 % of each task's items first)")
+    validated = [t.task for t in suite.tasks if t.validation_split]
+    if screen is not None and validated:
+        raise ConfigError(f"--screen scores test items only, but suite {suite.name!r} names validation splits "
+                          f"({', '.join(validated)}): drop --screen, or use a suite without validation_split")
 
 
 def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, executor: str, options: Dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ class EvalJob:
     model_path: str
     fingerprint: str
     suite: str
-    tasks: List[Dict[str, Any]]  # [{task, num_fewshot, metric, label}]
+    tasks: List[Dict[str, Any]]  # [{task, num_fewshot, metric, label[, validation_split]}]
     settings: Dict[str, Any]
     include_path: Optional[str]
     include_defaults: bool
@@ -45,12 +45,18 @@ class EvalJob:
         return cls(**data)
 
 
+def _task_identity(task) -> Dict[str, Any]:
+    """A task's part of a job id; its validation split only where it has one, so other ids never change."""
+    identity = {"task": task.task, "num_fewshot": task.num_fewshot, "metric": task.metric}
+    return {**identity, "validation_split": task.validation_split} if task.validation_split else identity
+
+
 def job_identity(fingerprint: str, suite: Suite, screen: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Everything that changes the numbers a job produces (labels and descriptions do not). A part of a screened
     evaluation adds its fraction, seed and part, so it never shares an id (or a result) with a full evaluation."""
     identity = {
         "fingerprint": fingerprint,
-        "tasks": [{"task": t.task, "num_fewshot": t.num_fewshot, "metric": t.metric} for t in suite.tasks],
+        "tasks": [_task_identity(t) for t in suite.tasks],
         "settings": suite.settings.model_dump(mode="json"),
         "lm_eval": lm_eval_version(),
     }

@@ -7,6 +7,7 @@
     include_path: null        # folder of custom lm-eval task YAMLs: absolute, relative to this file, or demo:tasks
     tasks:
       - {task: arc_easy, num_fewshot: 0, metric: "acc,none", label: ARC-e}
+      - {task: demo_probe_add, num_fewshot: 0, label: add, validation_split: validation}  # also scored there
     settings: {dtype: float16, batch_size: auto, apply_chat_template: false, limit: null, backend: hf}
 
 Unknown keys are errors that list the valid ones (lm-eval and mergekit would silently ignore them).
@@ -15,9 +16,11 @@ Unknown keys are errors that list the valid ones (lm-eval and mergekit would sil
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
+                      model_validator)
 
 from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.eval.splits import check_validation_splits
 from wildmerge.named_files import find_named_file, list_names, read_yaml
 
 
@@ -28,6 +31,23 @@ class SuiteTask(BaseModel):
     num_fewshot: int = Field(ge=0)
     metric: str = "acc,none"
     label: Optional[str] = None
+    validation_split: Optional[str] = Field(default=None, min_length=1)  # held-out split for choosing (splits.py)
+
+    @field_validator("label")
+    @classmethod
+    def _no_at(cls, v: Optional[str]) -> Optional[str]:
+        if v and "@" in v:
+            raise ValueError(f"label {v!r} contains '@', which separates a label from its validation split "
+                             f"(add@validation): pick another label")
+        return v
+
+    @model_serializer(mode="wrap")
+    def _plain_without_split(self, handler):
+        """A task without a validation split dumps as before: stored suites and job files stay byte for byte."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("validation_split") is None:
+            data.pop("validation_split", None)
+        return data
 
     @field_validator("metric")
     @classmethod
@@ -190,15 +210,19 @@ def check_tasks(suite: Suite) -> bool:
     wanted = [t.task for t in suite.tasks]
     known: List[str] = []
     if include:
-        known = TaskManager(include_path=include, include_defaults=False).all_tasks
+        tm = TaskManager(include_path=include, include_defaults=False)
+        known = tm.all_tasks
         if all(t in known for t in wanted):
+            check_validation_splits(suite, tm)
             return False
     if suite.settings.include_defaults:
-        known = TaskManager(include_path=include, include_defaults=True).all_tasks
+        tm = TaskManager(include_path=include, include_defaults=True)
+        known = tm.all_tasks
     missing = [t for t in wanted if t not in known]
     if missing:
         where = f"in {include}" + (" or lm-eval's own tasks" if suite.settings.include_defaults else "")
         hints = "".join(f"\n  {t!r}{did_you_mean(t, known)}" for t in missing)
         raise ConfigError(f"suite {suite.name!r}: unknown lm-eval task(s) {where}:{hints}\nlist tasks with "
                           f"`lm-eval ls tasks`, or fix the name in {suite.source or 'the suite'}")
+    check_validation_splits(suite, tm)
     return True

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from wildmerge.atomic import write_json
+from wildmerge.eval.splits import derived_config, derived_name, score_key
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result, write_result
 
 LM_EVAL_KEYS = ("results", "groups", "group_subtasks", "n-shot", "n-samples", "versions", "higher_is_better",
@@ -126,7 +127,7 @@ def _task_manager(include_path, include_defaults: bool, signature: tuple):
             self.loaded: Dict[Any, Any] = {}
 
         def load(self, tasks):
-            key = tuple(tasks) if all(isinstance(t, str) for t in tasks) else None
+            key = _load_key(tasks)
             if key is None:
                 return super().load(tasks)
             if key not in self.loaded:
@@ -134,6 +135,28 @@ def _task_manager(include_path, include_defaults: bool, signature: tuple):
             return self.loaded[key]
 
     return ReusingTaskManager(include_path=include_path, include_defaults=include_defaults)
+
+
+def _load_key(tasks) -> Optional[tuple]:
+    """What a list of task specs is, for reuse: names, and a validation run's derived config by its derived name
+    (unique in one task index, whose folder signature keys the manager); None for anything else."""
+    if not isinstance(tasks, (list, tuple)):
+        return None
+    key = []
+    for t in tasks:
+        if isinstance(t, str):
+            key.append(t)
+        elif isinstance(t, dict) and "@" in str(t.get("task", "")):
+            key.append(("derived", t["task"], t.get("test_split")))
+        else:
+            return None
+    return tuple(key)
+
+
+def _specs(batch: List[Dict[str, Any]], tm) -> list:
+    """The lm-eval task specs of a batch: each task by name, then each validation run as its derived config."""
+    validated = [t for t in batch if t.get("validation_split")]
+    return [t["task"] for t in batch] + [derived_config(tm, t["task"], t["validation_split"]) for t in validated]
 
 
 def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -148,13 +171,16 @@ def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
     scores, outputs, items = {}, {}, {}
     for batch in _batches(job["tasks"], set(tm.all_tags)):
         out = lm_eval.simple_evaluate(
-            model=lm, tasks=[t["task"] for t in batch], num_fewshot=batch[0]["num_fewshot"], task_manager=tm,
+            model=lm, tasks=_specs(batch, tm), num_fewshot=batch[0]["num_fewshot"], task_manager=tm,
             limit=s["limit"], bootstrap_iters=s["bootstrap_iters"], apply_chat_template=s["apply_chat_template"],
             log_samples=bool(job.get("record_items")),
         )
         outputs[",".join(t["task"] for t in batch)] = {k: out.get(k) for k in LM_EVAL_KEYS if k in out}
         for t in batch:
             scores[t["label"] or t["task"]] = task_score(out, t["task"], t["metric"])
+            if t.get("validation_split"):
+                scores[score_key(t["label"] or t["task"], t["validation_split"])] = task_score(
+                    out, derived_name(t["task"], t["validation_split"]), t["metric"])
             if job.get("record_items"):
                 items[t["label"] or t["task"]] = item_scores(out.get("samples") or {}, t["task"], t["metric"])
     return {"scores": scores, "lm_eval": outputs, **({"items": items} if job.get("record_items") else {})}

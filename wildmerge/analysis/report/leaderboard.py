@@ -12,7 +12,7 @@ paired difference to the reference on that subset (the estimate its stop was dec
 from typing import List, Optional
 
 from wildmerge.analysis.markdown import markdown_table
-from wildmerge.analysis.report.scores import SCREENING_COLUMNS
+from wildmerge.analysis.report.scores import SCREENING_COLUMNS, VAL_MEAN, validation_columns
 
 OK = "ok"
 
@@ -117,6 +117,8 @@ def scores_table(df, tasks: List[str]):
             "status", "error", "job_id"] + tasks + ["mean"]
     if "vs_base_low" in df and df["vs_base_low"].notna().any():  # a screened evaluation: its intervals too
         cols += [c for c in SCREENING_COLUMNS if c in df]
+    if VAL_MEAN in df and df[VAL_MEAN].notna().any():  # validation splits: their scores and mean too
+        cols += validation_columns(df) + [VAL_MEAN]
     return df[cols]
 
 

@@ -57,11 +57,17 @@ def build_page(run: str, suite: str, df, tasks: List[str], tables: Dict[str, obj
             "Mean over subsets of (task accuracy − the base's), in percentage points."))
     sweeps = tables.get("sweeps")
     if sweeps is not None:
+        validated = "selected" in sweeps
         page_tables.append(table_from_frame("sweeps", "Hyperparameter sweeps (Appendix C)", sweeps, [
             Column(key="sweep", filter=True), Column(key="method", filter=True), Column(key="setting"),
-            Column(key="model_id"), Column(key="status", filter=True), Column(key="mean", label="mean (%)", digits=2),
+            Column(key="model_id"), Column(key="status", filter=True), Column(key="mean", label="mean (%)", digits=2)]
+            + ([Column(key="val_mean", label="validation mean (%)", digits=2), Column(key="selected", filter=True)]
+               if validated else []) + [
             Column(key="diff_vs_base_pp", label="Δ base (pp)", digits=2),
-            Column(key="task_vector_norm", label="‖τ‖₂", digits=3)]))
+            Column(key="task_vector_norm", label="‖τ‖₂", digits=3)],
+            "chosen: the point with the best validation mean, whose test mean is the number to report; oracle: the "
+            "best test mean (optimistic)." if validated else
+            "Points are chosen on test (no validation split): the best mean is an optimistic number."))
     homogeneous = tables.get("homogeneous")
     if homogeneous is not None:
         page_tables.append(table_from_frame("homogeneous", "Homogeneous vs heterogeneous merges", homogeneous, [

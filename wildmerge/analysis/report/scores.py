@@ -11,10 +11,12 @@ import yaml
 
 from wildmerge.analysis.report.run_data import RunData
 from wildmerge.errors import WildmergeError
+from wildmerge.eval.splits import score_key
 from wildmerge.eval.store import OK, ResultStore
 from wildmerge.plugins.recipes import LABELS, display_rank, method_label
 
 MAIN, ABLATION, TUNED = "main", "ablation", "tuned"  # which part of the study a merge belongs to
+VAL_MEAN = "val_mean"  # mean over the suite's validation splits (``eval/splits.py``); NaN where there are none
 
 
 
@@ -81,6 +83,19 @@ def overridden_text(settings: Optional[Dict]) -> str:
     return ";".join(f"{k}={v}" for k, v in sorted((settings or {}).items()))
 
 
+def validation_scores(scores: Dict, columns: List[str]) -> Dict:
+    """A result's validation-split scores (percent) and their mean, ``val_mean``; nothing when it lacks one."""
+    if not columns or any(c not in scores for c in columns):
+        return {}
+    values = {c: 100.0 * float(scores[c]) for c in columns}
+    return {**values, VAL_MEAN: sum(values.values()) / len(values)}
+
+
+def validation_columns(df) -> List[str]:
+    """The validation-split score columns of a ``collect_scores`` frame (``add@validation``...)."""
+    return [c for c in df.columns if "@" in str(c)]
+
+
 def collect_scores(run, suite: Optional[str] = None) -> Tuple["object", List[str], List[str]]:
     """(DataFrame, task column names, notes) for ``suite`` of the run (a folder or its ``RunData``); scores in
     percent."""
@@ -98,6 +113,8 @@ def collect_scores(run, suite: Optional[str] = None) -> Tuple["object", List[str
     try:
         suite_data = yaml.safe_load(store.suite_file.read_text())
         tasks = [t.get("label") or t["task"] for t in suite_data["tasks"]]
+        validation = [score_key(t.get("label") or t["task"], t["validation_split"]) for t in suite_data["tasks"]
+                      if t.get("validation_split")]
     except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError) as exc:
         raise WildmergeError(f"{store.suite_file} is damaged ({type(exc).__name__}); {rebuild}") from None
     notes, rows = [], []
@@ -119,13 +136,14 @@ def collect_scores(run, suite: Optional[str] = None) -> Tuple["object", List[str
                 for t in tasks:
                     row[t] = 100.0 * float(record["scores"][t])
                 row["mean"] = sum(row[t] for t in tasks) / len(tasks)
+                row.update(validation_scores(record["scores"], validation))
                 row.update(screening_columns(record.get("screening")))
         if row["status"] != OK:
             notes.append(f"{e.model_id} ({e.kind}) has no score: {row['status']}: {row['error']}")
         rows.append(row)
     _variants(rows)
     df = pd.DataFrame(rows)
-    for col in tasks + ["mean"] + SCREENING_COLUMNS[1:]:
+    for col in tasks + ["mean", VAL_MEAN] + validation + SCREENING_COLUMNS[1:]:
         if col not in df:
             df[col] = float("nan")
     df["screened"] = df["screened"].map(lambda v: v is True) if "screened" in df else False

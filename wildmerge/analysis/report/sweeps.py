@@ -5,6 +5,10 @@ difference to the base in percentage points and the task-vector norm; its figure
 first swept parameter (one curve per value of the others, as in the TIES density x lambda grid) and, beside it,
 against the merged task vector's L2 norm (Figs. 13-16). The sweep point at the recipe's settings is included.
 
+Each sweep also reports one chosen point. Where the suite names validation splits (``eval/splits.py``) the point is
+chosen on the validation mean and reported on the test mean, next to the best point on test (the oracle), as in the
+fresh-head probe paper's Tables 3-4; without them the best point on test is all there is, and the table says so.
+
 The parts of a preset (``com_components:regmean`` and ``com_components``) make one table. A sweep over layer-wise
 merges also shows Chain of Merges' components as its Table 3 does: MCS (the chain: CoM, not RegMean), Norm, Sim.
 """
@@ -17,6 +21,10 @@ from wildmerge.analysis.markdown import markdown_table
 
 OK = "ok"
 COMPONENTS = ("MCS", "Norm", "Sim")  # Chain of Merges' Table 3 columns (shown, not plotted)
+VAL_MEAN = "val_mean"
+VALUES = ("method", "model_id", "status", "mean", VAL_MEAN, "selected", "diff_vs_base_pp", "task_vector_norm")
+ON_VALIDATION = "chosen on validation (best mean over the validation splits), reported on test"
+ON_TEST = "chosen on test (no validation split)"
 
 
 def _preset(tag: str) -> str:
@@ -55,20 +63,72 @@ def swept_keys(rows) -> List[str]:
 
 
 def sweep_table(rows, base: Optional[float]):
-    """One row per grid point: method, swept values, status, mean, diff vs base (pp), task-vector norm."""
+    """One row per grid point: method, swept values, status, mean, diff vs base (pp), task-vector norm; with
+    validation splits also the validation mean and which point is chosen (on validation) and which is the oracle."""
     import pandas as pd
 
     keys = swept_keys(rows)
+    validated = VAL_MEAN in rows and rows[VAL_MEAN].notna().any()
     out = []
     for _, r in rows.iterrows():
         hp = json.loads(r["hparams"])
         mean = r["mean"] if r["status"] == OK else float("nan")
+        val = {VAL_MEAN: r[VAL_MEAN] if r["status"] == OK else float("nan")} if validated else {}
         out.append({"method": r["method_label"], **_components(r["method"], hp), **{k: hp.get(k) for k in keys},
                     "model_id": r["model_id"],
-                    "status": r["status"], "mean": mean,
+                    "status": r["status"], "mean": mean, **val,
                     "diff_vs_base_pp": mean - base if base is not None else float("nan"),
                     "task_vector_norm": r.get("task_vector_norm", float("nan"))})
-    return pd.DataFrame(out).sort_values(keys, kind="stable").reset_index(drop=True)
+    table = pd.DataFrame(out).sort_values(keys, kind="stable").reset_index(drop=True)
+    if validated:
+        picked = selection(table)
+        marks = {m: [] for m in table["model_id"]}
+        for what, model in (("chosen", picked and picked["chosen_model_id"]),
+                            ("oracle", picked and picked["oracle_model_id"])):
+            if model:
+                marks[model].append(what)
+        table.insert(table.columns.get_loc(VAL_MEAN) + 1, "selected",
+                     table["model_id"].map(lambda m: ", ".join(marks[m])))
+    return table
+
+
+def settings(table):
+    """Each grid point's settings as one string (``lambda=0.5``; CoM's components too)."""
+    keys = [c for c in table.columns if c not in VALUES]
+    return table[keys].astype(str).apply(lambda r: ", ".join(f"{k}={v}" for k, v in r.items()), axis=1)
+
+
+def selection(table) -> Optional[Dict[str, object]]:
+    """The point a sweep reports and how it was chosen: the best validation mean where the sweep has validation
+    scores, else the best test mean; beside it the best on test (the oracle, an optimistic number). Ties go to the
+    first point in table order. None when no point has a score."""
+    ok = table[(table["status"] == OK) & table["mean"].notna()]
+    if ok.empty:
+        return None
+    oracle = ok.loc[ok["mean"].idxmax()]
+    on_validation = VAL_MEAN in ok and ok[VAL_MEAN].notna().any()
+    chosen = ok.loc[ok[VAL_MEAN].idxmax()] if on_validation else oracle
+    text = settings(table)
+    return {"rule": ON_VALIDATION if on_validation else ON_TEST,
+            "chosen_model_id": chosen["model_id"], "chosen_setting": text[chosen.name],
+            "chosen_val_mean": chosen[VAL_MEAN] if on_validation else float("nan"),
+            "chosen_test_mean": chosen["mean"],
+            "oracle_model_id": oracle["model_id"], "oracle_setting": text[oracle.name],
+            "oracle_test_mean": oracle["mean"], "oracle_gap_pp": oracle["mean"] - chosen["mean"]}
+
+
+def selection_markdown(picked: Optional[Dict[str, object]]) -> str:
+    """One paragraph under a sweep's table: the rule, the chosen point, the oracle."""
+    if picked is None:
+        return "Selection: no grid point has a score.\n"
+    chosen = f"`{picked['chosen_setting']}`"
+    if picked["rule"] == ON_TEST:
+        return (f"Selection: {ON_TEST}: {chosen}, test mean {picked['chosen_test_mean']:.2f} (the best on test: "
+                f"an optimistic number, chosen on the items it is reported on).\n")
+    return (f"Selection: {picked['rule']}: {chosen}, validation mean {picked['chosen_val_mean']:.2f}, "
+            f"**test mean {picked['chosen_test_mean']:.2f}**; best on test (oracle): "
+            f"`{picked['oracle_setting']}`, test mean {picked['oracle_test_mean']:.2f} "
+            f"({picked['oracle_gap_pp']:.2f} pp above the chosen point).\n")
 
 
 def plot_sweep(name: str, table, base: Optional[float], out_dir, title: str) -> Dict[str, Path]:
@@ -76,8 +136,7 @@ def plot_sweep(name: str, table, base: Optional[float], out_dir, title: str) -> 
     from wildmerge.analysis.report.plots import NORM_LABEL, _plt, _save, style
 
     plt = _plt()
-    keys = [c for c in table.columns if c not in ("method", "model_id", "status", "mean", "diff_vs_base_pp",
-                                                   "task_vector_norm", *COMPONENTS)]
+    keys = [c for c in table.columns if c not in (*VALUES, *COMPONENTS)]
     x, others = keys[0], keys[1:]
     ok = table[table["status"] == OK]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -24,7 +24,7 @@ from wildmerge.analysis.report.costs import cost_markdown, cost_points, merge_se
 from wildmerge.analysis.pool.norms import NormCache
 from wildmerge.analysis.report.page_tables import build_page
 from wildmerge.analysis.report.run_data import RunData
-from wildmerge.analysis.report.scores import TUNED, collect_scores, protocol_rows
+from wildmerge.analysis.report.scores import TUNED, collect_scores, protocol_rows, validation_columns
 from wildmerge.atomic import atomic_dir, write_text
 from wildmerge.errors import WildmergeError
 from wildmerge.eval.store import ResultStore
@@ -111,19 +111,24 @@ def _main_tables(out: _Out, protocol, tasks, base, best_id, best, md: List[str])
 def _sweeps(out: _Out, df, base, title: str, md: List[str]):
     import pandas as pd
 
-    frames = []
+    frames, picks = [], []
     for name, rows in ablations.sweeps(df).items():
         table = ablations.sweep_table(rows, base)
+        picked = ablations.selection(table)
         out.csv(f"sweep_{name}.csv", table)
-        md += [f"## Sweep `{name}` ({table['method'].iloc[0]}, full pool)\n", ablations.to_markdown(table)]
+        md += [f"## Sweep `{name}` ({table['method'].iloc[0]}, full pool)\n", ablations.to_markdown(table),
+               ablations.selection_markdown(picked)]
+        if picked:
+            picks.append({"sweep": name, "method": table["method"].iloc[0], **picked})
         if (table["status"] == "ok").any():
             out.plot(f"Sweep {name}: accuracy vs the swept value and vs task-vector norm",
                      ablations.plot_sweep(name, table, base, out.tmp, title))
-        keys = [c for c in table.columns if c not in ("method", "model_id", "status", "mean", "diff_vs_base_pp",
-                                                       "task_vector_norm")]
-        setting = table[keys].astype(str).apply(lambda r: ", ".join(f"{k}={v}" for k, v in r.items()), axis=1)
-        frames.append(table.assign(sweep=name, setting=setting)[["sweep", "method", "setting", "model_id", "status",
-                                                                  "mean", "diff_vs_base_pp", "task_vector_norm"]])
+        extra = [c for c in (ablations.VAL_MEAN, "selected") if c in table]
+        frames.append(table.assign(sweep=name, setting=ablations.settings(table))[
+            ["sweep", "method", "setting", "model_id", "status", "mean", *extra, "diff_vs_base_pp",
+             "task_vector_norm"]])
+    if picks:
+        out.csv("sweep_selection.csv", pd.DataFrame(picks))
     tuned = df[(df["kind"] == "merge") & (df["group"] == TUNED)]
     if len(tuned):
         md += ["## Tuned variants (non-default settings outside a sweep)\n", leaderboard.summary_markdown(tuned, [])]
@@ -221,6 +226,10 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
         md = [f"# Leaderboard: run `{name}`, suite `{suite}`\n"] + ([f"> **{override_note}**\n"] if override_note else [])
         md += [f"Scores are accuracies in percent; a model's score is the mean over {len(tasks)} task(s): "
                f"{', '.join(tasks)}.\n"]
+        validation = validation_columns(df)
+        if validation:
+            md += [f"Validation splits, scored apart and never averaged into the means: {', '.join(validation)}; "
+                   f"sweep points are chosen on their mean (`val_mean`) and reported on the test split.\n"]
         md += missing_references(df)
         tables = _main_tables(out, protocol, tasks, base, best_id, best, md)
         if protocol["normalized"].notna().any():
