@@ -1,32 +1,30 @@
 """The cached demo family: build once, validate every time, resolve ``demo:<name>`` references.
 
-A family lives in ``<cache>/v<builder version>-seed<seed>[-quick]/``. It is used only if its ``family.json``
-(written last by the builder) matches the key and every file's SHA-256 matches: a partial, corrupted or stale
-folder is rebuilt, never used. Builds go through ``atomic_dir`` under a per-key file lock, so a killed build
-leaves nothing half-made and two processes never build the same family at once.
+A family lives in ``<cache>/v<builder version>-seed<seed>[-<kernels>][-quick]/`` and is used only if its
+``family.json`` and every file's SHA-256 check out; a partial, corrupted or stale folder is rebuilt, never used
+(``demo/cache.py``: the claim, the checks and the atomic rebuild, shared with the SmolLM2 family).
 """
 
-import json
+import functools
 import os
-import shutil
 from pathlib import Path
 
-from wildmerge.atomic import atomic_dir, write_text
+from wildmerge.atomic import write_text
+from wildmerge.demo import cache as C
 from wildmerge.demo import spec as S
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
-from wildmerge.locks import wait_claim
 
-_VALIDATED: set = set()  # stat signatures of families already checksummed in this process
+# the calibration/ files are derived (rewritten on every use), not data
+FAMILY = C.CachedFamily(label="demo", title="demo", env="WILDMERGE_DEMO", unsigned_dirs=("calibration",))
 
 
 def default_cache_dir() -> Path:
     """``$WILDMERGE_DEMO_CACHE`` or ``~/.cache/wildmerge/demo``."""
-    env = os.environ.get("WILDMERGE_DEMO_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "wildmerge" / "demo"
+    return FAMILY.default_cache_dir()
 
 
 def quick_forced() -> bool:
-    return os.environ.get("WILDMERGE_DEMO_QUICK", "").strip().lower() in ("1", "true", "yes", "on")
+    return FAMILY.quick_forced()
 
 
 KERNEL_LEVELS = ("avx2", "default")
@@ -83,31 +81,12 @@ def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
 
 def problem(root) -> str | None:
     """Why the family at ``root`` cannot be used, or None when it is complete and intact."""
-    from wildmerge.demo.build import MANIFEST, sha256
+    return C.problem(root, S.BUILDER_VERSION, _needed)
 
-    root = Path(root)
-    manifest_path = root / MANIFEST
-    if not manifest_path.is_file():
-        return f"{manifest_path} is missing (a partial or interrupted build)"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-        files = manifest["files"]
-    except (ValueError, KeyError) as exc:
-        return f"{manifest_path} is unreadable ({exc})"
-    if manifest.get("builder_version") != S.BUILDER_VERSION:
-        return f"built by builder version {manifest.get('builder_version')}, not {S.BUILDER_VERSION}"
-    needed = ["base/model.safetensors", "base/config.json", "base/tokenizer.json"]
-    needed += [f"{e['path']}/model.safetensors" for e in manifest.get("experts", [])]
-    for rel in needed:
-        if rel not in files:
-            return f"{rel} is not listed in {MANIFEST}"
-    for rel, digest in files.items():
-        path = root / rel
-        if not path.is_file():
-            return f"{path} is missing"
-        if sha256(path) != digest:
-            return f"{path} does not match its checksum (corrupted or modified)"
-    return None
+
+def _needed(manifest: dict) -> list:
+    return (["base/model.safetensors", "base/config.json", "base/tokenizer.json"]
+            + [f"{e['path']}/model.safetensors" for e in manifest.get("experts", [])])
 
 
 def _describe(root: Path, manifest: dict) -> dict:
@@ -160,47 +139,10 @@ def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: i
     with ``demo:`` references, domains and descriptions), ``pool_file`` (a pool YAML with absolute paths), and
     ``manifest`` (``family.json``: how it was built, losses, versions, checksums).
     """
-    if not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"demo seed must be a non-negative integer, got {seed!r}")
     quick = bool(quick) or quick_forced()
-    cache = Path(cache_dir).expanduser().resolve() if cache_dir else default_cache_dir().resolve()
-    key = family_key(seed, quick)
-    root = cache / key
-    try:
-        claim = wait_claim(cache / f".{key}.lock")
-    except OSError as exc:
-        raise WildmergeError(f"cannot write the demo cache {cache} ({exc}); set WILDMERGE_DEMO_CACHE "
-                             f"or pass --out to a writable folder") from exc
-    with claim:
-        reason = "rebuild asked" if rebuild else (None if _signature(root) in _VALIDATED else problem(root))
-        if reason is not None:
-            if root.exists():
-                print(f"wildmerge demo: rebuilding {root}: {reason}", flush=True)
-            _clean_leftovers(cache, key)
-            with atomic_dir(root) as tmp:
-                _build(tmp, seed=seed, quick=quick, threads=threads, progress=progress)
-        _VALIDATED.add(_signature(root))
-        info = _describe(root, json.loads((root / "family.json").read_text()))
-        _write_derived(root, info)
-    return info
-
-
-def _signature(root: Path) -> tuple:
-    """Path, size and mtime of every file: any change sends the family back to a full checksum check."""
-    if not root.is_dir():
-        return (str(root),)
-    return (str(root),) + tuple(
-        (str(p), st.st_size, st.st_mtime_ns)
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.suffix not in (".yaml", ".yml") and p.parent.name != "calibration" and (st := p.stat())
-    )
-
-
-def _clean_leftovers(cache: Path, key: str) -> None:
-    """Remove this key's temporary folders from killed builds (other keys may be building right now)."""
-    for p in cache.glob(f".{key}.*"):
-        if ".tmp-" in p.name or ".old-" in p.name:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    build = functools.partial(_build, threads=threads, progress=progress)
+    return C.ensure(FAMILY, cache_dir, seed, quick, family_key=family_key, check=problem, build=build,
+                    describe=_describe, write_derived=_write_derived, rebuild=rebuild)
 
 
 def resolve_demo_ref(ref: str) -> str:
@@ -218,22 +160,15 @@ def resolve_demo_ref(ref: str) -> str:
         return _unlabelled_path(ref, name.split("/", 1)[1], quick)
     valid = ["base", "tasks", "pool", "probe_tasks", "joint"] + [e.name for e in S.experts_for(quick)]
     if name not in valid:
-        hint = ""
-        if quick and name in {e.name for e in S.EXPERTS}:
-            hint = f"; the quick demo family has only {S.QUICK.n_experts} experts: unset WILDMERGE_DEMO_QUICK"
-        raise ConfigError(f"unknown demo model {ref!r}{did_you_mean(name, valid)}; valid: "
-                          f"{', '.join('demo:' + v for v in valid)}{hint}")
-    seed_text = os.environ.get("WILDMERGE_DEMO_SEED", "0")
-    if not seed_text.isdigit():
-        raise ConfigError(f"WILDMERGE_DEMO_SEED must be a non-negative integer, got {seed_text!r}")
-    info = ensure_family(seed=int(seed_text), quick=quick)
+        only_full = quick and name in {e.name for e in S.EXPERTS}
+        raise FAMILY.unknown(ref, name, valid, "demo model", f"; the quick demo family has only {S.QUICK.n_experts} "
+                             "experts: unset WILDMERGE_DEMO_QUICK" if only_full else "")
+    info = ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)
     if name in ("probe_tasks", "joint"):
         from wildmerge.demo.probe_data import ensure_probe_data
 
-        probe_seed = os.environ.get("WILDMERGE_DEMO_PROBE_SEED", "0")
-        if not probe_seed.isdigit():
-            raise ConfigError(f"WILDMERGE_DEMO_PROBE_SEED must be a non-negative integer, got {probe_seed!r}")
-        return ensure_probe_data(info, seed=int(probe_seed))["tasks" if name == "probe_tasks" else "joint"]
+        probe = ensure_probe_data(info, seed=FAMILY.env_seed("PROBE_SEED"))
+        return probe["tasks" if name == "probe_tasks" else "joint"]
     if name in ("base", "tasks"):
         return info[name]
     if name == "pool":

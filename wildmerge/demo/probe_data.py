@@ -12,31 +12,28 @@ writes a sibling folder ``<family>-probe-seed<S>/`` with
 - ``joint/``: the joint multi-skill reference model J (fine-tuned from the base on all five skills, one more run);
 - ``calibration/<expert>.jsonl``: prompts from each expert's own training mixture (centroids of the composer);
 - ``probe.json``: how it was made and the SHA-256 of every file, written last (the completion marker).
+
+The folder's claim, checks, task YAMLs and manifest are ``demo/probe_cache.py``'s, shared with the SmolLM2 family.
 """
 
 import copy
+import functools
 import json
 import random
 from pathlib import Path
 
-from wildmerge.atomic import atomic_dir, write_json, write_text
+from wildmerge.atomic import write_text
+from wildmerge.demo import probe_cache as P
 from wildmerge.demo import spec as S
 from wildmerge.demo.skills import ATTRIBUTES, SKILLS, Item, Mixture, conflict_world, eval_items, make_world
-from wildmerge.errors import ConfigError
-from wildmerge.locks import wait_claim
 
 PROBE_VERSION = 1
-MANIFEST = "probe.json"
 JOINT_STEPS = 1000  # before the build's expert_step_scale: 700 steps on the full family (5 skills x ~140)
 CALIBRATION_PROMPTS = 64
 # generated train / validation items; addition has only 20 x 20 prompts, 100 of them held out for the test split
 SPLIT_SIZES = {"full": {"count": (400, 100), "add": (240, 60)}, "quick": {"count": (48, 16), "add": (48, 16)}}
 PROBE_TASKS = ("demo_probe_count", "demo_probe_add", "demo_probe_facts", "demo_probe_union")
-
-
-def probe_root(info: dict, seed: int) -> Path:
-    root = Path(info["root"])
-    return root.with_name(f"{root.name}-probe{PROBE_VERSION}-seed{seed}")
+DESCRIPTION = "wildmerge demo probe task: fixed label set, three splits"
 
 
 def _relabel(item: Item, labels: tuple) -> dict:
@@ -87,42 +84,16 @@ def probe_splits(info: dict, seed: int) -> dict:
     return out
 
 
-def _task_yaml(name: str, files: dict) -> dict:
-    return {
-        "task": name, "dataset_path": "json", "dataset_kwargs": {"data_files": files},
-        "training_split": "train", "validation_split": "validation", "test_split": "test",
-        "output_type": "multiple_choice", "doc_to_text": "{{prompt}}", "doc_to_choice": "{{choices}}",
-        "doc_to_target": "gold", "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
-        "metadata": {"version": 1.0, "description": "wildmerge demo probe task: fixed label set, three splits"},
-    }
-
-
-def write_probe_task_yamls(tasks_dir) -> None:
-    """(Re)write the YAMLs with absolute data paths (lm-eval resolves relative ones against the CWD)."""
-    import yaml
-
-    tasks_dir = Path(tasks_dir).resolve()
-    for name in PROBE_TASKS:
-        files = {s: str(tasks_dir / f"{name}.{s}.jsonl") for s in ("train", "validation", "test")}
-        text = yaml.safe_dump(_task_yaml(name, files), sort_keys=False)
-        path = tasks_dir / f"{name}.yaml"
-        if not path.exists() or path.read_text() != text:
-            write_text(path, text)
-
-
 def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from wildmerge.demo.build import checksums
     from wildmerge.demo.train import deterministic, train
 
     manifest = json.loads(Path(info["manifest"]).read_text())
     bs = S.build_spec(manifest["quick"])
     splits = probe_splits(info, seed)
-    for name, by_split in splits.items():
-        for split, docs in by_split.items():
-            write_text(out / "tasks" / f"{name}.{split}.jsonl", "".join(json.dumps(d) + "\n" for d in docs))
+    P.write_splits(out, splits)
     world = make_world(manifest["seed"], bs.n_entities)
     held_out = {d["prompt"] for t in splits.values() for s in ("validation", "test") for d in t[s]
                 if d["skill"] != "facts"}
@@ -150,37 +121,11 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
               "joint": {"path": "joint", "mixture": dict.fromkeys(SKILLS, 1), "steps": steps, "lr": 1e-3,
                         "final_loss": sum(losses[-10:]) / len(losses[-10:])},
               "calibration": {e.name: f"calibration/{e.name}.jsonl" for e in S.experts_for(manifest["quick"])}}
-    record["files"] = checksums(out)
-    write_json(out / MANIFEST, record)
-    return record
-
-
-def _intact(root: Path) -> bool:
-    from wildmerge.demo.build import sha256
-
-    try:
-        record = json.loads((root / MANIFEST).read_text())
-        return record.get("probe_version") == PROBE_VERSION and all(
-            (root / rel).is_file() and sha256(root / rel) == digest for rel, digest in record["files"].items())
-    except (OSError, ValueError, KeyError):
-        return False
+    return P.finish(out, record)
 
 
 def ensure_probe_data(info: dict, seed: int = 0, threads: int = 1, progress: bool = True) -> dict:
-    """The probe's splits, joint reference and calibration prompts for the family ``info``; built once, cached.
-
-    Returns paths: ``root``, ``tasks`` (lm-eval include path), ``task_names``, ``joint``, ``calibration``
-    ({expert: jsonl}) and ``manifest``.
-    """
-    if not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"probe seed must be a non-negative integer, got {seed!r}")
-    root = probe_root(info, seed)
-    with wait_claim(root.with_name(f".{root.name}.lock")):
-        if not _intact(root):
-            with atomic_dir(root) as tmp:
-                _build(Path(tmp), info, seed, threads, progress)
-        write_probe_task_yamls(root / "tasks")
-    record = json.loads((root / MANIFEST).read_text())
-    return {"root": str(root), "tasks": str(root / "tasks"), "task_names": list(PROBE_TASKS),
-            "joint": str(root / "joint"), "manifest": str(root / MANIFEST),
-            "calibration": {name: str(root / rel) for name, rel in record["calibration"].items()}}
+    """The probe's splits, joint reference and calibration prompts for the demo family ``info``; built once, cached.
+    Returns paths (``probe_cache.ensure_probe_folder``)."""
+    build = functools.partial(_build, info=info, seed=seed, threads=threads, progress=progress)
+    return P.ensure_probe_folder(info, seed, PROBE_VERSION, PROBE_TASKS, DESCRIPTION, build)

@@ -5,18 +5,7 @@ Importing this package is cheap (no torch): the functions below load their modul
 ``resolve_smollm2_ref("smollm2:facts")`` gives a checkpoint path, building and caching the family if needed.
 """
 
-_EXPORTS = {
-    "resolve_smollm2_ref": "wildmerge.demo.smollm2.family",
-    "ensure_family": "wildmerge.demo.smollm2.family",
-    "default_cache_dir": "wildmerge.demo.smollm2.family",
-}
+from wildmerge.demo import lazy_exports
 
-__all__ = list(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'wildmerge.demo.smollm2' has no attribute {name!r}")
+__all__ = ["resolve_smollm2_ref", "ensure_family", "default_cache_dir"]
+__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "wildmerge.demo.smollm2.family"))

@@ -12,30 +12,28 @@ tasks. The family stays bit for bit the same: this step writes a sibling folder 
 - ``calibration/<expert>.jsonl``: prompts from each expert's own training mixture (the composer's centroids), for
   the experts published with data;
 - ``probe.json``: how it was made and the SHA-256 of every file, written last (the completion marker).
+
+The folder's claim, checks, task YAMLs and manifest are ``demo/probe_cache.py``'s, as for the demo family.
 """
 
+import functools
 import json
 import random
 from pathlib import Path
 
-from wildmerge.atomic import atomic_dir, write_json, write_text
+from wildmerge.atomic import write_text
+from wildmerge.demo import probe_cache as P
 from wildmerge.demo.smollm2 import spec as S
 from wildmerge.demo.smollm2.skills import CLASSES, SENTIMENTS, TOPICS, Stream, choices_with_end, unique_items
-from wildmerge.errors import ConfigError
 
 PROBE_VERSION = 1
-MANIFEST = "probe.json"
 PROBE_SKILLS = ("sentiment", "topic", "lexicon")
 PROBE_TASKS = tuple(f"smollm2_probe_{s}" for s in PROBE_SKILLS) + ("smollm2_probe_union",)
+DESCRIPTION = "wildmerge SmolLM2 probe task: fixed label set, three splits"
 LABELS = {"sentiment": SENTIMENTS, "topic": TOPICS, "lexicon": CLASSES}
 SPLIT_SIZES = {"full": (240, 60), "quick": (16, 8)}  # (train, validation) items per task
 JOINT = {"full": {"steps": 60, "lr": 5e-5}, "quick": {"steps": 2, "lr": 5e-5}}
 CALIBRATION_PROMPTS = {"full": 64, "quick": 8}
-
-
-def probe_root(info: dict, seed: int) -> Path:
-    root = Path(info["root"])
-    return root.with_name(f"{root.name}-probe{PROBE_VERSION}-seed{seed}")
 
 
 def _doc(item: dict, labels: tuple) -> dict:
@@ -65,44 +63,18 @@ def probe_splits(info: dict, seed: int) -> dict:
     return out
 
 
-def _task_yaml(name: str, files: dict) -> dict:
-    return {
-        "task": name, "dataset_path": "json", "dataset_kwargs": {"data_files": files},
-        "training_split": "train", "validation_split": "validation", "test_split": "test",
-        "output_type": "multiple_choice", "doc_to_text": "{{prompt}}", "doc_to_choice": "{{choices}}",
-        "doc_to_target": "gold", "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
-        "metadata": {"version": 1.0, "description": "wildmerge SmolLM2 probe task: fixed label set, three splits"},
-    }
-
-
-def write_probe_task_yamls(tasks_dir) -> None:
-    """(Re)write the YAMLs with absolute data paths (lm-eval resolves relative ones against the CWD)."""
-    import yaml
-
-    tasks_dir = Path(tasks_dir).resolve()
-    for name in PROBE_TASKS:
-        files = {s: str(tasks_dir / f"{name}.{s}.jsonl") for s in ("train", "validation", "test")}
-        text = yaml.safe_dump(_task_yaml(name, files), sort_keys=False)
-        path = tasks_dir / f"{name}.yaml"
-        if not path.exists() or path.read_text() != text:
-            write_text(path, text)
-
-
 def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> dict:
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from wildmerge.demo.build import checksums
     from wildmerge.demo.smollm2.experts import save
     from wildmerge.demo.train import deterministic, train
 
     manifest = json.loads(Path(info["manifest"]).read_text())
     size = "quick" if manifest["quick"] else "full"
     kb = manifest["knowledge_base"]
-    for name, by_split in probe_splits(info, seed).items():
-        for split, docs in by_split.items():
-            write_text(out / "tasks" / f"{name}.{split}.jsonl", "".join(json.dumps(d) + "\n" for d in docs))
+    P.write_splits(out, probe_splits(info, seed))
     calibration = {}
     for e in S.experts_for(manifest["quick"]):  # the composer's centroids: each expert's own kind of input
         if e.has_data:
@@ -124,39 +96,11 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
               "joint": {"path": "joint", "mixture": S.ALL_SKILLS, **joint,
                         "final_loss": sum(losses[-5:]) / len(losses[-5:])},
               "calibration": calibration}
-    record["files"] = checksums(out)
-    write_json(out / MANIFEST, record)
-    return record
-
-
-def _intact(root: Path) -> bool:
-    from wildmerge.demo.build import sha256
-
-    try:
-        record = json.loads((root / MANIFEST).read_text())
-        return record.get("probe_version") == PROBE_VERSION and all(
-            (root / rel).is_file() and sha256(root / rel) == digest for rel, digest in record["files"].items())
-    except (OSError, ValueError, KeyError):
-        return False
+    return P.finish(out, record)
 
 
 def ensure_probe_data(info: dict, seed: int = 0, threads: int = 1, progress: bool = True) -> dict:
-    """The probe's splits, joint reference and calibration prompts for the family ``info``; built once, cached.
-
-    Returns paths: ``root``, ``tasks`` (lm-eval include path), ``task_names``, ``joint``, ``calibration``
-    ({expert: jsonl}) and ``manifest``.
-    """
-    from wildmerge.locks import wait_claim
-
-    if not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"probe seed must be a non-negative integer, got {seed!r}")
-    root = probe_root(info, seed)
-    with wait_claim(root.with_name(f".{root.name}.lock")):
-        if not _intact(root):
-            with atomic_dir(root) as tmp:
-                _build(Path(tmp), info, seed, threads, progress)
-        write_probe_task_yamls(root / "tasks")
-    record = json.loads((root / MANIFEST).read_text())
-    return {"root": str(root), "tasks": str(root / "tasks"), "task_names": list(PROBE_TASKS),
-            "joint": str(root / "joint"), "manifest": str(root / MANIFEST),
-            "calibration": {name: str(root / rel) for name, rel in record["calibration"].items()}}
+    """The SmolLM2 family's probe data (splits, joint reference J, the calibration prompts of the experts published
+    with data), built once beside ``info``'s folder; the paths ``probe_cache.ensure_probe_folder`` returns."""
+    build = functools.partial(_build, info=info, seed=seed, threads=threads, progress=progress)
+    return P.ensure_probe_folder(info, seed, PROBE_VERSION, PROBE_TASKS, DESCRIPTION, build)
