@@ -264,6 +264,52 @@ def _expert_problems(name, path, base_name, base_arch, base_vocab, base_shapes, 
     return problems
 
 
+def _token_ids(folder: str) -> Dict[str, int]:
+    """Token -> id of a folder's ``tokenizer.json`` (added tokens included)."""
+    from tokenizers import Tokenizer
+
+    file = Path(folder) / "tokenizer.json"
+    if not file.is_file():
+        raise WildmergeError(f"{folder} has no tokenizer.json, so its embedding rows cannot be matched to the base's "
+                             f"tokens; leave this expert out (--exclude NAME)")
+    return Tokenizer.from_file(str(file)).get_vocab(with_added_tokens=True)
+
+
+def vocabulary_rows(base: str, expert: str, name: str):
+    """For each token id of ``base``'s tokenizer, the row of ``expert``'s embedding that holds that token.
+
+    An expert that added tokens (and resized its embeddings) is read on the base's tokens: its rows of the base's
+    tokens in the base's order, the rows of tokens only it added dropped, as mergekit's ``tokenizer: {source: base}``
+    does for per-tensor methods. A base token the expert lacks is an error."""
+    import torch
+
+    ours, theirs = _token_ids(base), _token_ids(expert)
+    missing = [t for t in ours if t not in theirs]
+    if missing:
+        raise WildmergeError(f"{name}: {len(missing)} of the base's tokens (e.g. {missing[0]!r}) are not in its "
+                             f"tokenizer, so its embeddings cannot be read on the base's tokens; leave it out "
+                             f"(--exclude NAME)")
+    return torch.tensor([theirs[t] for t in sorted(ours, key=ours.get)], dtype=torch.long)
+
+
+def resized_rows(base: str, experts: Dict[str, str]) -> Dict[str, tuple]:
+    """{expert name: (``vocabulary_rows``, its vocab_size)} for the experts whose vocabulary size is not the base's."""
+    base_vocab = _vocab_size(read_config(base))
+    out = {}
+    for name, path in experts.items():
+        vocab = _vocab_size(read_config(path))
+        if vocab != base_vocab:
+            out[name] = (vocabulary_rows(base, path, name), vocab)
+    return out
+
+
+def on_base_tokens(tensor, rows, vocab_size):
+    """``tensor`` read on the base's tokens: a matrix with ``vocab_size`` rows (embeddings, output head) at ``rows``."""
+    if rows is not None and tensor.ndim == 2 and tensor.shape[0] == vocab_size:
+        return tensor.index_select(0, rows)
+    return tensor
+
+
 def nonfinite_tensors(path) -> List[str]:
     """Names of the floating-point tensors of a safetensors checkpoint that hold NaN or Inf (reads every tensor,
     one at a time)."""

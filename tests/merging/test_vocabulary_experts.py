@@ -1,5 +1,6 @@
 """Experts with added tokens or another chat template: merged through mergekit's tokenizer alignment onto the base's
-vocabulary, with a run-log line; RegMean / CoM refuse them before any merge."""
+vocabulary, with a run-log line; RegMean / CoM and the task-vector diagnostics read them on the base's tokens, exactly
+as if the expert had been cut to the base's vocabulary by hand."""
 
 import json
 import os
@@ -44,6 +45,20 @@ def odd_experts(lm_family, tmp_path_factory):  # noqa: F811
     AutoModelForCausalLM.from_pretrained(lm_family["experts"][1], dtype=torch.float32).save_pretrained(str(chat))
     tok.save_pretrained(str(chat))
     return {"resized": str(resized), "chat": str(chat)}
+
+
+@pytest.fixture(scope="module")
+def cut_expert(lm_family, odd_experts, tmp_path_factory):  # noqa: F811
+    """The resized expert cut to the base's vocabulary by hand (resize_token_embeddings down, the base's tokenizer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_tok = AutoTokenizer.from_pretrained(lm_family["base"])
+    cut = tmp_path_factory.mktemp("cut") / "cut"
+    model = AutoModelForCausalLM.from_pretrained(odd_experts["resized"], dtype=torch.float32)
+    model.resize_token_embeddings(len(base_tok))
+    model.save_pretrained(str(cut))
+    base_tok.save_pretrained(str(cut))
+    return str(cut)
 
 
 def _pool(tmp_path, base, experts, calibration=None) -> str:
@@ -119,19 +134,6 @@ def test_same_tokenizer_adds_nothing_to_the_recipe_and_loads_nothing(lm_family, 
     assert after.hits + after.misses == calls.hits + calls.misses  # decided from file stamps and config.json
 
 
-def test_regmean_refuses_a_resized_expert_before_merging(lm_family, odd_experts, tmp_path, capsys):  # noqa: F811
-    small = {"generate": {"n_samples": 2, "max_new_tokens": 4, "prompts": ["The sky is"]}}
-    run = tmp_path / "run"
-    argv = ["sample", "--base", _pool(tmp_path, lm_family["base"], odd_experts, small), "--out", str(run),
-            "--methods", "regmean", "--sizes", "2", "--no-evaluate"]
-    assert main(argv) != 0
-    err = capsys.readouterr().err
-    assert "regmean needs experts with the base's vocabulary, and resized differ" in err
-    assert "--exclude NAME" in err
-    assert not (run / "models").exists() or not any((run / "models").iterdir())
-    assert not (run / "calibration").exists()  # nothing generated: refused before any work on the merge
-
-
 def test_chat_template_only_is_fine_for_layerwise(lm_family, odd_experts):  # noqa: F811
     from wildmerge.merging.tokenizer_plan import plan_tokenizer
 
@@ -144,26 +146,27 @@ PER_TENSOR = ["ta", "ties", "model_stock", "tsv_m", "iso_c", "iso_cts", "ta_sb",
               "zhou2026_dare", "zhou2026_wa"]
 
 
-def test_every_per_tensor_method_merges_aligned_rows_as_if_pre_aligned(lm_family, odd_experts, tmp_path):  # noqa: F811
-    """Each method through mergekit's alignment gives what it gives on experts cut to the base's vocabulary by
-    hand (resize_token_embeddings down, the base's tokenizer): the alignment is the only difference."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    base_tok = AutoTokenizer.from_pretrained(lm_family["base"])
-    cut = tmp_path / "cut"
-    model = AutoModelForCausalLM.from_pretrained(odd_experts["resized"], dtype=torch.float32)
-    model.resize_token_embeddings(len(base_tok))
-    model.save_pretrained(str(cut))
-    base_tok.save_pretrained(str(cut))
-
+def _merge_both_ways(lm_family, odd_experts, cut, tmp_path, methods, data=None) -> dict:  # noqa: F811
+    """{aligned | by_hand: run folder}: the same merges of (resized, chat) and of (resized cut by hand, chat)."""
     runs = {}
     for label, experts in {"aligned": odd_experts,
-                           "by_hand": {"resized": str(cut), "chat": lm_family["experts"][1]}}.items():
+                           "by_hand": {"resized": cut, "chat": lm_family["experts"][1]}}.items():
         (tmp_path / label).mkdir()
         runs[label] = run = tmp_path / label / "run"
-        argv = ["sample", "--base", _pool(tmp_path / label, lm_family["base"], experts), "--out", str(run),
-                "--methods", ",".join(PER_TENSOR), "--sizes", "2", "--no-evaluate"]
+        argv = ["sample", "--base", _pool(tmp_path / label, lm_family["base"], experts, data), "--out", str(run),
+                "--methods", ",".join(methods), "--sizes", "2", "--no-evaluate"]
         assert main(argv) == 0
+    return runs
+
+
+def test_every_per_tensor_method_merges_aligned_rows_as_if_pre_aligned(lm_family, odd_experts, cut_expert,  # noqa: F811
+                                                                       tmp_path):
+    """Each method through mergekit's alignment gives what it gives on experts cut to the base's vocabulary by
+    hand (resize_token_embeddings down, the base's tokenizer): the alignment is the only difference."""
+    from transformers import AutoTokenizer
+
+    base_tok = AutoTokenizer.from_pretrained(lm_family["base"])
+    runs = _merge_both_ways(lm_family, odd_experts, cut_expert, tmp_path, PER_TENSOR)
     plan = json.loads((runs["aligned"] / "plan.json").read_text())
     merges = [e for e in plan["entries"] if e["kind"] == "merge"]
     assert sorted(e["method"] for e in merges) == sorted(PER_TENSOR)
@@ -175,13 +178,63 @@ def test_every_per_tensor_method_merges_aligned_rows_as_if_pre_aligned(lm_family
             assert torch.allclose(a[name], b[name], atol=1e-6), (e["method"], name)
 
 
-@pytest.mark.parametrize("analysis", ["norms", "mergeability"])
-def test_task_vector_diagnostics_refuse_a_resized_expert_clearly(lm_family, odd_experts, tmp_path, capsys,  # noqa: F811
-                                                                 analysis):
-    # they subtract the base from every tensor, so shapes must agree: one clear line, not a shape traceback
-    pool = _pool(tmp_path, lm_family["base"], {"a": lm_family["experts"][1], "resized": odd_experts["resized"]})
-    extra = ["--groups", "weights"] if analysis == "mergeability" else []  # data-free metrics: no data pre-flight
-    assert main(["analyze", analysis, "--pool", pool, "--out", str(tmp_path / "out"), *extra]) != 0
-    err = capsys.readouterr().err
-    assert "resized" in err and "needs identical vocabularies" in err
-    assert "Traceback" not in err
+def test_regmean_and_chain_of_merges_read_a_resized_expert_on_the_base_tokens(lm_family, odd_experts,  # noqa: F811
+                                                                              cut_expert, tmp_path, capsys):
+    """RegMean and Chain of Merges (which solve per-layer systems outside mergekit's alignment) merge an expert with
+    added tokens exactly as they merge it cut to the base's vocabulary by hand."""
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"the sky is blue number {i} and the grass is green" for i in range(80)))
+    data = {"text": str(text)}
+    runs = _merge_both_ways(lm_family, odd_experts, cut_expert, tmp_path, ["regmean", "com"], data)
+    assert "embeddings read at the rows of the base's tokens" in capsys.readouterr().out
+    merges = [e for e in json.loads((runs["aligned"] / "plan.json").read_text())["entries"] if e["kind"] == "merge"]
+    assert sorted(e["method"] for e in merges) == ["com", "regmean"]
+    for e in merges:
+        a = load_file(str(Path(e["path"]) / "model.safetensors"))
+        b = load_file(str(runs["by_hand"] / Path(e["path"]).relative_to(runs["aligned"]) / "model.safetensors"))
+        assert a.keys() == b.keys()
+        for name in b:
+            assert torch.allclose(a[name], b[name], atol=1e-6), (e["method"], name)
+
+
+def test_norm_imbalance_reads_a_resized_expert_on_the_base_tokens(lm_family, odd_experts, cut_expert,  # noqa: F811
+                                                                  tmp_path):
+    import pandas as pd
+
+    tables = {}
+    for label, resized in {"aligned": odd_experts["resized"], "by_hand": cut_expert}.items():
+        (tmp_path / label).mkdir()
+        pool = _pool(tmp_path / label, lm_family["base"], {"a": lm_family["experts"][1], "resized": resized})
+        assert main(["analyze", "norms", "--pool", pool, "--out", str(tmp_path / label / "out")]) == 0
+        tables[label] = pd.read_csv(next((tmp_path / label / "out").glob("*.csv")))
+    pd.testing.assert_frame_equal(tables["aligned"], tables["by_hand"], rtol=1e-9)
+
+
+def test_weight_mergeability_metrics_read_a_resized_expert_on_the_base_tokens(lm_family, odd_experts,  # noqa: F811
+                                                                               cut_expert, tmp_path):
+    import pandas as pd
+
+    tables = {}
+    for label, resized in {"aligned": odd_experts["resized"], "by_hand": cut_expert}.items():
+        (tmp_path / label).mkdir()
+        pool = _pool(tmp_path / label, lm_family["base"], {"a": lm_family["experts"][1], "resized": resized})
+        out = tmp_path / label / "out"
+        assert main(["analyze", "mergeability", "--pool", pool, "--out", str(out), "--groups", "weights"]) == 0
+        tables[label] = {p.name: pd.read_csv(p) for p in sorted(out.glob("*.csv"))}
+    assert tables["aligned"] and tables["aligned"].keys() == tables["by_hand"].keys()
+    for name, frame in tables["aligned"].items():
+        pd.testing.assert_frame_equal(frame, tables["by_hand"][name], rtol=1e-6)
+
+
+def test_in_memory_candidates_hold_a_resized_expert_on_the_base_tokens(lm_family, odd_experts,  # noqa: F811
+                                                                       cut_expert):
+    """The task alignment score's sweeps merge in memory: a resized expert is held at the base's token rows."""
+    from wildmerge.merging.inmemory import CandidateMerger
+
+    recipe = {"merge_method": "task_arithmetic", "parameters": {"lambda": 0.7},
+              "models": [{"model": "a", "parameters": {"weight": 1.0}}, {"model": "resized", "parameters": {"weight": 1.0}}]}
+    merged = [CandidateMerger(lm_family["base"], {"a": lm_family["experts"][1], "resized": r}).merge(recipe)
+              for r in (odd_experts["resized"], cut_expert)]
+    assert merged[0].keys() == merged[1].keys()
+    for name in merged[1]:
+        assert torch.equal(merged[0][name], merged[1][name]), name

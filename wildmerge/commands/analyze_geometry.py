@@ -38,7 +38,7 @@ def run(args) -> int:
     refs += [(e.label, e.model, e.revision) for e in pool.experts]
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
     base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    check_compatible(base, experts, allow_pickle=args.allow_pickle, same_vocab=True)
+    check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
     check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
     result = task_vector_geometry(base, experts, tolerance=tolerance)
     out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "geometry")

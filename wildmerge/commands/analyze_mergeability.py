@@ -67,7 +67,7 @@ def pool_models(args):
         resolved = resolve_all(refs, relative_to=rel, allow_pickle=args.allow_pickle)
         name, base = pool.name, resolved[0].path
         experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    check_compatible(base, experts, allow_pickle=args.allow_pickle, same_vocab=True)  # task vectors need one shape
+    check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
     check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
     return name, base, experts, specs
 

@@ -3,12 +3,13 @@
 A hyperparameter sweep scores many merges of the same models; writing each to disk and reading it back costs more
 than the merge itself. ``CandidateMerger`` keeps every checkpoint's tensors in memory and runs the recipe's own
 mergekit merge-method object on one ``TensorGroup`` per tensor, exactly as ``mergekit-yaml`` would (tests compare
-the two), so what a sweep scores is what the stock tool writes from the selected recipe.
+the two), so what a sweep scores is what the stock tool writes from the selected recipe. An expert with added
+tokens is held on the base's tokens, as a recipe's ``tokenizer: {source: base}`` merges it.
 """
 
 from typing import Dict, Optional
 
-from wildmerge.checkpoints import read_config, weight_files
+from wildmerge.checkpoints import on_base_tokens, read_config, resized_rows, weight_files
 from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
 
@@ -50,7 +51,9 @@ class CandidateMerger:
         self.base_path = base_path
         self.expert_names = list(experts)
         self.base = _load(base_path, device)
-        self.experts = {name: _load(path, device) for name, path in experts.items()}
+        resized = resized_rows(base_path, experts)  # added tokens: read on the base's tokens (tokenizer source=base)
+        self.experts = {name: {k: on_base_tokens(v, *resized.get(name, (None, None)))
+                               for k, v in _load(path, device).items()} for name, path in experts.items()}
         for name, tensors in self.experts.items():
             if set(tensors) != set(self.base):
                 missing = sorted(set(self.base) - set(tensors))[:3]

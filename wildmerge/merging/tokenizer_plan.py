@@ -10,8 +10,8 @@ run (and the base itself) read the same prompts the same way and are scored on o
 expert added are dropped (the base's prompts never produce them). The chat template stays the base's when it has
 one; when it has none, mergekit's ``chat_template: auto`` takes the most common template among the inputs.
 
-RegMean and Chain of Merges solve per-layer systems over embeddings of identical shape and do not go through
-mergekit's alignment: a merge of theirs with such an expert is refused before any merge runs.
+RegMean and Chain of Merges do not go through mergekit's alignment; their driver reads an expert with added tokens
+at the rows of the base's tokens (``plugins/layerwise/io.vocabulary_rows``): the same policy, source = base.
 """
 
 import hashlib
@@ -109,8 +109,7 @@ def differences(base: Tokenizer, expert: Tokenizer, name: str) -> Tuple[List[str
 def plan_tokenizer(base_path, experts: Dict[str, str], layerwise: bool, method: str) -> Tuple[dict, Optional[str]]:
     """(recipe keys to add, one run-log line saying what was done; None when every expert has the base's tokenizer).
 
-    Raises for a layer-wise method with an expert whose vocabulary differs, and when the base has no tokenizer to
-    align to."""
+    Raises when the base has no tokenizer to align to."""
     odd = {name: path for name, path in experts.items() if not _same_files(path, base_path)}
     if not odd:  # the common case: every expert ships the base's own tokenizer files (nothing is loaded)
         return {}, None
@@ -124,13 +123,9 @@ def plan_tokenizer(base_path, experts: Dict[str, str], layerwise: bool, method: 
         template |= any("chat template" in w for w in words)
     if not said:
         return {}, None
-    if layerwise and align:
-        raise WildmergeError(
-            f"{method} needs experts with the base's vocabulary, and {', '.join(align)} differ ({'; '.join(said)}); "
-            f"leave {'it' if len(align) == 1 else 'them'} out of this method (--exclude NAME), or merge with a "
-            "per-tensor method such as ta or ties, which mergekit aligns by tokenizer")
-    if layerwise:  # only the template differs: the driver saves the base's tokenizer
-        return {}, "; ".join(said) + ": the merged model keeps the base's tokenizer and chat template"
+    if layerwise:  # the driver reads resized experts on the base's tokens and saves the base's tokenizer
+        done = ", embeddings read at the rows of the base's tokens" if align else ""
+        return {}, "; ".join(said) + f": the merged model keeps the base's tokenizer and chat template{done}"
     if base.tokens is None:
         raise WildmergeError(
             f"{'; '.join(said)}, but the base {base_path} has no tokenizer to align them to; add the base's "

@@ -74,7 +74,7 @@ def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=Fals
     vocab_differs = check_compatible(base.path, paths, allow_pickle)
     for name, (vocab, base_vocab) in vocab_differs.items():
         print(f"  note: {name}: vocabulary of {vocab} tokens vs base {base_vocab}; its merges keep the base's "
-              "tokenizer (mergekit aligns the embeddings); RegMean / CoM cannot merge it")
+              "tokenizer (mergekit aligns the embeddings; RegMean / CoM read it on the base's tokens)")
     models = PoolModels(
         base=base.model_copy(update={"name": "base"}),
         experts=[r.model_copy(update={"name": e.label, "domain": e.domain,

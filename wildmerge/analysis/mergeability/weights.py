@@ -68,11 +68,19 @@ def _handles(folder: str, stack) -> dict:
     return {name: opened[shard] for name, shard in index.items()}
 
 
-def _read(handles: dict, name: str, rows=None):
+def _read(handles: dict, name: str, rows=None, aligned=(None, None)):
+    """One tensor (or its rows ``rows``), upcast; ``aligned`` reads an expert with added tokens on the base's tokens
+    (``checkpoints.resized_rows``)."""
     import torch
 
+    from wildmerge.checkpoints import on_base_tokens
+
     h = handles[name]
-    t = h.get_slice(name)[rows[0]:rows[1]] if rows else h.get_tensor(name)
+    if aligned[0] is not None and h.get_slice(name).get_shape()[0] == aligned[1]:
+        t = on_base_tokens(h.get_tensor(name), *aligned)
+        t = t[rows[0]:rows[1]] if rows else t
+    else:
+        t = h.get_slice(name)[rows[0]:rows[1]] if rows else h.get_tensor(name)
     return t.to(torch.float32)  # upcast before subtracting: bf16 differences lose bits
 
 
@@ -133,6 +141,9 @@ def weight_pass(base: str, models: Dict[str, str], need_self: Set[str], need_pai
            "sketch": {m: {} for m in need_self}, "tensors": vector, "subspace": subspace, "left_out": left_out}
     if not involved:
         return out
+    from wildmerge.checkpoints import resized_rows
+
+    aligned = resized_rows(base, {m: models[m] for m in involved})
     with contextlib.ExitStack() as stack, torch.no_grad():
         hb = _handles(base, stack)
         hs = {m: _handles(models[m], stack) for m in involved}
@@ -145,7 +156,7 @@ def weight_pass(base: str, models: Dict[str, str], need_self: Set[str], need_pai
             for rows in chunks:
                 b = _read(hb, name, rows)
                 base_sq += float(b.double().pow(2).sum())
-                taus = {m: _read(hs[m], name, rows) - b for m in involved}
+                taus = {m: _read(hs[m], name, rows, aligned.get(m, (None, None))) - b for m in involved}
                 if whole:
                     for m in involved:
                         if m in need_self:

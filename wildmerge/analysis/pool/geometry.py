@@ -33,11 +33,20 @@ def _open_checkpoint(folder: str, stack) -> Dict[str, object]:
 
 def stream_task_vectors(base: str, experts: List[str], desc: str, progress: bool = True) -> Iterator[Tuple[str, object]]:
     """``(tensor name, float64 [n_experts, numel] task vectors)`` for every floating tensor of the base, one
-    tensor of every checkpoint in memory at a time; a tensor an expert lacks counts as unchanged (zeros)."""
+    tensor of every checkpoint in memory at a time; a tensor an expert lacks counts as unchanged (zeros). An expert
+    with added tokens is read on the base's tokens (``checkpoints.on_base_tokens``)."""
     import contextlib
 
     import torch
     from tqdm.auto import tqdm
+
+    from wildmerge.checkpoints import on_base_tokens, resized_rows
+
+    resized = resized_rows(base, {e: e for e in experts})
+    aligned = [resized.get(e, (None, None)) for e in experts]
+
+    def read(index, tensor, i):
+        return on_base_tokens(index[tensor].get_tensor(tensor), *aligned[i])
 
     with contextlib.ExitStack() as stack:
         base_index = _open_checkpoint(base, stack)
@@ -47,8 +56,9 @@ def stream_task_vectors(base: str, experts: List[str], desc: str, progress: bool
             if not theta0.is_floating_point():
                 continue
             theta0 = theta0.to(torch.float64).flatten()
-            yield tensor, torch.stack([index[tensor].get_tensor(tensor).to(torch.float64).flatten() - theta0
-                                       if tensor in index else torch.zeros_like(theta0) for index in indexes])
+            yield tensor, torch.stack([read(index, tensor, i).to(torch.float64).flatten() - theta0
+                                       if tensor in index else torch.zeros_like(theta0)
+                                       for i, index in enumerate(indexes)])
 
 
 def task_vector_geometry(base: str, experts: Dict[str, str], progress: bool = True,

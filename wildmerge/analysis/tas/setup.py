@@ -37,7 +37,7 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
     experts, notes = materialise_experts(base, experts)  # LoRA adapters folded into the base (as the sampler does)
     for note in notes:
         print(f"  note: {note}")
-    check_compatible(base, experts, allow_pickle=allow_pickle, same_vocab=True)  # in-memory merges: no alignment
+    check_compatible(base, experts, allow_pickle=allow_pickle)  # added tokens: held on the base's tokens
     check_fits([base, *experts.values()], device)
     config = read_config(base)
     data = pool.all_data()

@@ -99,6 +99,7 @@ class _Inputs:
     batches: List[list] = field(default_factory=list)  # per expert: [(input_ids, attention_mask)]
     tokenizer: Any = None
     tok_path: Optional[str] = None
+    rows: Dict[str, Any] = field(default_factory=dict)  # resized expert folder -> (rows of the base's tokens, its rows)
 
     @property
     def paths(self) -> List[str]:
@@ -149,9 +150,9 @@ def _check_recipe(merge_config, raw: Optional[Dict[str, Any]], out_path) -> _Inp
     if merge_config.slices or merge_config.modules or not merge_config.models:
         raise ConfigError(f"{method} recipes list their inputs under 'models:' (slices and modules are not supported)")
     if merge_config.tokenizer or merge_config.tokenizer_source:
-        raise ConfigError(f"{method} merges experts that share the base's vocabulary and does not support a "
-                          f"'tokenizer:' / 'tokenizer_source:' section; remove it (and any expert with added tokens), "
-                          f"or use a per-tensor method such as ties, which mergekit aligns by tokenizer")
+        raise ConfigError(f"{method} always merges on the base's tokens (an expert with added tokens is read at the "
+                          f"rows of the base's tokens) and takes no 'tokenizer:' / 'tokenizer_source:' section; "
+                          f"remove it")
     base_ref = merge_config.base_model
     expert_refs = [m.model for m in merge_config.models if m.model != base_ref]
     for m in merge_config.models:
@@ -183,8 +184,12 @@ def _resolve_models(inputs: _Inputs, cache: Optional[str]) -> None:
     check_supported(inputs.config)
     reference = ((str(base_ref), inputs.base_path) if inputs.base_path
                  else (str(expert_refs[0]), inputs.expert_paths[0]))
-    check_compatible(reference[1], {str(r): p for r, p in zip(expert_refs, inputs.expert_paths) if p != reference[1]},
-                     base_name=reference[0], same_vocab=True)
+    resized = check_compatible(reference[1], {str(r): p for r, p in zip(expert_refs, inputs.expert_paths)
+                                              if p != reference[1]}, base_name=reference[0])
+    from wildmerge.checkpoints import resized_rows
+
+    rows = resized_rows(reference[1], {str(r): p for r, p in zip(expert_refs, inputs.expert_paths) if str(r) in resized})
+    inputs.rows = {p: rows[str(r)] for r, p in zip(expert_refs, inputs.expert_paths) if str(r) in rows}
 
 
 def _load_calibration(inputs: _Inputs, recipe_dir: Optional[Path]) -> None:
@@ -218,7 +223,8 @@ def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], pr
     from wildmerge.plugins.layerwise.chain import ChainJob
     from wildmerge.plugins.layerwise.io import Checkpoint
 
-    experts = [Checkpoint(p, str(r)) for p, r in zip(inputs.expert_paths, inputs.expert_refs)]
+    experts = [Checkpoint(p, str(r), *inputs.rows.get(p, (None, None)))
+               for p, r in zip(inputs.expert_paths, inputs.expert_refs)]
     base = Checkpoint(inputs.base_path, str(inputs.base_ref)) if inputs.base_path else None
     config = inputs.config
     fallback = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32

@@ -5,11 +5,11 @@ ship only pickle files are refused (untrusted input, see DESIGN.md).
 """
 
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
-from wildmerge.checkpoints import tensor_index
+from wildmerge.checkpoints import on_base_tokens, tensor_index
 from wildmerge.errors import WildmergeError
 from wildmerge.hub import resolve_path
 
@@ -23,13 +23,18 @@ def resolve_model_path(ref, cache_dir=None, allow_pickle=False) -> str:
 
 
 class Checkpoint:
-    """Tensor names -> safetensors file of one model folder, with per-tensor lazy reads."""
+    """Tensor names -> safetensors file of one model folder, with per-tensor lazy reads.
 
-    def __init__(self, path: str, name: str = None):
+    ``rows`` (from ``checkpoints.vocabulary_rows``) reads an expert with a resized vocabulary on the base's tokens: every tensor
+    with ``vocab_size`` rows (embeddings, output head) is read at those rows."""
+
+    def __init__(self, path: str, name: str = None, rows: Optional[torch.Tensor] = None,
+                 vocab_size: Optional[int] = None):
         self.path = Path(path)
         self.name = name or str(path)
         self.files = tensor_index(self.path)  # refuses pickle-only checkpoints (untrusted input)
         self._handles: Dict[Path, object] = {}
+        self.rows, self.vocab_size = rows, vocab_size
 
     def names(self) -> List[str]:
         return list(self.files)
@@ -46,6 +51,7 @@ class Checkpoint:
         t = self._handles[file].get_tensor(name)
         if t.is_floating_point() and not torch.isfinite(t).all():
             raise WildmergeError(f"{self.name}: tensor {name!r} contains NaN or Inf")
+        t = on_base_tokens(t, self.rows, self.vocab_size)
         return t.to(device=device, dtype=dtype if (dtype is not None and t.is_floating_point()) else t.dtype)
 
     def close(self) -> None:
