@@ -38,6 +38,7 @@ class Universe:
 
     def __init__(self, out: Path, pool_name: str, suite: str, limit, workers: int):
         from wildmerge.hub import resolve_all
+        from wildmerge.sampling.adapters import materialise_experts
         from wildmerge.sampling.pools import load_pool
 
         self.out, self.suite, self.limit, self.workers = out, suite, limit, workers
@@ -48,7 +49,11 @@ class Universe:
         resolved = resolve_all(refs, relative_to=rel)
         self.base = resolved[0].path
         self.experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
+        self.experts, notes = materialise_experts(self.base, self.experts)  # as the search: LoRA adapters folded into the base
+        for note in notes:
+            print(f"  note: {note}")
         self.specs, self.items = {}, {}
+        self.by_recipe, self.same = {}, {}  # recipe -> the first id that has it; id -> that id
         self.cache = out / "items.json"
         if self.cache.is_file():
             cached = json.loads(self.cache.read_text())
@@ -57,9 +62,13 @@ class Universe:
         self.merger = None
 
     def add(self, cid: str, method, subset) -> str:
+        """Register a merge; one whose recipe another id already has (e.g. a TAS choice equal to the recipe's
+        setting) is the same model: it is merged and scored once and its items are shared."""
         from wildmerge.search.live import subset_recipe
 
-        self.specs.setdefault(cid, {"recipe": subset_recipe(method, "base", list(subset), self.experts)})
+        spec = self.specs.setdefault(cid, {"recipe": subset_recipe(method, "base", list(subset), self.experts)})
+        key = json.dumps(spec["recipe"], sort_keys=True)
+        self.same.setdefault(cid, self.by_recipe.setdefault(key, cid))
         return cid
 
     def score(self, ids) -> None:
@@ -69,7 +78,10 @@ class Universe:
         from wildmerge.search.live import LiveEvaluator
         from wildmerge.eval.suites import load_suite
 
-        todo = [i for i in dict.fromkeys(ids) if i not in self.items]
+        for i in ids:  # an id whose recipe was scored under another id shares its items
+            if i not in self.items and self.same.get(i, i) in self.items:
+                self.items[i] = self.items[self.same[i]]
+        todo = [i for i in dict.fromkeys(self.same.get(i, i) for i in ids) if i not in self.items]
         if not todo:
             return
         if self.merger is None:  # base and experts loaded once; it merges and saves, the harness scores
@@ -89,6 +101,8 @@ class Universe:
             if record["status"] != OK:
                 raise SystemExit(f"{i}: {record.get('error')}")
             self.items[i] = {t: np.asarray(v, dtype=np.float64) for t, v in sorted(record["items"].items())}
+        for i in ids:
+            self.items.setdefault(i, self.items.get(self.same.get(i, i)))
         write_json(self.cache, {k: {t: v.tolist() for t, v in d.items()} for k, d in self.items.items()})
 
     def full(self, cid: str) -> float:

@@ -131,3 +131,18 @@ def materialise(base_path, adapter_path, progress: bool = True) -> tuple[Path, s
             (Path(tmp) / "wildmerge_adapter.json").write_text(json.dumps(
                 {"base": str(base_path), "adapter": str(adapter_path), "adapter_config": config}, indent=2))
     return out, note
+
+
+def materialise_experts(base_path, experts: dict, progress: bool = True) -> tuple[dict, list]:
+    """({expert: full checkpoint folder}, notes for the log): every adapter among ``experts`` folded into the base
+    (``materialise``, cached), every other expert as it is. For what reads weights without the sampler's manifest:
+    the TAS sweep, the guided search's in-memory merger and geometry, its benchmark."""
+    out, notes = {}, []
+    for name, path in experts.items():
+        if is_adapter(path):
+            whole, note = materialise(base_path, path, progress=progress)
+            out[name] = str(whole)
+            notes.append(f"{name}: {note}")
+        else:
+            out[name] = path
+    return out, notes
