@@ -131,3 +131,19 @@ def materialise(base_path, adapter_path, progress: bool = True) -> tuple[Path, s
             (Path(tmp) / "wildmerge_adapter.json").write_text(json.dumps(
                 {"base": str(base_path), "adapter": str(adapter_path), "adapter_config": config}, indent=2))
     return out, note
+
+
+def materialise_experts(base_path, experts: dict, progress: bool = True) -> dict:
+    """{expert: folder} with every LoRA adapter folder replaced by its materialised full checkpoint (built once,
+    cached like the sampler's): the diagnostics (norms, geometry, mergeability, TAS) read task vectors tensor by
+    tensor, so an adapter expert must be a whole checkpoint for them exactly as it is for a merge."""
+    out = {}
+    for name, path in experts.items():
+        if is_adapter(path):
+            whole, note = materialise(base_path, path, progress=progress)
+            if progress:
+                print(f"  note: {name}: {note}", flush=True)
+            out[name] = str(whole)
+        else:
+            out[name] = path
+    return out

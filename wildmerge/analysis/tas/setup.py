@@ -24,6 +24,7 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
 
     from wildmerge.checkpoints import check_compatible, read_config
     from wildmerge.hub import resolve_all
+    from wildmerge.sampling.adapters import materialise_experts
     from wildmerge.expert_data.read import expert_texts
     from wildmerge.plugins.layerwise.calibration import CalibrationSpec, apply_seq_len, load_token_batches
 
@@ -33,6 +34,7 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=allow_pickle, download=download)
     base = resolved[0].path
     experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
+    experts = materialise_experts(base, experts)  # LoRA adapters: folded into the base, as for a merge
     check_compatible(base, experts, allow_pickle=allow_pickle, same_vocab=True)  # in-memory merges: no alignment
     check_fits([base, *experts.values()], device)
     config = read_config(base)
