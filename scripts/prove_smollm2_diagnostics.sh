@@ -80,7 +80,7 @@ for v in true generated shared; do
   if [ $v = true ]; then pool=(--pool smollm2 --exclude units); else pool=(--pool "$OUT/pools/smollm2_$v.yml"); fi
   step "layerwise-$v" wildmerge sample "${pool[@]}" --methods com,regmean --sizes 1 --no-evaluate --out "$OUT/layerwise-$v"
   for m in com regmean; do
-    step "eval-$m-$v" wildmerge eval --model "$OUT/layerwise-$v/models/${m}__n08_s00" --suite smollm2 \
+    step "eval-$m-$v" wildmerge eval --model "$OUT/layerwise-$v/models/${m}__n08_full" --suite smollm2 \
       --limit "$LIMIT" --out "$OUT/eval-$m-$v"
   done
 done
