@@ -66,3 +66,27 @@ def test_adapter_expert_is_materialised_once_and_merged(lm_family, adapter, tmp_
     assert main([*argv[:4], str(tmp_path / "alone"), *argv[5:], "--no-full"]) == 0
     manifest = json.loads((tmp_path / "alone" / "manifest.json").read_text())
     assert [s["n"] for s in manifest["subsets"]] == [1, 1] and manifest["sampling"]["full"] is False
+
+
+def test_the_diagnostics_read_an_adapter_expert_as_its_folded_checkpoint(lm_family, adapter, tmp_path, monkeypatch,
+                                                                          capsys):  # noqa: F811
+    """`analyze norms` / `analyze geometry` on a pool with a LoRA adapter expert (the SmolLM2 family's sentiment and
+    topic) once refused it ("no config.json"); they now fold it into the base like the sampler does, and its
+    task-vector norm is that of the folded checkpoint, (alpha / r) B A."""
+    import pandas as pd
+
+    monkeypatch.setenv("WILDMERGE_ADAPTER_CACHE", str(tmp_path / "cache"))
+    pool = tmp_path / "pool.yml"
+    pool.write_text(yaml.safe_dump({"name": "lora", "base": {"model": lm_family["base"]},
+                                    "experts": [{"model": lm_family["experts"][0], "name": "full"},
+                                                {"model": str(adapter), "name": "lora"}]}))
+    assert main(["analyze", "norms", "--pool", str(pool), "--out", str(tmp_path / "norms")]) == 0
+    assert "lora: adapter" in capsys.readouterr().out
+    rows = pd.read_csv(tmp_path / "norms" / "imbalance.csv")
+    ad = load_file(str(adapter / "adapter_model.safetensors"))
+    want = sum(float(((ALPHA / R) * (ad[k.replace("lora_A", "lora_B")].double() @ ad[k].double())).pow(2).sum())
+               for k in ad if "lora_A" in k) ** 0.5
+    layer = "layer" if "layer" in rows.columns else rows.columns[0]
+    model_rows = rows[(rows["expert"] == "lora") & (rows[layer].astype(str) == "model")]
+    assert len(model_rows) == 1 and abs(float(model_rows["norm"].iloc[0]) - want) < 1e-3 * want
+    assert main(["analyze", "geometry", "--pool", str(pool), "--out", str(tmp_path / "geometry")]) == 0
