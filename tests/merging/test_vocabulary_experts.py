@@ -238,3 +238,11 @@ def test_in_memory_candidates_hold_a_resized_expert_on_the_base_tokens(lm_family
     assert merged[0].keys() == merged[1].keys()
     for name in merged[1]:
         assert torch.equal(merged[0][name], merged[1][name]), name
+
+
+def test_the_reports_task_vector_norm_reads_a_resized_expert_on_the_base_tokens(lm_family, odd_experts,  # noqa: F811
+                                                                                 cut_expert):
+    from wildmerge.analysis.pool.norms import task_vector_norm
+
+    aligned = task_vector_norm(odd_experts["resized"], lm_family["base"])
+    assert aligned == pytest.approx(task_vector_norm(cut_expert, lm_family["base"]), rel=1e-12) and aligned > 0

@@ -16,20 +16,28 @@ BLOCK = 1 << 22  # elements per block (32 MiB in float64)
 
 
 def task_vector_norm(merged_dir, base_dir) -> float:
-    """L2 norm of the difference of every tensor of the two checkpoints (they must hold the same tensors)."""
+    """L2 norm of the difference of every tensor of the two checkpoints (they must hold the same tensors); a model
+    with added tokens is read on the base's tokens (``checkpoints.on_base_tokens``)."""
     import torch
     from safetensors import safe_open
+
+    from wildmerge.checkpoints import on_base_tokens, resized_rows
 
     merged, base = tensor_index(merged_dir), tensor_index(base_dir)
     if set(merged) != set(base):
         only_m, only_b = sorted(set(merged) - set(base))[:3], sorted(set(base) - set(merged))[:3]
         raise WildmergeError(f"{merged_dir} and base {base_dir} hold different tensors (only in merge: {only_m}, "
                              f"only in base: {only_b}); is the base the right one?")
+    aligned = resized_rows(str(base_dir), {"model": str(merged_dir)}).get("model", (None, None))
     total = 0.0
     for name in sorted(merged):
         with safe_open(str(merged[name]), framework="pt") as hm, safe_open(str(base[name]), framework="pt") as hb:
             sm, sb = hm.get_slice(name), hb.get_slice(name)
             shape = sm.get_shape()
+            if aligned[0] is not None and len(shape) == 2 and shape[0] == aligned[1]:
+                d = on_base_tokens(hm.get_tensor(name), *aligned).double() - hb.get_tensor(name).double()
+                total += float(torch.sum(d * d))
+                continue
             if shape != sb.get_shape():
                 raise WildmergeError(f"tensor {name}: shape {shape} in {merged_dir} but {sb.get_shape()} in the base")
             if len(shape) == 0:
