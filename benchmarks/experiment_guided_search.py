@@ -38,7 +38,7 @@ class Universe:
 
     def __init__(self, out: Path, pool_name: str, suite: str, limit, workers: int):
         from wildmerge.hub import resolve_all
-        from wildmerge.sampling.adapters import materialise_experts
+        from wildmerge.sampling.adapters import full_checkpoints
         from wildmerge.sampling.pools import load_pool
 
         self.out, self.suite, self.limit, self.workers = out, suite, limit, workers
@@ -49,9 +49,7 @@ class Universe:
         resolved = resolve_all(refs, relative_to=rel)
         self.base = resolved[0].path
         self.experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-        self.experts, notes = materialise_experts(self.base, self.experts)  # as the search: LoRA adapters folded into the base
-        for note in notes:
-            print(f"  note: {note}")
+        self.experts = full_checkpoints(self.base, self.experts)  # as the search: LoRA adapters folded into the base
         self.specs, self.items = {}, {}
         self.by_recipe, self.same = {}, {}  # recipe -> the first id that has it; id -> that id
         self.cache = out / "items.json"

@@ -162,3 +162,37 @@ def test_composition_model_scores_like_its_experts(family, tmp_path):
     fast, full = composer.loglikelihood(requests, True), composer._full_loglikelihood(pairs, True)
     assert [a for a, _ in fast] == pytest.approx([b for b, _ in full], abs=1e-4)
     assert [a for _, a in fast] == [b for _, b in full]
+
+
+def test_a_lora_adapter_is_probed_folded_into_its_base(family, tmp_path, monkeypatch, capsys):
+    """``--model ADAPTER`` probes base + scale * B A (the sampler's fold), with --base when its declared base is not
+    on this machine; without one it is refused, naming the fix, before any feature is computed."""
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    info, probe, _ = family
+    monkeypatch.setenv("WILDMERGE_ADAPTER_CACHE", str(tmp_path / "adapters"))
+    torch.manual_seed(3)
+    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(info["base"], dtype=torch.float32),
+                          LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], init_lora_weights=False))
+    adapter = tmp_path / "adapter"
+    lora.save_pretrained(str(adapter))
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": "nobody/absent"}))
+    suite = _suite(tmp_path / "one.yml", probe["tasks"], [{"task": "demo_probe_count", "num_fewshot": 0}])
+    out = tmp_path / "probe"
+    assert main(["analyze", "probe", "--model", str(adapter), "--suite", suite, "--out", str(out)]) == 2
+    assert "--base" in capsys.readouterr().err and not out.exists()
+    assert main(["analyze", "probe", "--model", str(adapter), "--base", info["base"], "--suite", suite,
+                 "--seeds", "0", "--out", str(out)]) == 0
+    row = json.loads((out / "probe.json").read_text())["rows"][0]
+    assert row["model_id"] == str(adapter) and row["status"].startswith("ok") and 0 <= row["native"] <= 1
+    folded = next((tmp_path / "adapters").glob("adapter-*"))
+    weights, base = load_file(str(folded / "model.safetensors")), load_file(str(Path(info["base"]) / "model.safetensors"))
+    factors = load_file(str(adapter / "adapter_model.safetensors"))
+    key = "model.layers.0.self_attn.q_proj.weight"
+    a = factors["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"].double()
+    b = factors["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"].double()
+    expected = base[key].double() + (4 / 2) * b @ a  # Hu et al. 2021: W + (alpha / r) B A
+    assert torch.allclose(weights[key].double(), expected, atol=1e-5)

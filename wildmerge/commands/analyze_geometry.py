@@ -23,7 +23,7 @@ def run(args) -> int:
     from wildmerge.analysis.pool.geometry import ZERO_COSINE_TOLERANCE, task_vector_geometry, write_geometry
     from wildmerge.checkpoints import check_compatible, check_weights
     from wildmerge.hub import resolve_all
-    from wildmerge.sampling.adapters import materialise_experts
+    from wildmerge.sampling.adapters import full_checkpoints
     from wildmerge.sampling.pools import load_pool
 
     tolerance = ZERO_COSINE_TOLERANCE if args.tolerance is None else args.tolerance
@@ -39,9 +39,7 @@ def run(args) -> int:
     refs += [(e.label, e.model, e.revision) for e in pool.experts]
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
     base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    experts, notes = materialise_experts(base, experts)  # LoRA adapters: folded into the base, as for a merge
-    for note in notes:
-        print(f"  note: {note}")
+    experts = full_checkpoints(base, experts)  # LoRA adapters: folded into the base, as for a merge
     check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
     check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
     result = task_vector_geometry(base, experts, tolerance=tolerance)

@@ -37,7 +37,7 @@ def pool_models(args):
     """(pool name, base path, {expert: path}, {expert: calibration spec}) from --run or --pool, all resolved."""
     from wildmerge.checkpoints import check_compatible, check_weights
     from wildmerge.hub import resolve_all
-    from wildmerge.sampling.adapters import materialise_experts
+    from wildmerge.sampling.adapters import full_checkpoints
 
     from wildmerge.expert_data.check import require_data
     from wildmerge.expert_data.recipe import absolute
@@ -68,9 +68,7 @@ def pool_models(args):
         resolved = resolve_all(refs, relative_to=rel, allow_pickle=args.allow_pickle)
         name, base = pool.name, resolved[0].path
         experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-        experts, notes = materialise_experts(base, experts)  # LoRA adapters: folded into the base, as for a merge
-        for note in notes:
-            print(f"  note: {note}")
+        experts = full_checkpoints(base, experts)  # LoRA adapters: folded into the base, as for a merge
     check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
     check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
     return name, base, experts, specs

@@ -23,7 +23,7 @@ def run(args) -> int:
     from wildmerge.analysis.pool.imbalance import imbalance_rows, layer_grams, summary, write_imbalance
     from wildmerge.checkpoints import check_compatible, check_weights
     from wildmerge.hub import resolve_all
-    from wildmerge.sampling.adapters import materialise_experts
+    from wildmerge.sampling.adapters import full_checkpoints
     from wildmerge.sampling.pools import load_pool
 
     pool = load_pool(args.pool)
@@ -33,9 +33,7 @@ def run(args) -> int:
     refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
     base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    experts, notes = materialise_experts(base, experts)  # LoRA adapters: folded into the base, as for a merge
-    for note in notes:
-        print(f"  note: {note}")
+    experts = full_checkpoints(base, experts)  # LoRA adapters: folded into the base, as for a merge
     check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
     check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
     grams = layer_grams(base, experts)

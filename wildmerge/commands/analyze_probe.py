@@ -18,6 +18,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", required=True, help="suite name or YAML (demo family: demo_probe)")
     p.add_argument("--model", action="append", default=[], help="probe this model instead of a run (repeatable)")
     p.add_argument("--models", help="comma-separated model ids of the run to probe (default: all)")
+    p.add_argument("--base", help="with --model: the base a LoRA adapter among them is folded into (default: the base "
+                                  "its adapter_config.json names, where that resolves locally)")
     p.add_argument("--reference", help="joint reference model J for R and U (demo family: demo:joint)")
     p.add_argument("--seeds", type=comma_ints, default=[0, 1, 2], help="fresh-head seeds (default 0,1,2)")
     p.add_argument("--device", default="cpu", help="device for the frozen models (cpu, cuda, cuda:1)")
@@ -47,6 +49,30 @@ def _run_models(args):
             raise ConfigError(f"--models: not in {args.run}/plan.json: {unknown}")
     return [ProbeModel(e.model_id, e.path, e.kind, e.method or "", e.n) for e in plan.entries
             if wanted is None or e.model_id in wanted]
+
+
+def _full_model(ref: str, base_ref: str | None) -> str:
+    """The folder of ``ref`` as a whole checkpoint: a LoRA adapter is folded into its base first (cached), as the
+    sampler does; an adapter whose base cannot be found locally is refused with the fix."""
+    from wildmerge.errors import ConfigError, WildmergeError
+    from wildmerge.hub import resolve_path
+    from wildmerge.sampling.adapters import ADAPTER_CONFIG, full_checkpoints, is_adapter
+
+    path = resolve_path(ref, download=False)
+    if not is_adapter(path):
+        return path
+    import json
+
+    declared = json.loads((Path(path) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    base_ref = base_ref or declared
+    try:
+        base = resolve_path(base_ref, download=False) if base_ref else None
+    except WildmergeError as exc:  # not on disk, not in the hub cache
+        raise ConfigError(f"--model {ref} is a LoRA adapter trained on {declared!r}, which is not on this machine "
+                          f"({exc}); give its base with --base (the SmolLM2 family: --base smollm2:base)") from None
+    if base is None:
+        raise ConfigError(f"--model {ref} is a LoRA adapter that names no base; give it with --base")
+    return full_checkpoints(base, {ref: path})[ref]
 
 
 def _composition_rows(args, suite, models, tasks) -> list:
@@ -105,7 +131,7 @@ def run(args) -> int:
         models = _run_models(args)
         out = Path(args.out or Path(args.run) / "probe" / suite.name)
     else:
-        models = [ProbeModel(ref, resolve_path(ref, download=False)) for ref in args.model]
+        models = [ProbeModel(ref, _full_model(ref, args.base)) for ref in args.model]
         out = Path(args.out or Path("wildmerge-probe") / suite.name)
     probed = [m for m in models if m.kind != "composition"]
     from wildmerge.checkpoints import check_weights

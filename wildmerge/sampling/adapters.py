@@ -146,3 +146,11 @@ def materialise_experts(base_path, experts: dict, progress: bool = True) -> tupl
         else:
             out[name] = path
     return out, notes
+
+
+def full_checkpoints(base_path, experts: dict) -> dict:
+    """``materialise_experts`` with its notes printed: what every command that reads weights outside a run calls."""
+    experts, notes = materialise_experts(base_path, experts)
+    for note in notes:
+        print(f"  note: {note}", flush=True)
+    return experts

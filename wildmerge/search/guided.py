@@ -46,7 +46,7 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     from wildmerge.eval.suites import check_tasks, load_suite
     from wildmerge.hub import resolve_all
     from wildmerge.plugins.recipes import default_hparams, load_methods
-    from wildmerge.sampling.adapters import materialise_experts
+    from wildmerge.sampling.adapters import full_checkpoints
     from wildmerge.sampling.pools import load_pool
 
     methods = list(methods)
@@ -65,9 +65,7 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     resolved = resolve_all(refs, relative_to=relative_to)
     base = resolved[0].path
     experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    experts, notes = materialise_experts(base, experts)  # merged in memory: LoRA adapters folded into the base
-    for note in notes:
-        print(f"  note: {note}")
+    experts = full_checkpoints(base, experts)  # merged in memory: LoRA adapters folded into the base
 
     geometry = _geometry(folder, base, experts, task_vector_geometry)
     names = geometry["experts"]

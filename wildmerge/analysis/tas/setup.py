@@ -26,7 +26,7 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
     from wildmerge.hub import resolve_all
     from wildmerge.expert_data.read import expert_texts
     from wildmerge.plugins.layerwise.calibration import CalibrationSpec, apply_seq_len, load_token_batches
-    from wildmerge.sampling.adapters import materialise_experts
+    from wildmerge.sampling.adapters import full_checkpoints
 
     check_calibration(pool)
     relative_to = Path(pool.source).parent if pool.source else None
@@ -34,9 +34,7 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
     resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=allow_pickle, download=download)
     base = resolved[0].path
     experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    experts, notes = materialise_experts(base, experts)  # LoRA adapters folded into the base (as the sampler does)
-    for note in notes:
-        print(f"  note: {note}")
+    experts = full_checkpoints(base, experts)  # LoRA adapters folded into the base (as the sampler does)
     check_compatible(base, experts, allow_pickle=allow_pickle)  # added tokens: held on the base's tokens
     check_fits([base, *experts.values()], device)
     config = read_config(base)
