@@ -167,6 +167,22 @@ def guided(u: Universe, methods: dict, budget: float, seed: int, first: float, e
             "curve": curve}
 
 
+def spread(items: dict, members: dict) -> dict:
+    """How hard the protocol's best is to reach: how many of its merges score within 2 and 4.5 points (about the
+    paired interval of two merges here) of its best, each method's mean, and the best single expert where scored."""
+    scores = {c: suite_score(items[c]) for c in members}
+    best = max(scores.values())
+    by_method = {}
+    for c, v in scores.items():
+        by_method.setdefault(c[2:].split("__")[0], []).append(v)
+    experts = {c[2:]: suite_score(v) for c, v in items.items() if c.startswith("x_")}
+    top = max(experts, key=experts.get) if experts else None
+    return {"within_2_points": sum(v >= best - 0.02 - 1e-9 for v in scores.values()),
+            "within_4.5_points": sum(v >= best - 0.045 - 1e-9 for v in scores.values()),
+            "method_mean": {m: float(np.mean(v)) for m, v in by_method.items()},
+            "best_expert": [top, experts[top]] if top else None}
+
+
 def predicted(u: Universe, geometry: dict, train: dict):
     """A ranking by the search's predictor (``search.predictor``) fitted on the protocol merges of other seeds."""
     from wildmerge.search.predictor import features, fit, scorer, target
@@ -223,6 +239,12 @@ def main() -> None:
     args = p.parse_args()
     if args.replot:
         results = json.loads((Path(args.out) / "results.json").read_text())
+        cache = Path(args.out) / "items.json"
+        if cache.is_file():  # recompute what is derived from the recorded items
+            items = {k: {t: np.asarray(v) for t, v in d.items()} for k, d in json.loads(cache.read_text()).items()}
+            for r in results["seeds"].values():
+                r["protocol"]["spread"] = spread(items, r["protocol"]["members"])
+            write_json(Path(args.out) / "results.json", results)
         write_text(Path(args.out) / "table.md", table(results))
         plot(results, Path(args.out) / "best_vs_cost")
         return
@@ -266,6 +288,7 @@ def main() -> None:
         for g in runs.values():  # is the gap to the protocol's best larger than the items' noise?
             gap = paired_interval(u.items[g["winner"]], u.items[prot["winner"]], _all(u.items["base"]))
             g["vs_protocol_best"] = [100 * x for x in gap]
+        prot["spread"] = spread(u.items, prot["members"])
         results["seeds"][seed] = {"protocol": prot, "guided": runs}
         print(json.dumps({"seed": seed, "protocol_best": prot["best"], "protocol_items": prot["items_spent"],
                           **{f"guided@{k}": [g["score"], g["items_spent"]] for k, g in runs.items()}}))
@@ -289,6 +312,16 @@ def table(results: dict) -> str:
                          f"{g['candidates']} | {g['score']:.4f} ({g['winner']}) | {d:+.2f} [{lo:+.2f}, {hi:+.2f}] | "
                          f"{g['items_spent']} | {g['items_spent'] / prot['items_spent']:.3f} | "
                          f"{_ci(g.get('vs_protocol_best'))} | {g['candidates_best']:.4f} |")
+    spreads = {seed: r["protocol"]["spread"] for seed, r in results["seeds"].items() if "spread" in r["protocol"]}
+    if spreads:
+        methods = list(next(iter(spreads.values()))["method_mean"])
+        lines += ["", "| seed | merges within 2 points of the protocol's best | within 4.5 points | "
+                  + " | ".join(f"{m} mean" for m in methods) + " | best single expert |",
+                  "|" + "---|" * (4 + len(methods))]
+        for seed, sp in spreads.items():
+            expert = f"{sp['best_expert'][0]} {sp['best_expert'][1]:.4f}" if sp.get("best_expert") else "not scored"
+            lines.append(f"| {seed} | {sp['within_2_points']} | {sp['within_4.5_points']} | "
+                         + " | ".join(f"{sp['method_mean'][m]:.4f}" for m in methods) + f" | {expert} |")
     return "\n".join(lines) + "\n"
 
 

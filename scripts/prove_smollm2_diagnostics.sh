@@ -2,35 +2,45 @@
 # Every diagnostic of docs/diagnostics.md and docs/layerwise.md answered on the real SmolLM2 family, with the commands
 # a user types, at the reduced settings of docs/real-family.md (what ran on a loaded 2-core CPU).
 #
-#   scripts/prove_smollm2_diagnostics.sh [--out DIR] [--limit N] [--pairs-limit N]
+#   scripts/prove_smollm2_diagnostics.sh [--out DIR] [--limit N] [--pairs-limit N] [--only STEP[,STEP]]
 #
 # 1. norm imbalance and task-vector geometry          (analyze norms / geometry)
 # 2. the 28 mergeability metrics; every pair merged with zhou2026_ta and scored; the predictor fitted
 # 3. TAS against accuracy: tune --check on a TA and a TIES grid
 # 4. the fresh-head probe on the base and three experts, against the joint reference smollm2:joint
-# 5. RegMean and Chain of Merges of the whole pool with true, generated and shared data, each scored
+# 5. RegMean and Chain of Merges of the whole pool (9 experts) with true, generated and shared data, each scored
 #
-# units is left out of every step that needs one vocabulary (task vectors, in-memory merges, RegMean / CoM): its
-# embeddings were resized for added tokens. generalist (published without data) is left out of the mergeability
-# metrics and their pairs run: the gradient metrics need labelled items. Wall times are printed per step.
-# Every step resumes: a rerun reuses the merges, scores and caches already on disk.
+# Steps 1-4 leave units out (--exclude units), as when their numbers in docs/real-family.md were measured: its
+# embeddings were resized for added tokens, which those commands refused then and read on the base's tokens now.
+# Step 5 takes all 9 experts: its 'true' merges are those of `python sample_and_merge.py --base smollm2`.
+# generalist (published without data) is left out of the mergeability metrics and their pairs run: the gradient
+# metrics need labelled items. Wall times are printed per step. --only runs the named steps (norms, geometry,
+# mergeability, pairs, predictor, tune, probe, layerwise). Every step resumes: a rerun reuses the merges, scores and
+# caches already on disk.
 set -euo pipefail
 
 OUT=runs/smollm2-diagnostics
 LIMIT=50          # items per task of the suite for the RegMean / CoM scores (the suite's default)
 PAIRS_LIMIT=10    # items per task for the pairs run and the TAS check (reduced: 2 shared cores)
+ONLY=all
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT=$2; shift 2;;
     --limit) LIMIT=$2; shift 2;;
     --pairs-limit) PAIRS_LIMIT=$2; shift 2;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; echo "options: --out DIR (default $OUT), --limit N ($LIMIT), --pairs-limit N ($PAIRS_LIMIT)"; exit 0;;
+    --only) ONLY=$2; shift 2;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; echo "options: --out DIR (default $OUT), --limit N ($LIMIT), --pairs-limit N ($PAIRS_LIMIT), --only STEPS"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT/pools"
-step() { local name=$1; shift; local s; s=$(date +%s); echo "== $name: $*"; "$@"; echo "== $name: $(( $(date +%s) - s )) s"; }
+wanted() { [ "$ONLY" = all ] || [[ ",$ONLY," == *",${1%%-*},"* ]]; }
+step() {
+  local name=$1; shift; local s
+  wanted "$name" || return 0
+  s=$(date +%s); echo "== $name: $*"; "$@"; echo "== $name: $(( $(date +%s) - s )) s"
+}
 
 # 1. norm imbalance and geometry
 step norms wildmerge analyze norms --pool smollm2 --exclude units --out "$OUT/norms"
@@ -57,15 +67,15 @@ step tune wildmerge tune --pool smollm2 --exclude units --grid "$OUT/tas_grid.ym
 step probe wildmerge analyze probe --model smollm2:base --model smollm2:sentiment --model smollm2:topic \
   --model smollm2:lexicon --suite smollm2_probe --reference smollm2:joint --threads 1 --out "$OUT/probe"
 
-# 5. RegMean and CoM of the 8 experts with true / generated / shared data, scored on the suite
-python - "$OUT/pools" <<'EOF'
+# 5. RegMean and CoM of the 9 experts with true / generated / shared data, scored on the suite
+wanted layerwise && python - "$OUT/pools" <<'EOF'
 import sys, yaml
 from pathlib import Path
 from wildmerge.hub import resolve_path
 from wildmerge.paths import recipes_dir
 out = Path(sys.argv[1])
 src = yaml.safe_load((recipes_dir() / "pools" / "smollm2.yml").read_text())
-experts = [e for e in src["experts"] if e["name"] != "units"]
+experts = src["experts"]
 # generated: 64 texts per expert of 16 new tokens (the default 64 tokens took ~8 min per expert here)
 # shared: 64 texts taken round robin from every expert's own text, given to every expert
 texts = [Path(resolve_path(e["data"]["text"])).read_text().splitlines() for e in experts if "data" in e]
@@ -77,10 +87,10 @@ for name, default, own in (("generated", {"generate": {"max_new_tokens": 16}}, N
     (out / f"smollm2_{name}.yml").write_text(yaml.safe_dump(pool, sort_keys=False))
 EOF
 for v in true generated shared; do
-  if [ $v = true ]; then pool=(--pool smollm2 --exclude units); else pool=(--pool "$OUT/pools/smollm2_$v.yml"); fi
+  if [ $v = true ]; then pool=(--pool smollm2); else pool=(--pool "$OUT/pools/smollm2_$v.yml"); fi
   step "layerwise-$v" wildmerge sample "${pool[@]}" --methods com,regmean --sizes 1 --no-evaluate --out "$OUT/layerwise-$v"
   for m in com regmean; do
-    step "eval-$m-$v" wildmerge eval --model "$OUT/layerwise-$v/models/${m}__n08_full" --suite smollm2 \
+    step "layerwise-eval-$m-$v" wildmerge eval --model "$OUT/layerwise-$v/models/${m}__n09_full" --suite smollm2 \
       --limit "$LIMIT" --out "$OUT/eval-$m-$v"
   done
 done
