@@ -242,8 +242,9 @@ def main() -> None:
         cache = Path(args.out) / "items.json"
         if cache.is_file():  # recompute what is derived from the recorded items
             items = {k: {t: np.asarray(v) for t, v in d.items()} for k, d in json.loads(cache.read_text()).items()}
-            for r in results["seeds"].values():
-                r["protocol"]["spread"] = spread(items, r["protocol"]["members"])
+            for r in results["seeds"].values():  # a seed recorded in another --out keeps what it has
+                if all(c in items for c in r["protocol"]["members"]):
+                    r["protocol"]["spread"] = spread(items, r["protocol"]["members"])
             write_json(Path(args.out) / "results.json", results)
         write_text(Path(args.out) / "table.md", table(results))
         plot(results, Path(args.out) / "best_vs_cost")

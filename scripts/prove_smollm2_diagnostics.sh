@@ -63,9 +63,11 @@ EOF
 step tune wildmerge tune --pool smollm2 --exclude units --grid "$OUT/tas_grid.yml" --samples 16 --threads 1 \
   --check 3 --suite smollm2 --limit "$PAIRS_LIMIT" --out "$OUT/tune"
 
-# 4. the fresh-head probe (builds the probe splits and the joint reference once)
+# 4. the fresh-head probe (builds the probe splits and the joint reference once); the LoRA experts sentiment and
+#    topic are folded into --base first
 step probe wildmerge analyze probe --model smollm2:base --model smollm2:sentiment --model smollm2:topic \
-  --model smollm2:lexicon --suite smollm2_probe --reference smollm2:joint --threads 1 --out "$OUT/probe"
+  --model smollm2:lexicon --base smollm2:base --suite smollm2_probe --reference smollm2:joint --threads 1 \
+  --out "$OUT/probe"
 
 # 5. RegMean and CoM of the 9 experts with true / generated / shared data, scored on the suite
 wanted layerwise && python - "$OUT/pools" <<'EOF'
