@@ -1,0 +1,29 @@
+"""The guided-search tables in docs/search.md are the ones the benchmark renders from its recorded results: a number
+in the docs cannot drift from ``benchmarks/results/guided_search_*.json``."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("experiment_guided_search",
+                                                  ROOT / "benchmarks" / "experiment_guided_search.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("family", ["demo", "smollm2"])
+def test_docs_tables_are_the_benchmarks(family):
+    results = json.loads((ROOT / "benchmarks" / "results" / f"guided_search_{family}.json").read_text())
+    rendered = _benchmark().table(results).split("\n\n")[0].strip()  # the guided-vs-protocol table
+    docs = (ROOT / "docs" / "search.md").read_text()
+    assert rendered in docs, f"docs/search.md's {family} table differs from what its results render"
+    for seed in results["seeds"].values():  # the reported score is the winner's full evaluation
+        for run in seed["guided"].values():
+            assert run["score"] == run["full_score_check"]
