@@ -46,11 +46,9 @@ step() {
 step norms wildmerge analyze norms --pool smollm2 --exclude units --out "$OUT/norms"
 step geometry wildmerge analyze geometry --pool smollm2 --exclude units --out "$OUT/geometry"
 
-# 2. mergeability: metrics of the 7 experts with data (21 pairs); the predictor on the 6 pairs of 4 experts
-#    (arithmetic, facts, sentiment, lexicon: full fine-tune, over-trained, LoRA, bf16) merged with one method and
-#    scored (reduced from all 21 pairs: one model took about 5 min to score at --limit 10 on the loaded machine)
+# 2. mergeability: metrics of the 7 experts with data, and all their 21 pairs merged with one method and scored
 step mergeability wildmerge analyze mergeability --pool smollm2 --exclude units --exclude generalist --out "$OUT/mm"
-step pairs wildmerge sample --pool smollm2 --exclude units,generalist,topic,style,arithmetic_light --sizes 2 --k 6 --no-full \
+step pairs wildmerge sample --pool smollm2 --exclude units,generalist --sizes 2 --k 21 --no-full \
   --methods zhou2026_ta --limit "$PAIRS_LIMIT" --keep-models none --out "$OUT/pairs"
 step predictor wildmerge analyze predictor --run "$OUT/pairs" --metrics "$OUT/mm" --target relative \
   --out "$OUT/pairs/mergeability"

@@ -54,6 +54,8 @@ def _run_models(args):
 def _full_model(ref: str, base_ref: str | None) -> str:
     """The folder of ``ref`` as a whole checkpoint: a LoRA adapter is folded into its base first (cached), as the
     sampler does; an adapter whose base cannot be found locally is refused with the fix."""
+    import json
+
     from wildmerge.errors import ConfigError, WildmergeError
     from wildmerge.hub import resolve_path
     from wildmerge.sampling.adapters import ADAPTER_CONFIG, full_checkpoints, is_adapter
@@ -61,17 +63,15 @@ def _full_model(ref: str, base_ref: str | None) -> str:
     path = resolve_path(ref, download=False)
     if not is_adapter(path):
         return path
-    import json
-
     declared = json.loads((Path(path) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
-    base_ref = base_ref or declared
-    try:
-        base = resolve_path(base_ref, download=False) if base_ref else None
-    except WildmergeError as exc:  # not on disk, not in the hub cache
-        raise ConfigError(f"--model {ref} is a LoRA adapter trained on {declared!r}, which is not on this machine "
-                          f"({exc}); give its base with --base (the SmolLM2 family: --base smollm2:base)") from None
-    if base is None:
+    if not (base_ref or declared):
         raise ConfigError(f"--model {ref} is a LoRA adapter that names no base; give it with --base")
+    try:
+        base = resolve_path(base_ref or declared, download=False)
+    except WildmergeError as exc:  # not on disk, not in the hub cache
+        where = f"--base {base_ref}" if base_ref else f"its base {declared!r} (adapter_config.json)"
+        raise ConfigError(f"--model {ref} is a LoRA adapter; {where} is not on this machine ({exc}); give a local "
+                          f"base with --base (the SmolLM2 family: --base smollm2:base)") from None
     return full_checkpoints(base, {ref: path})[ref]
 
 
