@@ -54,16 +54,14 @@ def _run_models(args):
 def _full_model(ref: str, base_ref: str | None) -> str:
     """The folder of ``ref`` as a whole checkpoint: a LoRA adapter is folded into its base first (cached), as the
     sampler does; an adapter whose base cannot be found locally is refused with the fix."""
-    import json
-
     from wildmerge.errors import ConfigError, WildmergeError
     from wildmerge.hub import resolve_path
-    from wildmerge.sampling.adapters import ADAPTER_CONFIG, full_checkpoints, is_adapter
+    from wildmerge.sampling.adapters import declared_base, full_checkpoints, is_adapter
 
     path = resolve_path(ref, download=False)
     if not is_adapter(path):
         return path
-    declared = json.loads((Path(path) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    declared = declared_base(path)
     if not (base_ref or declared):
         raise ConfigError(f"--model {ref} is a LoRA adapter that names no base; give it with --base")
     try:

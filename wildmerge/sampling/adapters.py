@@ -79,14 +79,15 @@ def check_fits(base_path, adapter_path) -> None:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise WildmergeError(f"adapter {adapter_path} does not fit the pool's base {base_path}: {problems[0]}{more}; "
                              f"use an adapter trained on this base (its adapter_config.json names "
-                             f"{_declared_base(adapter_path)!r})")
+                             f"{declared_base(adapter_path) or 'none'!r})")
 
 
-def _declared_base(adapter_path) -> str:
+def declared_base(adapter_path) -> str | None:
+    """The base an adapter's ``adapter_config.json`` says it was trained on, if it says."""
     try:
-        return json.loads((Path(adapter_path) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path") or "none"
+        return json.loads((Path(adapter_path) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path") or None
     except (OSError, ValueError):
-        return "none"
+        return None
 
 
 def materialise(base_path, adapter_path, progress: bool = True) -> tuple[Path, str]:

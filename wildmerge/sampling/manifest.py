@@ -15,7 +15,7 @@ from wildmerge.errors import ConfigError
 from wildmerge.hub import resolve_all
 from wildmerge.run import Manifest, PoolModels, RunFolder
 from wildmerge.sampling.preflight import check_finite
-from wildmerge.sampling.adapters import is_adapter, materialise
+from wildmerge.sampling.adapters import full_checkpoints
 from wildmerge.expert_data.recipe import absolute, to_record
 from wildmerge.sampling.sampler import domain_subsets, draw_subsets, top_subsets
 from wildmerge.sampling.settings import Sampling
@@ -64,20 +64,16 @@ def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=Fals
     resolved = resolve_all(refs, relative_to=rel, allow_pickle=allow_pickle, download=download)
     base, experts = resolved[0], resolved[1:]
     calibration = {name: to_record(absolute(d, rel)) for name, d in pool.all_data().items()}  # expert_data/recipe.py
-    adapters = {}  # expert -> the adapter folder it was materialised from
-    for i, (e, r) in enumerate(zip(pool.experts, experts)):
-        if is_adapter(r.path):
-            whole, note = materialise(base.path, r.path)
-            print(f"  note: {e.label}: {note}")
-            adapters[e.label], experts[i] = r.path, r.model_copy(update={"path": str(whole)})
-    paths = {e.label: r.path for e, r in zip(pool.experts, experts)}
+    published = {e.label: r.path for e, r in zip(pool.experts, experts)}
+    paths = full_checkpoints(base.path, published)  # LoRA adapters folded into the base
+    adapters = {name: path for name, path in published.items() if paths[name] != path}  # -> the adapter folder
     vocab_differs = check_compatible(base.path, paths, allow_pickle)
     for name, (vocab, base_vocab) in vocab_differs.items():
         print(f"  note: {name}: vocabulary of {vocab} tokens vs base {base_vocab}; its merges keep the base's "
               "tokenizer (mergekit aligns the embeddings; RegMean / CoM read it on the base's tokens)")
     models = PoolModels(
         base=base.model_copy(update={"name": "base"}),
-        experts=[r.model_copy(update={"name": e.label, "domain": e.domain,
+        experts=[r.model_copy(update={"name": e.label, "domain": e.domain, "path": paths[e.label],
                                       **({"adapter": adapters[e.label]} if e.label in adapters else {}),
                                       "calibration": calibration[e.label]})
                  for e, r in zip(pool.experts, experts)])
