@@ -16,12 +16,12 @@ import sys
 import tempfile
 import time
 
-from wildmerge.memory import peak_rss_mib
+from wildmerge.resources import peak_rss_mib
 
 CHILD = """
 import json, sys, time
 from wildmerge.demo.family import ensure_family
-from wildmerge.memory import peak_rss_mib
+from wildmerge.resources import peak_rss_mib
 t0, c0 = time.perf_counter(), time.process_time()
 info = ensure_family(sys.argv[1], seed=int(sys.argv[2]), quick=sys.argv[3] == "1", threads=int(sys.argv[4]),
                      progress=sys.argv[5] == "1")

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from wildmerge.memory import peak_rss_mib
+from wildmerge.resources import peak_rss_mib
 
 BARE = """
 import sys, json, lm_eval

@@ -21,7 +21,7 @@ MODES = ("mergekit alone", "with wildmerge (stock path)", "wildmerge_checks")
 
 CHILD = r"""
 import json, sys, time
-from wildmerge.memory import peak_rss_mib
+from wildmerge.resources import peak_rss_mib
 import yaml
 from mergekit.config import MergeConfiguration
 from mergekit.merge import run_merge

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from wildmerge.memory import peak_rss_mib
+from wildmerge.resources import peak_rss_mib
 
 EXPERTS = (2, 6, 12)
 SAMPLES = (16, 64, 256)

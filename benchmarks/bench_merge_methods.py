@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from wildmerge.memory import peak_rss_mib
+from wildmerge.resources import peak_rss_mib
 
 METHODS = ["task_arithmetic", "ta", "ties", "model_stock", "tsv_m", "iso_c", "iso_cts", "ta_sb", "ties_sb"]
 

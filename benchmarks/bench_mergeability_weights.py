@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from wildmerge.memory import peak_rss_mib
+from wildmerge.resources import peak_rss_mib
 
 N_EXPERTS = 12
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-from wildmerge.memory import peak_rss_mib  # noqa: E402
+from wildmerge.resources import peak_rss_mib  # noqa: E402
 
 
 def _browser(profile: Path):

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from wildmerge.memory import peak_rss_mib
+from wildmerge.resources import peak_rss_mib
 
 GRIDS = {  # the reality-check paper's grids (TA lambda 0.1..1.0) and the in-the-wild study's TIES / SB axes, at most 10 points
     "ta": ("ta", {"lambda": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]}),

@@ -1,4 +1,4 @@
-"""The CPU thread policy (wildmerge/cores.py) against the old default (one thread), quiet and loaded, in one run.
+"""The CPU thread policy (wildmerge/resources.py) against the old default (one thread), quiet and loaded, in one run.
 
 Each case runs in a fresh process (OpenMP reads its wait policy when torch loads): TSV-M and Iso-CTS on T task
 vectors of one square matrix, and Iso-C's one SVD, repeated ``--reps`` times (best time kept). Cases:
@@ -23,9 +23,8 @@ import time
 
 CHILD = r"""
 import json, sys, time
-from wildmerge.cores import kernel_threads
+from wildmerge.resources import kernel_threads, peak_rss_mib
 import torch
-from wildmerge.memory import peak_rss_mib
 from wildmerge.plugins import spectral
 size, tasks, reps = map(int, sys.argv[1:4])
 g = torch.Generator().manual_seed(0)
@@ -66,7 +65,7 @@ def run_case(name, cores, args, timeout):
 
 
 def main():
-    from wildmerge.cores import usable_cores
+    from wildmerge.resources import usable_cores
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=768)

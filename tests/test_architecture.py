@@ -54,7 +54,7 @@ def _group(module: str) -> str:
         return "bottom"
     if parts[1] in LEVELS:
         return parts[1]
-    return "bottom"  # wildmerge.run, .hub, .checkpoints, .errors, .atomic, .paths, .memory, ._autoload
+    return "bottom"  # wildmerge.run, .hub, .checkpoints, .errors, .atomic, .paths, .resources, ._autoload
 
 
 def test_the_layer_table_covers_every_module():

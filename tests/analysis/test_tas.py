@@ -156,7 +156,7 @@ def test_tune_writes_scores_selection_and_a_recipe_and_resumes(lm_family, tmp_pa
     ("unknown key", "method 'ta' has no hyperparameter 'density'"),
     ("no calibration", "tas needs each expert.s text data; none for e0, e1"),
     ("too little data", "only 10 of 10 records"),
-    ("no cuda", "torch sees no CUDA device"),
+    ("no cuda", "no CUDA GPU"),
     ("no memory", "GiB free"),
 ])
 def test_bad_input_fails_before_any_merge(lm_family, tmp_path, monkeypatch, case, message):  # noqa: F811
@@ -170,7 +170,7 @@ def test_bad_input_fails_before_any_merge(lm_family, tmp_path, monkeypatch, case
             pytest.skip("a CUDA device is present")
         argv += ["--device", "cuda"]
     if case == "no memory":
-        monkeypatch.setattr("wildmerge.analysis.tas.sweep._mem_available", lambda: 1000)
+        monkeypatch.setattr("wildmerge.analysis.tas.sweep.free_device_memory", lambda device: 1000)
     with pytest.raises((ConfigError, WildmergeError), match=message):
         _tune(*argv)
     assert not (tmp_path / "out" / "sweep" / "candidates").exists()

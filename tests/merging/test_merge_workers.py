@@ -32,7 +32,7 @@ def test_worker_count_defaults_and_the_memory_check(tiny_family, monkeypatch):
     assert worker_count(None, "cuda", base, 3) == 3 and worker_count("auto", "cuda", base, 3) == 3
     with pytest.raises(ConfigError, match="3 GPU"):
         worker_count(4, "cuda", base, 3)
-    monkeypatch.setattr("wildmerge.merging.workers.available_memory", lambda: merge_peak(base, 3) * 2 + 1)
+    monkeypatch.setattr("wildmerge.merging.workers.free_memory", lambda: merge_peak(base, 3) * 2 + 1)
     assert worker_count("auto", "cpu", base, 3) <= 2
     with pytest.raises(ConfigError, match="at most 2 worker"):
         worker_count(3, "cpu", base, 3)

@@ -23,6 +23,7 @@ from wildmerge.eval.store import FAILED, OK, ResultStore, write_result
 from wildmerge.eval.worker import needs_run
 from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
 from wildmerge.hub import resolve_path
+from wildmerge.resources import checked_device, cuda_available
 from wildmerge.run import EvalIndex, PlanEntry, RunFolder, weights_pruned, write_eval_index
 
 
@@ -51,9 +52,7 @@ def resolve_device(suite: Suite, executor: str, cuda: Optional[bool] = None) -> 
     if suite.settings.device != "auto" or executor not in ("local", "serial"):
         return suite
     if cuda is None:
-        import torch
-
-        cuda = torch.cuda.is_available()
+        cuda = cuda_available()
     settings = suite.settings.model_copy(update={"device": "cuda" if cuda else "cpu"})
     return suite.model_copy(update={"settings": settings})
 
@@ -68,11 +67,7 @@ def _check_device(suite: Suite, executor: str) -> None:
     """A GPU asked for on a machine without one fails here, not once per job after each model is loaded (only for
     jobs that run on this machine: Ray and Slurm workers have their own GPUs)."""
     if executor in ("serial", "local") and suite.settings.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(f"evaluation device {suite.settings.device!r} asked for, but this machine has no CUDA "
-                              f"GPU; use --device cpu (or auto), or run on a GPU machine")
+        checked_device(suite.settings.device, "evaluation device")
 
 
 def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[str, Any]:

@@ -20,23 +20,11 @@ from typing import Any, Callable, Dict, List, Optional
 from tqdm.auto import tqdm
 
 from wildmerge.atomic import write_json
-from wildmerge.cores import usable_cores
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result
 from wildmerge.eval.worker import lost_record
+from wildmerge.resources import thread_share, usable_cores, visible_gpus
 
 STARTUP_TIMEOUT = 600.0  # importing lm-eval on a busy node
-
-
-def visible_gpus() -> List[str]:
-    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries (none on a CPU-only machine)."""
-    try:
-        import torch
-
-        count = torch.cuda.device_count()
-    except Exception:
-        return []
-    listed = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return listed[:count] if listed else [str(i) for i in range(count)]
 
 
 def default_workers(cpus: Optional[int] = None) -> int:
@@ -55,7 +43,7 @@ def worker_envs(workers: Optional[int]) -> List[Dict[str, str]]:
         count = workers or len(gpus)
         return [{**base, "CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(count)]
     count = workers or default_workers()
-    threads = str(max(1, usable_cores() // count))
+    threads = str(thread_share(count))
     return [{**base, "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", threads)} for _ in range(count)]
 
 

@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from wildmerge.resources import cuda_available, kernel_threads, prefer_passive_wait, thread_share
+
 
 @contextlib.contextmanager
 def output_to(log_path: str):
@@ -32,9 +34,9 @@ def output_to(log_path: str):
 
 def release_memory() -> None:
     gc.collect()
-    import torch
+    if cuda_available():
+        import torch
 
-    if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 
@@ -55,19 +57,15 @@ def cache_env_info() -> None:
 
 def job_threads(share: int) -> None:
     """Torch threads for the next job: this worker's share of the cores, fewer while other processes hold them
-    (``wildmerge.cores``; threads waiting on a busy core stall every barrier)."""
+    (``wildmerge.resources``; threads waiting on a busy core stall every barrier)."""
     import torch
-
-    from wildmerge.cores import kernel_threads
 
     torch.set_num_threads(kernel_threads(cap=share))
 
 
 def main() -> int:
-    from wildmerge.cores import prefer_passive_wait, usable_cores
-
     prefer_passive_wait()  # before torch loads: OpenMP threads sleep at barriers instead of spinning
-    share = int(os.environ.get("OMP_NUM_THREADS") or usable_cores())
+    share = int(os.environ.get("OMP_NUM_THREADS") or thread_share(1))
     control = os.fdopen(os.dup(1), "w", buffering=1)  # job ids go here; fd 1 itself follows each job's log
     os.dup2(2, 1)
     import lm_eval  # noqa: F401  (paid once per worker, before the first job's timeout starts)

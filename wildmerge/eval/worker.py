@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional
 from wildmerge.atomic import write_json
 from wildmerge.eval.splits import derived_config, derived_name, score_key
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result, write_result
+from wildmerge.resources import checked_device
 
 LM_EVAL_KEYS = ("results", "groups", "group_subtasks", "n-shot", "n-samples", "versions", "higher_is_better",
                 "date", "lm_eval_version", "transformers_version", "max_length")
@@ -65,14 +66,6 @@ def task_score(results: Dict[str, Any], task: str, metric: str) -> float:
     return float(value)
 
 
-def _device(requested: str) -> str:
-    if requested != "auto":
-        return requested
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def build_lm(job: Dict[str, Any]):
     from lm_eval.api.registry import get_model
 
@@ -81,12 +74,13 @@ def build_lm(job: Dict[str, Any]):
 
     if is_composition(job["model_path"]):  # ensemble / composer baselines: our registered lm-eval model
         register()
-        return get_model(MODEL_NAME).create_from_arg_obj(
-            {"pretrained": job["model_path"]}, {"batch_size": s["batch_size"], "device": _device(s["device"])})
+        device = checked_device(s["device"], "evaluation device")
+        return get_model(MODEL_NAME).create_from_arg_obj({"pretrained": job["model_path"]},
+                                                         {"batch_size": s["batch_size"], "device": device})
     args = {"pretrained": job["model_path"], "dtype": s["dtype"], **s["model_args"]}
     extra = {"batch_size": s["batch_size"], "max_batch_size": s["max_batch_size"]}
     if s["backend"] == "hf" and not args.get("parallelize"):
-        extra["device"] = _device(s["device"])
+        extra["device"] = checked_device(s["device"], "evaluation device")
     return get_model(s["backend"]).create_from_arg_obj(args, extra)
 
 
@@ -215,7 +209,7 @@ def base_record(job: Dict[str, Any]) -> Dict[str, Any]:
 
 def device_name(requested: str) -> str:
     """Where the scores were computed, for cost accounting: ``cpu`` or ``cuda:<card name>``."""
-    device = _device(requested) if requested == "auto" else requested
+    device = checked_device(requested) if requested == "auto" else requested
     if device.startswith("cuda"):
         try:
             import torch

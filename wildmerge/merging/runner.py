@@ -187,18 +187,18 @@ def _cpu_share(workers: int, device: str):
         return
     import torch
 
-    from wildmerge.cores import usable_cores
+    from wildmerge.resources import THREADS_ENV, thread_share
 
-    share = max(1, usable_cores() // workers)
-    before, override = torch.get_num_threads(), os.environ.get("WILDMERGE_LAPACK_THREADS")
+    share = thread_share(workers)
+    before, override = torch.get_num_threads(), os.environ.get(THREADS_ENV)
     torch.set_num_threads(share)
-    os.environ["WILDMERGE_LAPACK_THREADS"] = override or str(share)
+    os.environ[THREADS_ENV] = override or str(share)
     try:
         yield
     finally:
         torch.set_num_threads(before)
         if override is None:
-            os.environ.pop("WILDMERGE_LAPACK_THREADS", None)
+            os.environ.pop(THREADS_ENV, None)
 
 
 def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, options, *, keep_models="all",

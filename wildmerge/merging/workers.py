@@ -14,41 +14,13 @@ import os
 from pathlib import Path
 from typing import List, Optional, Union
 
-from wildmerge.cores import prefer_passive_wait, usable_cores
 from wildmerge.errors import ConfigError
+from wildmerge.resources import (THREADS_ENV, free_memory, prefer_passive_wait, thread_share, usable_cores,
+                                 visible_gpus)
 
 
 def _on_gpu(device: str) -> bool:
     return device.startswith("cuda") or device == "auto"
-
-
-def visible_gpus() -> List[str]:
-    """The visible GPUs' ids (as ``CUDA_VISIBLE_DEVICES`` names them, else 0..n-1); counting does not start CUDA."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [d for d in listed.split(",") if d.strip() and d.strip() != "-1"]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
-def available_memory() -> int:
-    """Bytes this process may still allocate: MemAvailable, capped by a cgroup memory limit."""
-    free = None
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemAvailable:"):
-                free = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-        if limit != "max":
-            free = min(free or 1 << 62, int(limit) - used)
-    except (OSError, ValueError):
-        pass
-    return free if free is not None else 1 << 62
 
 
 def merge_peak(base_path, max_experts: int) -> int:
@@ -70,7 +42,8 @@ def worker_count(requested: Union[int, str, None], device: str, base_path, max_e
         if requested != "auto" and requested > gpus:
             raise ConfigError(f"--merge-workers {requested}: {gpus} GPU(s) visible; one worker per GPU at most")
         return gpus if requested == "auto" else requested
-    peak, free = merge_peak(base_path, max_experts), available_memory()
+    peak, free = merge_peak(base_path, max_experts), free_memory()
+    free = 1 << 62 if free is None else free  # unknown: no limit to check against
     fits = max(1, free // max(peak, 1))
     if requested == "auto":
         return int(min(usable_cores(), fits))
@@ -87,7 +60,7 @@ def start_helpers(count: int, device: str, run, args: tuple, kwargs: dict) -> li
 
     ctx = mp.get_context("spawn")
     gpus = visible_gpus() if _on_gpu(device) else []
-    threads = max(1, usable_cores() // count)
+    threads = thread_share(count)
     started = []
     for i in range(1, count):
         queue = ctx.Queue()
@@ -129,8 +102,8 @@ def _helper(gpu: Optional[str], threads: int, queue, run, args: tuple, kwargs: d
     import torch
 
     torch.set_num_threads(threads)
-    if not os.environ.get("WILDMERGE_LAPACK_THREADS"):
-        os.environ["WILDMERGE_LAPACK_THREADS"] = str(threads)
+    if not os.environ.get(THREADS_ENV):
+        os.environ[THREADS_ENV] = str(threads)
     options = args[3]
     if gpu is not None and str(options.device).startswith("cuda:"):
         args = args[:3] + (options.model_copy(update={"device": "cuda"}),) + args[4:]

@@ -37,8 +37,8 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 
 import torch
 
-from wildmerge.cores import kernel_threads
 from wildmerge.plugins import linalg_randomized
+from wildmerge.resources import kernel_threads
 
 _F32_EPS = torch.finfo(torch.float32).eps
 Matrices = Union[torch.Tensor, Sequence[torch.Tensor]]
@@ -49,12 +49,12 @@ Matrices = Union[torch.Tensor, Sequence[torch.Tensor]]
 
 @contextlib.contextmanager
 def lapack_threads(device: torch.device):
-    """Run CPU kernels on ``wildmerge.cores.kernel_threads()`` threads: ``WILDMERGE_LAPACK_THREADS`` when set, else
+    """Run CPU kernels on ``resources.kernel_threads()`` threads: ``WILDMERGE_LAPACK_THREADS`` when set, else
     the usable cores (affinity, cgroup quota) that other processes leave free by the load average.
 
     Why not always every core: on a shared 2-core machine a 1024 x 1024 float32 SVD took 0.47 s on one thread and
     15.8 s on two (LAPACK's OpenMP threads spin at every barrier when another process holds a core); a passive
-    OpenMP wait (``cores.prefer_passive_wait``, set by wildmerge's own processes) softens a load that starts
+    OpenMP wait (``resources.prefer_passive_wait``, set by wildmerge's own processes) softens a load that starts
     mid-call. Measured in benchmarks/bench_thread_policy.py.
     """
     if device.type != "cpu":

@@ -11,11 +11,11 @@ data hash, and a folder per (model, task) is written atomically (complete or abs
 """
 
 import json
-import os
 from pathlib import Path
 
 from wildmerge.atomic import atomic_dir
 from wildmerge.errors import WildmergeError
+from wildmerge.resources import free_device_memory
 
 FEATURE_VERSION = 1
 GIB = 1 << 30
@@ -43,22 +43,12 @@ def check_fits(model_path: str, task, device: str, max_memory_gib=None) -> None:
     hidden = int(config.get("hidden_size", 0))
     n_items = sum(len(c) for c in task.contexts.values())
     need = 4 * params + 4 * n_items * (hidden + len(task.labels))  # float32 weights + cached features and scores
-    free = _free_bytes(device) if max_memory_gib is None else max_memory_gib * GIB
-    if need > free:
+    free = free_device_memory(device, "--device") if max_memory_gib is None else max_memory_gib * GIB
+    if free is not None and need > free:
         raise WildmergeError(
             f"{model_path}: the model ({params / 1e6:.1f}M parameters, float32) and the features of task "
             f"{task.name!r} ({n_items} items x {hidden}) need {need / GIB:.2f} GiB, more than the "
             f"{free / GIB:.2f} GiB free on {device}; use another --device, a larger --max-memory-gib, or fewer items")
-
-
-def _free_bytes(device: str) -> float:
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise WildmergeError(f"--device {device}: no CUDA device is visible here; use --device cpu")
-        return float(torch.cuda.mem_get_info(torch.device(device))[0])
-    return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
 def compute(model, tokenizer, task, batch_size: int = 32) -> dict:

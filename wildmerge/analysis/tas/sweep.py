@@ -10,11 +10,12 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from wildmerge.analysis.tas.score import DISTANCES, features, mean_over_experts, task_alignment
 from wildmerge.atomic import write_json, write_text
 from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.resources import free_device_memory
 
 DEFAULT_SAMPLES = 128  # the paper's default per task
 
@@ -46,28 +47,11 @@ def check_fits(paths: List[str], device: str) -> None:
     from wildmerge.merging.inmemory import model_bytes
 
     need = sum(model_bytes(p) for p in paths) + 2 * model_bytes(paths[0])
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device {device!r} asked for, but torch sees no CUDA device; use --device cpu")
-        free = torch.cuda.mem_get_info(torch.device(device))[0]
-    else:
-        free = _mem_available()
+    free = free_device_memory(device)
     if free is not None and need > free:
         raise ConfigError(f"the sweep holds the base, {len(paths) - 1} experts and a working model in memory: about "
                           f"{need / 2**30:.1f} GiB, but {device} has {free / 2**30:.1f} GiB free; use fewer experts, "
                           f"a device with more memory (--device cuda) or merge and evaluate instead")
-
-
-def _mem_available() -> Optional[int]:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 class TASSweep:

@@ -22,9 +22,9 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import yaml
 from pydantic import ValidationError
 
-from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
-from wildmerge.memory import peak_rss_mib
+from wildmerge.errors import ConfigError, did_you_mean
 from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS, LayerwiseParams
+from wildmerge.resources import checked_device, peak_rss_mib
 
 log = logging.getLogger("wildmerge")
 
@@ -48,16 +48,12 @@ def recipe_params(method: str, raw_params: Optional[Dict[str, Any]]) -> Layerwis
 
 
 def _device(options, requested: Optional[str]) -> str:
-    import torch
-
+    """The merge device: asked for, else mergekit's ``--cuda``, else ``auto`` (forward passes dominate: the GPU when
+    there is one)."""
     dev = requested or getattr(options, "device", None)
     if dev is None and getattr(options, "cuda", False):
         dev = "cuda"
-    if dev in (None, "auto"):  # forward passes dominate: use the GPU when there is one
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if dev.startswith("cuda") and not torch.cuda.is_available():
-        raise WildmergeError(f"device {dev!r} requested but no CUDA device is available; use --device cpu")
-    return dev
+    return checked_device(dev, "merge device")
 
 
 def _dtype(name: Optional[str], fallback):

@@ -1,0 +1,218 @@
+"""The machine's resources, one rule each: cores from affinity and cgroup quotas, a worker's thread share, the
+kernel thread policy, free memory under a cgroup limit, peak RSS, visible GPUs, and the one checked device."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from wildmerge import resources
+from wildmerge.errors import ConfigError
+
+GPU = pytest.mark.skipif(not resources.cuda_available(), reason="needs a CUDA GPU")
+NO_GPU = pytest.mark.skipif(resources.cuda_available(), reason="a CUDA GPU is present")
+
+
+def _python(code: str, **env) -> str:
+    """``code`` run in a fresh interpreter (its own affinity, environment and memory high-water mark)."""
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env}
+    for key, value in env.items():
+        if value is None:
+            full.pop(key)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_importing_it_does_not_import_torch():
+    assert _python("import sys, wildmerge.resources; print('torch' in sys.modules)") == "False"
+
+
+# ---------------------------------------------------------------- cores and threads
+
+
+def test_cgroup_quotas_cap_the_usable_cores(tmp_path):
+    assert resources._cgroup_quota(tmp_path) is None  # no cgroup files: unlimited
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert resources._cgroup_quota(tmp_path) is None
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # v2: 1.5 cores
+    assert resources._cgroup_quota(tmp_path) == 1.5
+    assert resources.usable_cores(tmp_path) == min(2, len(os.sched_getaffinity(0)))
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")  # v1 unlimited
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert resources._cgroup_quota(tmp_path) is None
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("50000\n")  # v1: half a core still gets one thread
+    assert resources._cgroup_quota(tmp_path) == 0.5 and resources.usable_cores(tmp_path) == 1
+    assert resources.thread_share(1, tmp_path) == resources.thread_share(4, tmp_path) == 1
+
+
+def test_the_affinity_mask_caps_the_usable_cores_and_the_shares(tmp_path):
+    (tmp_path / "cpu.max").write_text("6400000 100000\n")  # a quota of 64 cores: the mask decides
+    code = ("import os, json; from wildmerge import resources as r; from pathlib import Path; root = Path({root!r})\n"
+            "all = len(os.sched_getaffinity(0)); before = [r.usable_cores(root), r.thread_share(1, root), "
+            "r.thread_share(2, root), r.thread_share(all + 3, root)]\n"
+            "os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})\n"
+            "after = [r.usable_cores(root), r.thread_share(1, root), r.thread_share(2, root)]\n"
+            "print(json.dumps([all, before, after]))")
+    cores, before, pinned = json.loads(_python(code.format(root=str(tmp_path))))
+    assert before == [cores, cores, max(1, cores // 2), 1]
+    assert pinned == [1, 1, 1]
+
+
+def test_a_worker_share_of_a_quota(tmp_path):
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    assert resources.usable_cores(tmp_path) == 1 and resources.thread_share(3, tmp_path) == 1
+
+
+def test_kernel_threads_override_cap_and_load_rule(monkeypatch):
+    monkeypatch.setenv(resources.THREADS_ENV, "3")
+    assert resources.kernel_threads() == resources.kernel_threads(cap=1) == 3  # the override wins
+    monkeypatch.delenv(resources.THREADS_ENV)
+    assert resources.kernel_threads(cap=1) == 1
+    assert 1 <= resources.kernel_threads() <= resources.usable_cores()
+    assert resources.others_load() >= 0.0
+    assert resources.free_threads(8, 0.2) == 8  # quiet: every core
+    assert resources.free_threads(8, 5.7) == 2  # what the other processes leave
+    assert resources.free_threads(8, 30.0) == 1
+    assert resources.free_threads(2, 0.5) == 2 and resources.free_threads(2, 0.6) == 1  # rounded to the nearest
+
+
+def test_passive_wait_only_before_torch_and_never_over_the_users_choice():
+    code = ("import os; from wildmerge.resources import prefer_passive_wait as p; "
+            "{before}print(p(), os.environ['OMP_WAIT_POLICY'])")
+    assert _python(code.format(before=""), OMP_WAIT_POLICY=None) == "True PASSIVE"
+    assert _python(code.format(before="import torch; "), OMP_WAIT_POLICY=None) == "False PASSIVE"
+    assert _python(code.format(before=""), OMP_WAIT_POLICY="ACTIVE") == "True ACTIVE"
+
+
+# ---------------------------------------------------------------- memory
+
+
+def _meminfo(tmp_path, available_kib=2048):
+    path = tmp_path / "meminfo"
+    path.write_text(f"MemTotal:       4096 kB\nMemFree:         100 kB\nMemAvailable:   {available_kib} kB\n")
+    return path
+
+
+def test_free_memory_is_mem_available_without_a_cgroup_limit(tmp_path):
+    meminfo, root = _meminfo(tmp_path), tmp_path / "cgroup"
+    root.mkdir()
+    assert resources.free_memory(root, meminfo) == 2048 * 1024  # MemAvailable, not MemFree
+    (root / "memory.max").write_text("max\n")  # v2 unlimited
+    (root / "memory.current").write_text("123\n")
+    assert resources.free_memory(root, meminfo) == 2048 * 1024
+    assert resources.free_memory(root, tmp_path / "absent") is None  # nothing known
+
+
+def test_a_cgroup_v2_limit_caps_free_memory(tmp_path):
+    meminfo, root = _meminfo(tmp_path), tmp_path / "cgroup"
+    root.mkdir()
+    (root / "memory.max").write_text("1048576\n")
+    (root / "memory.current").write_text("917504\n")
+    assert resources.free_memory(root, meminfo) == 1048576 - 917504
+    (root / "memory.stat").write_text("anon 1000\nactive_file 7\ninactive_file 131072\n")  # droppable cache
+    assert resources.free_memory(root, meminfo) == 1048576 - (917504 - 131072)
+    (root / "memory.current").write_text("2000000\n")  # over the limit
+    assert resources.free_memory(root, meminfo) == 0
+    assert resources.free_memory(root, tmp_path / "absent") == 0  # the limit alone is known
+
+
+def test_a_cgroup_v1_limit_caps_free_memory(tmp_path):
+    meminfo, root = _meminfo(tmp_path), tmp_path / "cgroup"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1 unlimited
+    (root / "memory" / "memory.usage_in_bytes").write_text("400000\n")
+    assert resources.free_memory(root, meminfo) == 2048 * 1024
+    (root / "memory" / "memory.limit_in_bytes").write_text("1000000\n")
+    (root / "memory" / "memory.stat").write_text("inactive_file 5\ntotal_inactive_file 100000\n")  # hierarchy
+    assert resources.free_memory(root, meminfo) == 1000000 - (400000 - 100000)
+
+
+def test_free_memory_of_this_machine():
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert 0 < resources.free_memory() <= total
+    assert 0 < resources.free_device_memory("cpu") <= total
+
+
+def test_peak_rss_is_this_process_own():
+    """A child of a big process reports its own peak, not the parent's (what ``ru_maxrss`` would carry over)."""
+    code = ("import subprocess, sys; from wildmerge.resources import peak_rss_mib\n"
+            "big = bytearray(256 << 20); big[::4096] = b'x' * len(big[::4096])\n"
+            "child = subprocess.run([sys.executable, '-c', 'from wildmerge.resources import peak_rss_mib; "
+            "print(peak_rss_mib())'], capture_output=True, text=True, check=True).stdout\n"
+            "del big; print(peak_rss_mib(), float(child))")
+    parent, child = map(float, _python(code).split())
+    assert parent >= 256 and child < 200
+
+
+# ---------------------------------------------------------------- GPUs and devices
+
+
+@pytest.mark.parametrize("listed,names", [("0,2", ["0", "2"]), (" GPU-aa1 , GPU-bb2", ["GPU-aa1", "GPU-bb2"]),
+                                          ("", []), ("-1", []), ("1,-1,0", ["1"]), ("3,,4", ["3"])])
+def test_visible_gpus_are_the_names_cuda_visible_devices_gives(monkeypatch, listed, names):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+    assert resources.visible_gpus() == names
+
+
+def test_reading_the_visible_gpus_starts_neither_torch_nor_cuda():
+    code = "import sys; from wildmerge.resources import visible_gpus as v; print(v(), 'torch' in sys.modules)"
+    assert _python(code, CUDA_VISIBLE_DEVICES="0,1") == "['0', '1'] False"
+
+
+def test_without_the_variable_torch_counts_the_gpus(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert resources.visible_gpus() == [str(i) for i in range(torch.cuda.device_count())]
+
+
+def test_merge_and_evaluation_workers_see_the_same_gpus(monkeypatch):
+    from wildmerge.eval.local import worker_envs
+    from wildmerge.merging.workers import worker_count
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert worker_count(None, "cuda", "unused", 2) == 2
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in worker_envs(None)] == ["3", "5"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: CPU workers, each with its share of the cores
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert worker_count(None, "cuda", "unused", 2) == 1
+    assert [env["OMP_NUM_THREADS"] for env in worker_envs(2)] == [str(resources.thread_share(2))] * 2
+
+
+def test_cpu_and_other_devices_pass_and_auto_is_the_gpu_when_there_is_one():
+    assert resources.checked_device("cpu") == "cpu" and resources.checked_device("mps") == "mps"
+    expected = "cuda" if resources.cuda_available() else "cpu"
+    assert resources.checked_device("auto") == resources.checked_device(None) == expected
+
+
+def test_a_missing_gpu_is_one_clear_error():
+    code = ("from wildmerge.resources import checked_device, free_device_memory\n"
+            "for ask in (lambda: checked_device('cuda:1', 'evaluation device'), lambda: free_device_memory('cuda')):\n"
+            "    try:\n        ask()\n    except Exception as exc:\n        print(type(exc).__name__, exc)\n"
+            "print(checked_device('auto'))")
+    lines = _python(code, CUDA_VISIBLE_DEVICES="").splitlines()  # hides any GPU from torch
+    assert lines[0] == ("ConfigError evaluation device 'cuda:1' asked for, but this machine has no CUDA GPU that "
+                        "torch can use; ask for cpu instead, or run on a GPU machine")
+    assert lines[1].startswith("ConfigError device 'cuda' asked for, but this machine has no CUDA GPU")
+    assert lines[2] == "cpu"
+
+
+@NO_GPU
+def test_no_gpu_here():
+    with pytest.raises(ConfigError, match="--device 'cuda' asked for, but this machine has no CUDA GPU"):
+        resources.checked_device("cuda", "--device")
+
+
+@GPU
+def test_a_gpu_that_is_there_and_one_that_is_not():
+    import torch
+
+    count = torch.cuda.device_count()
+    assert resources.checked_device("cuda") == "cuda" and resources.checked_device(f"cuda:{count - 1}")
+    with pytest.raises(ConfigError, match=f"only {count} CUDA GPU"):
+        resources.checked_device(f"cuda:{count}")
+    assert 0 < resources.free_device_memory("cuda:0") <= torch.cuda.get_device_properties(0).total_memory
