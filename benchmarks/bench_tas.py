@@ -63,7 +63,7 @@ def study(args) -> dict:
     from wildmerge.eval.store import ResultStore
     from wildmerge.plugins.recipes import load_method_recipe, render_recipe
     from wildmerge.plugins.recipes import split_hparams
-    from wildmerge.sampling.pools import load_pool
+    from wildmerge.pools import load_pool
 
     out = Path(args.out)
     start = time.perf_counter()

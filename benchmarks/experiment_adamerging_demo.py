@@ -26,7 +26,7 @@ def main() -> None:
     from wildmerge.eval.store import ResultStore
     from wildmerge.analysis.tas.tune import adamerge_pool
     from wildmerge.plugins.recipes import load_method_recipe, render_recipe
-    from wildmerge.sampling.pools import load_pool
+    from wildmerge.pools import load_pool
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="runs/experiment-adamerging")

@@ -38,8 +38,8 @@ class Universe:
 
     def __init__(self, out: Path, pool_name: str, suite: str, limit, workers: int):
         from wildmerge.hub import resolve_all
-        from wildmerge.sampling.adapters import full_checkpoints
-        from wildmerge.sampling.pools import load_pool
+        from wildmerge.pools.adapters import full_checkpoints
+        from wildmerge.pools import load_pool
 
         self.out, self.suite, self.limit, self.workers = out, suite, limit, workers
         self.pool = load_pool(pool_name)

@@ -11,8 +11,7 @@ from helpers import write_pool
 from wildmerge.commands import sample
 from wildmerge.errors import ConfigError
 from wildmerge.protocol import PAPER_K, PAPER_SIZES, SampleSettings, run_sample
-from wildmerge.sampling.pools import load_pool
-from wildmerge.sampling.pools import load_pool
+from wildmerge.pools import load_pool
 from wildmerge.sampling.settings import Sampling
 
 V0 = Path(__file__).parent / "fixtures" / "run_v0" / "manifest.json"

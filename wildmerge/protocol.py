@@ -172,15 +172,10 @@ def run_sample(s: SampleSettings) -> int:
     """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; 1 if a score failed."""
     from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.plugins.recipes import load_methods
+    from wildmerge.pools import load_pool
     from wildmerge.sampling.ablations import load_grids
-    from wildmerge.sampling.pools import load_pool
 
-    pool = load_pool(s.pool)
-    if s.exclude:
-        pool = pool.without(s.exclude)
-        if not pool.experts:
-            raise ConfigError(f"--exclude {','.join(s.exclude)} leaves no expert in pool {pool.name!r}: keep at least "
-                              f"one")
+    pool = load_pool(s.pool, s.exclude)
     select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
     if sampling.k < 1:
@@ -329,7 +324,7 @@ def family_report(info: dict, out_dir=None, limit=None) -> dict:
     from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.eval.suites import load_suite
     from wildmerge.plugins.recipes import load_methods
-    from wildmerge.sampling.pools import load_pool
+    from wildmerge.pools import load_pool
     from wildmerge.sampling.settings import Sampling
 
     run_dir = Path(out_dir) if out_dir else default_report_dir(info)

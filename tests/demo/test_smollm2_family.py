@@ -50,7 +50,7 @@ def test_train_and_test_items_never_meet_and_no_option_is_a_prefix_of_another():
 
 def test_the_shipped_pool_and_suites_name_every_expert_and_task():
     from wildmerge.eval.suites import load_suite
-    from wildmerge.sampling.pools import load_pool
+    from wildmerge.pools import load_pool
 
     pool = load_pool("smollm2")
     assert [e.model for e in pool.experts] == [f"smollm2:{e.name}" for e in S.EXPERTS]
@@ -83,7 +83,7 @@ def test_references_fail_with_the_valid_names(monkeypatch):
 def test_layout_checksums_and_pool(family):
     from wildmerge.demo.build import checksums
     from wildmerge.demo.smollm2.family import problem
-    from wildmerge.sampling.pools import load_pool
+    from wildmerge.pools import load_pool
 
     root = Path(family["root"])
     manifest = json.loads((root / "family.json").read_text())
@@ -166,7 +166,7 @@ def test_every_publishing_shape_loads_like_a_checkpoint_in_the_wild(family, tmp_
 
     from wildmerge.demo.smollm2.experts import build_expert
     from wildmerge.demo.train import deterministic
-    from wildmerge.sampling.adapters import materialise
+    from wildmerge.pools.adapters import materialise
 
     monkeypatch.setenv("WILDMERGE_ADAPTER_CACHE", str(tmp_path / "adapters"))
     tok = AutoTokenizer.from_pretrained(family["base"])

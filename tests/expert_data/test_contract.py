@@ -10,7 +10,7 @@ from wildmerge.errors import ConfigError
 from wildmerge.expert_data.check import missing_data
 from wildmerge.expert_data.read import expert_items, expert_texts, texts
 from wildmerge.expert_data.schema import ExpertData, parse_data, parse_source
-from wildmerge.sampling.pools import load_pool
+from wildmerge.pools import load_pool
 
 
 def write_pool(tmp_path, experts, data=None, name="p"):

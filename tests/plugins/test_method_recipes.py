@@ -13,7 +13,7 @@ from wildmerge.errors import ConfigError
 from wildmerge.eval.suites import load_suite
 from wildmerge.plugins.recipes import (ALIASES, METHOD_ORDER, display_rank, list_method_recipes, load_method_recipe,
                                        load_methods, merge_id, method_label)
-from wildmerge.sampling.pools import load_pool
+from wildmerge.pools import load_pool
 
 
 def test_old_names_load_the_renamed_recipe_under_their_own_name():

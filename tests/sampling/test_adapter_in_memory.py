@@ -17,7 +17,7 @@ from wildmerge.commands import tune
 from wildmerge.errors import WildmergeError
 from wildmerge.merging.inmemory import CandidateMerger
 from wildmerge.plugins.recipes import render_recipe
-from wildmerge.sampling.adapters import materialise_experts
+from wildmerge.pools.adapters import materialise_experts
 
 ADDED = ["<|unit|>", "<|pad2|>"]
 

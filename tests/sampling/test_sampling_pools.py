@@ -8,7 +8,7 @@ import pytest
 
 from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge import hub
-from wildmerge.sampling.pools import list_pools, load_pool
+from wildmerge.pools import list_pools, load_pool
 
 
 def test_shipped_pools_load_in_paper_order():

@@ -21,28 +21,16 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from wildmerge.analysis.pool.geometry import ZERO_COSINE_TOLERANCE, task_vector_geometry, write_geometry
-    from wildmerge.checkpoints import check_compatible, check_weights
-    from wildmerge.hub import resolve_all
-    from wildmerge.sampling.adapters import full_checkpoints
-    from wildmerge.sampling.pools import load_pool
+    from wildmerge.pools import resolve
 
     tolerance = ZERO_COSINE_TOLERANCE if args.tolerance is None else args.tolerance
     if not 0 <= tolerance < 1:
         from wildmerge.errors import ConfigError
 
         raise ConfigError(f"--tolerance must be in [0, 1) (a cosine), got {tolerance}")
-    pool = load_pool(args.pool)
-    if args.exclude:
-        pool = pool.without(args.exclude)
-    relative_to = Path(pool.source).parent if pool.source else None
-    refs = [("base", pool.base.model, pool.base.revision)]
-    refs += [(e.label, e.model, e.revision) for e in pool.experts]
-    resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
-    base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    experts = full_checkpoints(base, experts)  # LoRA adapters: folded into the base, as for a merge
-    check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
-    check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
-    result = task_vector_geometry(base, experts, tolerance=tolerance)
+    pool = resolve(args.pool, exclude=args.exclude, allow_pickle=args.allow_pickle)  # adapters folded, as for a merge
+    pool.check_weights()  # NaN / Inf, truncation, shards
+    result = task_vector_geometry(pool.base_path, pool.experts, tolerance=tolerance)  # added tokens: base's tokens
     out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "geometry")
     for path in write_geometry(result, out):
         print(f"wrote {path}")

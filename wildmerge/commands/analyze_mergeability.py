@@ -36,11 +36,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def pool_models(args):
     """(pool name, base path, {expert: path}, {expert: calibration spec}) from --run or --pool, all resolved."""
     from wildmerge.checkpoints import check_compatible, check_weights
-    from wildmerge.hub import resolve_all
-    from wildmerge.sampling.adapters import full_checkpoints
-
     from wildmerge.expert_data.check import require_data
-    from wildmerge.expert_data.recipe import absolute
     from wildmerge.expert_data.schema import parse_data
 
     excluded = {n for group in args.exclude for n in group}
@@ -55,23 +51,16 @@ def pool_models(args):
         experts = {m.name: m.path for m in models}
         specs = {m.name: parse_data(m.calibration, f"data of {m.name!r}") for m in models}
         require_data(specs, _features(args.groups), name)
-    else:
-        from wildmerge.sampling.pools import load_pool
+        check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
+        check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
+        return name, base, experts, specs
+    from wildmerge.pools import load_pool, resolve
 
-        pool = load_pool(args.pool or "demo")
-        if excluded:
-            pool = pool.without(sorted(excluded))
-        specs = {n: absolute(d, pool.folder) for n, d in pool.all_data().items()}  # one contract: expert_data
-        require_data(specs, _features(args.groups), pool.name)  # before any model is resolved
-        rel = Path(pool.source).parent if pool.source else None
-        refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
-        resolved = resolve_all(refs, relative_to=rel, allow_pickle=args.allow_pickle)
-        name, base = pool.name, resolved[0].path
-        experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-        experts = full_checkpoints(base, experts)  # LoRA adapters: folded into the base, as for a merge
-    check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
-    check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
-    return name, base, experts, specs
+    pool = load_pool(args.pool or "demo", sorted(excluded))
+    require_data(pool.all_data(), _features(args.groups), pool.name)  # before any model is resolved
+    resolved = resolve(pool, allow_pickle=args.allow_pickle)  # adapters folded, as for a merge
+    resolved.check_weights()  # NaN / Inf, truncation, shards
+    return pool.name, resolved.base_path, resolved.experts, resolved.data  # data: one contract, expert_data
 
 
 def _describe(data) -> str:

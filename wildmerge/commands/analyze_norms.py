@@ -21,21 +21,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from wildmerge.analysis.pool.imbalance import imbalance_rows, layer_grams, summary, write_imbalance
-    from wildmerge.checkpoints import check_compatible, check_weights
-    from wildmerge.hub import resolve_all
-    from wildmerge.sampling.adapters import full_checkpoints
-    from wildmerge.sampling.pools import load_pool
+    from wildmerge.pools import resolve
 
-    pool = load_pool(args.pool)
-    if args.exclude:
-        pool = pool.without(args.exclude)
-    relative_to = Path(pool.source).parent if pool.source else None
-    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
-    resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=args.allow_pickle)
-    base, experts = resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    experts = full_checkpoints(base, experts)  # LoRA adapters: folded into the base, as for a merge
-    check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
-    check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
+    pool = resolve(args.pool, exclude=args.exclude, allow_pickle=args.allow_pickle)  # adapters folded, as for a merge
+    pool.check_weights()  # NaN / Inf, truncation, shards
+    base, experts = pool.base_path, pool.experts  # added tokens: read on the base's tokens
     grams = layer_grams(base, experts)
     rows = imbalance_rows(grams, list(experts))
     out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "norms")

@@ -56,7 +56,7 @@ def _full_model(ref: str, base_ref: str | None) -> str:
     sampler does; an adapter whose base cannot be found locally is refused with the fix."""
     from wildmerge.errors import ConfigError, WildmergeError
     from wildmerge.hub import resolve_path
-    from wildmerge.sampling.adapters import declared_base, full_checkpoints, is_adapter
+    from wildmerge.pools.adapters import declared_base, full_checkpoints, is_adapter
 
     path = resolve_path(ref, download=False)
     if not is_adapter(path):

@@ -44,19 +44,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def _check_pool_weights(args) -> None:
     """The pool's checkpoints complete and free of NaN / Inf before any merge is built (as the sampler checks)."""
-    from pathlib import Path
+    from wildmerge.pools import resolve
 
-    from wildmerge.checkpoints import check_weights
-    from wildmerge.hub import resolve_all
-    from wildmerge.sampling.pools import load_pool
-
-    pool = load_pool(args.pool)
-    if args.exclude:
-        pool = pool.without(args.exclude)
-    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
-    resolved = resolve_all(refs, relative_to=Path(pool.source).parent if pool.source else None,
-                           allow_pickle=args.allow_pickle)
-    check_weights({name: r.path for (name, _, _), r in zip(refs, resolved)}, allow_pickle=args.allow_pickle)
+    resolve(args.pool, exclude=args.exclude, allow_pickle=args.allow_pickle).check_weights()
 
 
 def run(args) -> int:

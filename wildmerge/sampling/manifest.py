@@ -7,16 +7,12 @@ same expert sets) and these revisions (so a hub repository that moved on is not 
 import csv
 import io
 from datetime import datetime, timezone
-from pathlib import Path
 
 from wildmerge.atomic import write_text
-from wildmerge.checkpoints import check_compatible
 from wildmerge.errors import ConfigError
-from wildmerge.hub import resolve_all
+from wildmerge.pools import resolve
 from wildmerge.run import Manifest, PoolModels, RunFolder
 from wildmerge.sampling.preflight import check_finite
-from wildmerge.sampling.adapters import full_checkpoints
-from wildmerge.expert_data.recipe import absolute, to_record
 from wildmerge.sampling.sampler import domain_subsets, draw_subsets, top_subsets
 from wildmerge.sampling.settings import Sampling
 
@@ -57,26 +53,12 @@ def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=Fals
     existing = check_same(run_dir, sampling)
     pinned = {m.name: m.revision for m in existing.models.experts} if existing else {}
     pinned["base"] = existing.models.base.revision if existing else None
-    rel = Path(pool.source).parent if pool.source else None
     # the manifest's commit hashes win: a branch that moved upstream must not mix new weights into an old run
-    refs = [("base", pool.base.model, pinned.get("base") or pool.base.revision)]
-    refs += [(e.label, e.model, pinned.get(e.label) or e.revision) for e in pool.experts]
-    resolved = resolve_all(refs, relative_to=rel, allow_pickle=allow_pickle, download=download)
-    base, experts = resolved[0], resolved[1:]
-    calibration = {name: to_record(absolute(d, rel)) for name, d in pool.all_data().items()}  # expert_data/recipe.py
-    published = {e.label: r.path for e, r in zip(pool.experts, experts)}
-    paths = full_checkpoints(base.path, published)  # LoRA adapters folded into the base
-    adapters = {name: path for name, path in published.items() if paths[name] != path}  # -> the adapter folder
-    vocab_differs = check_compatible(base.path, paths, allow_pickle)
-    for name, (vocab, base_vocab) in vocab_differs.items():
+    resolved = resolve(pool, allow_pickle=allow_pickle, download=download, pinned=pinned)
+    for name, (vocab, base_vocab) in resolved.vocab_differs.items():
         print(f"  note: {name}: vocabulary of {vocab} tokens vs base {base_vocab}; its merges keep the base's "
               "tokenizer (mergekit aligns the embeddings; RegMean / CoM read it on the base's tokens)")
-    models = PoolModels(
-        base=base.model_copy(update={"name": "base"}),
-        experts=[r.model_copy(update={"name": e.label, "domain": e.domain, "path": paths[e.label],
-                                      **({"adapter": adapters[e.label]} if e.label in adapters else {}),
-                                      "calibration": calibration[e.label]})
-                 for e, r in zip(pool.experts, experts)])
+    models = resolved.pool_models()
     check_finite(run.root, models, allow_pickle)  # before any merge: NaN in, NaN out
     if existing:
         return existing, models

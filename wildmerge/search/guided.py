@@ -44,28 +44,21 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     from wildmerge.analysis.pool.geometry import task_vector_geometry
     from wildmerge.eval.evaluate import apply_overrides
     from wildmerge.eval.suites import check_tasks, load_suite
-    from wildmerge.hub import resolve_all
     from wildmerge.plugins.recipes import default_hparams, load_methods
-    from wildmerge.sampling.adapters import full_checkpoints
-    from wildmerge.sampling.pools import load_pool
+    from wildmerge.pools import load_pool, resolve
 
     methods = list(methods)
     check_settings(budget, first, eta, methods)
     recipes = load_methods(methods)
     suite = apply_overrides(load_suite(suite_name), {"limit": limit})
     check_tasks(suite)
-    pool = load_pool(pool_name)
-    pool = pool.without(list(exclude)) if exclude else pool
+    pool = load_pool(pool_name, exclude)
     if len(pool.experts) < 2:
         raise ConfigError(f"pool {pool.name!r} has {len(pool.experts)} expert(s); a merge needs at least 2")
     folder = RunFolder(out or Path("runs") / f"search-{pool.name}")
     folder.root.mkdir(parents=True, exist_ok=True)
-    relative_to = Path(pool.source).parent if pool.source else None
-    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
-    resolved = resolve_all(refs, relative_to=relative_to)
-    base = resolved[0].path
-    experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    experts = full_checkpoints(base, experts)  # merged in memory: LoRA adapters folded into the base
+    resolved = resolve(pool)  # merged in memory: LoRA adapters folded into the base
+    base, experts = resolved.base_path, resolved.experts
 
     geometry = _geometry(folder, base, experts, task_vector_geometry)
     names = geometry["experts"]

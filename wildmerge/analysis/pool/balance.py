@@ -63,14 +63,10 @@ def balance_table(df, norms: Dict[str, float]) -> List[dict]:
 def balance_selection(pool, balanced: bool, allow_pickle: bool = False, download=None):
     """(manifest record, scorer) of ``wildmerge sample --select balanced|unbalanced``: the pool's task-vector norms
     from one streamed pass, then subsets ranked by their max/min norm ratio."""
-    from pathlib import Path
+    from wildmerge.pools import resolve
 
-    from wildmerge.hub import resolve_all
-
-    relative_to = Path(pool.source).parent if pool.source else None
-    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
-    resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=allow_pickle, download=download)
-    norms = expert_norms(resolved[0].path, {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])})
+    resolved = resolve(pool, allow_pickle=allow_pickle, download=download)  # adapters folded, as for the merges
+    norms = expert_norms(resolved.base_path, resolved.experts)
     record = {"rule": "norm balance", "prefer": "balanced" if balanced else "unbalanced",
               "aggregation": "max / min whole-model task-vector norm over the subset's experts",
               "norms": {k: round(v, 8) for k, v in norms.items()}}

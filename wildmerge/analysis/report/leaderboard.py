@@ -170,7 +170,7 @@ def expert_tasks(run) -> dict:
     """{expert: its declared suite tasks} from the run's pool file (the experts' ``tasks:`` field); empty when the
     pool declares none or its file is gone."""
     from wildmerge.errors import WildmergeError
-    from wildmerge.sampling.pools import load_pool
+    from wildmerge.pools import load_pool
 
     manifest = run.read_manifest()
     if manifest is None or not manifest.pool_file:

@@ -22,20 +22,15 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
     """Resolve and check the pool, load each expert's data, then load every model once."""
     from transformers import AutoTokenizer
 
-    from wildmerge.checkpoints import check_compatible, read_config
-    from wildmerge.hub import resolve_all
+    from wildmerge.checkpoints import read_config
     from wildmerge.expert_data.read import expert_texts
     from wildmerge.plugins.layerwise.calibration import CalibrationSpec, apply_seq_len, load_token_batches
-    from wildmerge.sampling.adapters import full_checkpoints
+    from wildmerge.pools import resolve
 
     check_calibration(pool)
-    relative_to = Path(pool.source).parent if pool.source else None
-    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
-    resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=allow_pickle, download=download)
-    base = resolved[0].path
-    experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
-    experts = full_checkpoints(base, experts)  # LoRA adapters folded into the base (as the sampler does)
-    check_compatible(base, experts, allow_pickle=allow_pickle)  # added tokens: held on the base's tokens
+    relative_to = pool.folder
+    resolved = resolve(pool, allow_pickle=allow_pickle, download=download)  # adapters folded, vocabularies checked
+    base, experts = resolved.base_path, resolved.experts
     check_fits([base, *experts.values()], device)
     config = read_config(base)
     data = pool.all_data()

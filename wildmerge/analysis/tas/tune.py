@@ -75,8 +75,8 @@ def tune_pool(pool_name: str, *, ablations=(), grid_file=None, exclude=(), out=N
               seq_len=None, distance: str = "l2", device: str = "cpu", threads=None, allow_pickle: bool = False,
               check: int = 0, check_suite: str = "demo", check_limit=None, select: str = "tas") -> dict:
     """{grid name: what was selected}; every bad input (grid, pool, data, device) fails before any merge."""
+    from wildmerge.pools import load_pool
     from wildmerge.sampling.ablations import load_grids
-    from wildmerge.sampling.pools import load_pool
 
     if threads:
         import torch
@@ -89,9 +89,7 @@ def tune_pool(pool_name: str, *, ablations=(), grid_file=None, exclude=(), out=N
         raise ConfigError("nothing to tune: give --grid FILE or --ablation NAME")
     sweeps = grid_points(grids)
     _check_rule(select, sweeps)
-    pool = load_pool(pool_name)
-    if exclude:
-        pool = pool.without(exclude)
+    pool = load_pool(pool_name, exclude)
     out = Path(out or Path("runs") / f"tune-{pool.name}")
     tas = _load(pool, out, samples=samples, seq_len=seq_len, device=device, allow_pickle=allow_pickle)
     chosen = {}
@@ -148,28 +146,23 @@ def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, l
     checkpoint), ``recipe.yml`` (stock mergekit) and ``coefficients.json`` under ``out``."""
     from wildmerge.analysis.tas.setup import check_calibration
     from wildmerge.expert_data.read import expert_texts
-    from wildmerge.hub import resolve_all
     from wildmerge.plugins.adamerging import AdaMergingSettings, adamerge
-    from wildmerge.sampling.pools import load_pool
+    from wildmerge.pools import load_pool, resolve
 
     if threads:
         import torch
 
         torch.set_num_threads(threads)
     settings = AdaMergingSettings(loss=loss, iterations=iterations, lr=lr, batch_size=batch_size)
-    pool = load_pool(pool_name)
-    if exclude:
-        pool = pool.without(exclude)
+    pool = load_pool(pool_name, exclude)
     check_calibration(pool)
-    relative_to = Path(pool.source).parent if pool.source else None
-    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
-    resolved = resolve_all(refs, relative_to=relative_to, allow_pickle=allow_pickle)
-    experts = {label: r.path for (label, _, _), r in zip(refs[1:], resolved[1:])}
+    resolved = resolve(pool, allow_pickle=allow_pickle)  # adapters folded into the base
+    experts = resolved.experts
     out = Path(out or Path("runs") / f"adamerging-{pool.name}")
     data = pool.all_data()
-    texts = {name: expert_texts(data[name], name, relative_to=relative_to, model_path=path,
+    texts = {name: expert_texts(data[name], name, relative_to=pool.folder, model_path=path,
                                 generated_dir=out / "calibration") for name, path in experts.items()}
-    written = adamerge(resolved[0].path, experts, texts, out, settings=settings, samples=samples, seq_len=seq_len,
+    written = adamerge(resolved.base_path, experts, texts, out, settings=settings, samples=samples, seq_len=seq_len,
                        device=device, data_key={n: data[n].model_dump(exclude_none=True) for n in experts})
     print(f"AdaMerging ({loss}): model {written['model']}; recipe {written['recipe']}")
     return written

@@ -136,8 +136,7 @@ def materialise(base_path, adapter_path, progress: bool = True) -> tuple[Path, s
 
 def materialise_experts(base_path, experts: dict, progress: bool = True) -> tuple[dict, list]:
     """({expert: full checkpoint folder}, notes for the log): every adapter among ``experts`` folded into the base
-    (``materialise``, cached), every other expert as it is. For what reads weights without the sampler's manifest:
-    the TAS sweep, the guided search's in-memory merger and geometry, its benchmark."""
+    (``materialise``, cached), every other expert as it is."""
     out, notes = {}, []
     for name, path in experts.items():
         if is_adapter(path):
@@ -150,7 +149,8 @@ def materialise_experts(base_path, experts: dict, progress: bool = True) -> tupl
 
 
 def full_checkpoints(base_path, experts: dict) -> dict:
-    """``materialise_experts`` with its notes printed: what every command that reads weights outside a run calls."""
+    """``materialise_experts`` with its notes printed: what ``pools.resolve`` (every pool reader) and
+    ``analyze probe --model`` call."""
     experts, notes = materialise_experts(base_path, experts)
     for note in notes:
         print(f"  note: {note}", flush=True)

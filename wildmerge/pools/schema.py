@@ -1,9 +1,11 @@
 """Pools as data: a base model and its public fine-tuned checkpoints ("experts"), validated by pydantic.
 
 A pool file (``merge_recipes/pools/<name>.yml``) only says *which* models; where their weights are is answered
-later by ``wildmerge.hub`` (hub cache, local folder or ``demo:`` family), so a pool loads instantly.
+later by ``wildmerge.pools.resolved.resolve`` (hub cache, local folder or ``demo:`` family), so a pool loads
+instantly.
 """
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -73,6 +75,19 @@ class ProtocolDefaults(BaseModel):
         return self
 
 
+class QuickVariant(BaseModel):
+    """The experts a pool keeps when an environment variable asks for a smaller family: the demo pool declares
+    ``quick: {env: WILDMERGE_DEMO_QUICK, experts: [...]}`` (the quick family builds 3 of its 12 experts), so the
+    documented ``--pool demo`` / ``--base demo`` commands run on it as written."""
+
+    model_config = ConfigDict(extra="forbid")
+    env: str
+    experts: list[str] = Field(min_length=1)
+
+    def asked(self) -> bool:
+        return os.environ.get(self.env, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 class Pool(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -80,6 +95,7 @@ class Pool(BaseModel):
     base: ModelRef
     experts: list[Expert]
     protocol: ProtocolDefaults = Field(default_factory=ProtocolDefaults)
+    quick: Optional[QuickVariant] = None
     # every expert's data where it sets none of its own, part by part (``calibration:`` is the old name)
     data: Optional[ExpertData] = Field(None, validation_alias=AliasChoices("data", "calibration"))
     source: str | None = None  # the file it was loaded from (set by load_pool; resolves relative paths)
@@ -104,6 +120,9 @@ class Pool(BaseModel):
                     f"experts #{names[e.label]} and #{i} share the name {e.label!r}; give one a distinct 'name:'"
                 )
             seen[e.key()], names[e.label] = i, i
+        unknown = [n for n in (self.quick.experts if self.quick else []) if n not in names]
+        if unknown:
+            raise ValueError(f"quick: experts {unknown} are not in the pool; use names from 'experts:'")
         return self
 
     @property
@@ -131,10 +150,12 @@ class Pool(BaseModel):
         return Path(self.source).parent if self.source else None
 
     def without(self, names) -> "Pool":
-        """The same pool minus some experts (e.g. an id that cannot be resolved)."""
+        """The same pool minus some experts (``--exclude``: e.g. an id that cannot be resolved)."""
         for n in names:
             self.expert(n)
         kept = [e for e in self.experts if e.label not in set(names)]
+        if not kept:
+            raise ConfigError(f"--exclude {','.join(names)} leaves no expert in pool {self.name!r}: keep at least one")
         return self.model_copy(update={"experts": kept})
 
 
@@ -142,8 +163,8 @@ def list_pools() -> list[str]:
     return list_names("pools")
 
 
-def load_pool(name_or_path) -> Pool:
-    """A shipped pool by name (``qwen3-4b``, ``demo``) or a pool YAML file by path."""
+def load_pool(name_or_path, exclude=()) -> Pool:
+    """A shipped pool by name (``qwen3-4b``, ``demo``) or a pool YAML file by path, minus the ``exclude``d experts."""
     path = find_named_file("pools", name_or_path, "pool")
     data = read_yaml(path, "pool")
     if not isinstance(data, dict):
@@ -153,21 +174,16 @@ def load_pool(name_or_path) -> Pool:
         pool = Pool.model_validate({**data, "source": str(path.resolve())})
     except ValidationError as exc:
         raise ConfigError(f"pool file {path} is invalid:\n{_explain(exc)}") from None
-    pool = _quick_demo(pool)
+    pool = _quick(pool)
     check_pool_data(pool)
-    return pool
+    return pool.without(list(exclude)) if exclude else pool
 
 
-def _quick_demo(pool: Pool) -> Pool:
-    """With WILDMERGE_DEMO_QUICK=1 the shipped demo pool is cut to the quick family's experts (3 of 12), so the
-    documented ``--pool demo`` / ``--base demo`` commands run on it as written."""
-    from wildmerge.demo.family import quick_forced
-    from wildmerge.demo.spec import experts_for
-
-    if not quick_forced() or not all(e.model.startswith("demo:") for e in [pool.base, *pool.experts]):
+def _quick(pool: Pool) -> Pool:
+    """The pool cut to its ``quick:`` experts when their environment variable is set."""
+    if pool.quick is None or not pool.quick.asked():
         return pool
-    quick = {f"demo:{e.name}" for e in experts_for(True)}
-    gone = [e.label for e in pool.experts if e.model not in quick]
+    gone = [e.label for e in pool.experts if e.label not in pool.quick.experts]
     return pool.without(gone).model_copy(update={"description": pool.description + " (quick family)"}) if gone else pool
 
 
@@ -188,7 +204,8 @@ def _explain(exc: ValidationError) -> str:
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         if err["type"] == "extra_forbidden":
-            model = Pool if len(err["loc"]) == 1 else Expert if err["loc"][0] == "experts" else ModelRef
+            model = (Pool if len(err["loc"]) == 1 else Expert if err["loc"][0] == "experts"
+                     else QuickVariant if err["loc"][0] == "quick" else ModelRef)
             valid = [f for f in model.model_fields if f != "source"]
             key = str(err["loc"][-1])
             lines.append(f"  {where}: unknown key{did_you_mean(key, valid)}; valid keys: {', '.join(valid)}")
