@@ -60,14 +60,14 @@ def _merge_worker(method, base, experts, out, cuda, queue):
     from mergekit.merge import run_merge
     from mergekit.options import MergeOptions
 
-    from wildmerge.plugins.recipes import render_recipe
+    from wildmerge.recipes.render import render_recipe
 
     if method == "task_arithmetic":  # mergekit's own, plain: the baseline
         config = {"merge_method": "task_arithmetic", "base_model": base, "dtype": "float32",
                   "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts]}
     else:
         name, _, variant = method.partition(":")
-        config = render_recipe(name, base, experts, overrides=variant_overrides(variant))
+        config = render_recipe(name, base, experts, variant_overrides(variant))
     options = MergeOptions(copy_tokenizer=False, quiet=True, cuda=cuda, write_model_card=False)
     start = time.perf_counter()
     run_merge(MergeConfiguration.model_validate(config), out, options=options, config_source=yaml.safe_dump(config))

@@ -193,13 +193,13 @@ def merge_once(method, base, experts, device, overrides=None):
     from mergekit.merge import run_merge
     from mergekit.options import MergeOptions
 
-    from wildmerge.plugins.recipes import render_recipe
+    from wildmerge.recipes.render import render_recipe
 
     if method == "task_arithmetic":  # mergekit's own, plain: the baseline
         config = {"merge_method": "task_arithmetic", "base_model": base, "dtype": "float32", "out_dtype": "bfloat16",
                   "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts]}
     else:
-        config = render_recipe(method, base, experts, overrides=overrides)
+        config = render_recipe(method, base, experts, overrides)
     options = MergeOptions(copy_tokenizer=False, quiet=True, cuda=device.type == "cuda", write_model_card=False)
     gc.collect()
     if device.type == "cuda":

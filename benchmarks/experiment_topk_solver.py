@@ -72,7 +72,7 @@ def merge_all(info, names, out: Path) -> dict:
     from mergekit.merge import run_merge
     from mergekit.options import MergeOptions
 
-    from wildmerge.plugins.recipes import render_recipe
+    from wildmerge.recipes.render import render_recipe
 
     rng = random.Random(0)
     merged = {}
@@ -85,7 +85,7 @@ def merge_all(info, names, out: Path) -> dict:
                 if (folder / "config.json").exists():
                     continue
                 recipe = render_recipe(method, info["base"], [info["experts"][e] for e in subset],
-                                       overrides={"topk_solver": solver})
+                                       {"topk_solver": solver})
                 run_merge(MergeConfiguration.model_validate(recipe), str(folder),
                           options=MergeOptions(copy_tokenizer=True, quiet=True), config_source=yaml.safe_dump(recipe))
     return merged

@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 
 from wildmerge.errors import ConfigError
 from wildmerge.plugins import methods, spectral
-from wildmerge.plugins.recipes import list_method_recipes, render_recipe
+from wildmerge.recipes.method import list_method_recipes
+from wildmerge.recipes.render import render_recipe
 
 OURS = ["iso_c", "iso_cts", "tsv_m", "task_arithmetic_sb", "ties_sb"]
 NEEDS_WEIGHT = {"task_arithmetic_sb", "ties_sb"}  # built on mergekit's GTA, where weight is required
@@ -184,7 +185,7 @@ def test_every_method_recipe_merges_a_real_model(recipe, family, request, tmp_pa
 
 
 def test_merged_matrix_equals_reference_from_checkpoints(tiny_family, tmp_path):
-    out = run(render_recipe("iso_c", tiny_family["base"], tiny_family["experts"], overrides={"lambda": 0.6}),
+    out = run(render_recipe("iso_c", tiny_family["base"], tiny_family["experts"], {"lambda": 0.6}),
               tmp_path / "m")
     key = "model.layers.1.self_attn.q_proj.weight"
     base = load_file(f"{tiny_family['base']}/model.safetensors")[key].double()

@@ -16,7 +16,7 @@ from wildmerge.plugins import methods
 from wildmerge.plugins.layerwise.driver import recipe_params
 from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS, ChainOfMergesParams, RegMeanParams
 from wildmerge.plugins.method_params import interval
-from wildmerge.plugins.recipes import list_method_recipes, load_method_recipe
+from wildmerge.recipes.method import list_method_recipes, load_method_recipe
 from wildmerge.plugins.validation import validate_merge_config
 
 README = Path(__file__).resolve().parents[2] / "README.md"

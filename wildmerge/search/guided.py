@@ -45,7 +45,7 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     from wildmerge.eval.evaluate import apply_overrides
     from wildmerge.eval.suites import check_tasks, load_suite
     from wildmerge.hub import resolve_all
-    from wildmerge.plugins.recipes import default_hparams, load_methods
+    from wildmerge.recipes.method import default_hparams, load_methods
     from wildmerge.sampling.adapters import full_checkpoints
     from wildmerge.sampling.pools import load_pool
 

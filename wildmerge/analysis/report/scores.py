@@ -13,7 +13,7 @@ from wildmerge.analysis.report.run_data import RunData
 from wildmerge.errors import WildmergeError
 from wildmerge.eval.splits import score_key
 from wildmerge.eval.store import OK, ResultStore
-from wildmerge.plugins.recipes import LABELS, display_rank, method_label
+from wildmerge.recipes.labels import display_rank, method_label
 
 MAIN, ABLATION, TUNED = "main", "ablation", "tuned"  # which part of the study a merge belongs to
 VAL_MEAN = "val_mean"  # mean over the suite's validation splits (``eval/splits.py``); NaN where there are none
@@ -32,7 +32,7 @@ def _variants(rows: List[Dict]) -> None:
             by_method.setdefault(r["method"], set()).add(r["hparams"])
     for r in rows:
         if r["kind"] != "merge":
-            r["variant"] = LABELS.get(r["method"], r["method"]) if r["kind"] == "composition" else r["kind"]
+            r["variant"] = method_label(r["method"]) if r["kind"] == "composition" else r["kind"]
             continue
         label = method_label(r["method"])
         if r["group"] != MAIN and len(by_method[r["method"]]) > 1:
