@@ -136,8 +136,11 @@ def bench_kernels(hidden, n_tasks):
     import torch
 
     from wildmerge.plugins import linalg, spectral
+    from wildmerge.plugins.methods import IsoCParams, TaskArithmeticSBParams, TSVMParams
 
-    ours = {"tsv_m": spectral.tsv_m, "iso_c": spectral.iso_c, "boost": lambda ds: spectral.subspace_boost(sum(ds), 0.2)}
+    boost = TaskArithmeticSBParams.with_defaults(spectral.subspace_boost)
+    ours = {"tsv_m": TSVMParams.with_defaults(spectral.tsv_m), "iso_c": IsoCParams.with_defaults(spectral.iso_c),
+            "boost": lambda ds: boost(sum(ds), 0.2)}
     naive = naive_kernels()
     shapes = [(hidden, hidden), (int(hidden * 2.7), hidden)]
     cpu = torch.device("cpu")

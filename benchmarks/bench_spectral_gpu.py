@@ -30,11 +30,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-from wildmerge.plugins import spectral
+from wildmerge.plugins import spectral as kernels
+from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TaskArithmeticSBParams, TSVMParams
+
+# the kernels as their methods call them: the declared defaults for every keyword a call leaves out
+spectral = SimpleNamespace(iso_c=IsoCParams.with_defaults(kernels.iso_c),
+                           iso_cts=IsoCTSParams.with_defaults(kernels.iso_cts),
+                           tsv_m=TSVMParams.with_defaults(kernels.tsv_m),
+                           subspace_boost=TaskArithmeticSBParams.with_defaults(kernels.subspace_boost))
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["iso_c", "ta_sb", "tsv_m", "iso_cts"]

@@ -52,7 +52,10 @@ def kernel_report(info, names) -> None:
             s_opt = torch.linalg.svdvals(d)[:k]
             _, s_rand, _ = linalg.randomized_svds([d], k, None, torch.float64)
             kept.append(float((s_rand[0] ** 2).sum() / (s_opt ** 2).sum()))
-    for name, kernel in (("tsv_m", spectral.tsv_m), ("iso_cts", spectral.iso_cts)):
+    from wildmerge.plugins.methods import IsoCTSParams, TSVMParams
+
+    for name, kernel in (("tsv_m", TSVMParams.with_defaults(spectral.tsv_m)),
+                         ("iso_cts", IsoCTSParams.with_defaults(spectral.iso_cts))):
         diffs, times = [], {"exact": 0.0, "randomized": 0.0}
         for ds in deltas.values():
             outs = {}

@@ -190,19 +190,3 @@ def assert_same_models(a, b):
 def leftovers(run):
     return [p.name for p in (Path(run) / "models").iterdir() if ".tmp-" in p.name or ".old-" in p.name]
 
-
-def with_declared_defaults(kernel, params):
-    """``kernel`` called as its method calls it: every keyword not given takes the default its parameter model
-    declares (``params``: kernels have no defaults of their own)."""
-    import functools
-    import inspect
-
-    names = list(inspect.signature(kernel).parameters)
-    defaults = params.defaults()
-
-    @functools.wraps(kernel)
-    def call(*args, **kwargs):
-        rest = {n: defaults[n] for n in names[len(args):] if n not in kwargs and n in defaults}
-        return kernel(*args, **kwargs, **rest)
-
-    return call

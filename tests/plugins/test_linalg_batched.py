@@ -5,12 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import with_declared_defaults
 from wildmerge.plugins import linalg, spectral
 from wildmerge.plugins.methods import IsoCTSParams, TSVMParams
 
-iso_cts = with_declared_defaults(spectral.iso_cts, IsoCTSParams)
-tsv_m = with_declared_defaults(spectral.tsv_m, TSVMParams)
+iso_cts = IsoCTSParams.with_defaults(spectral.iso_cts)
+tsv_m = TSVMParams.with_defaults(spectral.tsv_m)
 
 
 def gapped(shape, n, k, seed=0):

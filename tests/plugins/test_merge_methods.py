@@ -14,13 +14,12 @@ from mergekit.merge_methods import merge_tensors, registry
 from mergekit.options import MergeOptions
 from safetensors.torch import load_file
 
-from helpers import with_declared_defaults
 from wildmerge.errors import ConfigError
 from wildmerge.plugins import methods, spectral
 from wildmerge.recipes.method import list_method_recipes
 from wildmerge.recipes.render import render_recipe
 
-iso_c = with_declared_defaults(spectral.iso_c, methods.IsoCParams)  # as the Iso-C method calls it
+iso_c = methods.IsoCParams.with_defaults(spectral.iso_c)  # as the Iso-C method calls it
 
 OURS = ["iso_c", "iso_cts", "tsv_m", "task_arithmetic_sb", "ties_sb"]
 NEEDS_WEIGHT = {"task_arithmetic_sb", "ties_sb"}  # built on mergekit's GTA, where weight is required
@@ -287,8 +286,8 @@ def test_topk_solver_is_a_validated_recipe_parameter(method):
     fast = merge_tensors([base, *experts], method, base_index=0, name="w.weight",
                          parameters={"topk_solver": "randomized"})
     deltas = [e - base for e in experts]
-    kernel = with_declared_defaults(methods.TSV_M.kernel if method == "tsv_m" else methods.ISO_CTS.kernel,
-                                    methods.TSVMParams if method == "tsv_m" else methods.IsoCTSParams)
+    ours = methods.TSV_M if method == "tsv_m" else methods.ISO_CTS
+    kernel = ours.params.with_defaults(ours.kernel)
     assert torch.allclose(fast.double(), base.double() + kernel(deltas, topk_solver="randomized").double(), atol=1e-5)
     assert not torch.allclose(fast, exact)  # noise-like task vectors: the approximate top-k is not the exact one
     with pytest.raises(ValueError, match="'exact', 'randomized' or 'randomized_batched'"):  # mergekit's own check

@@ -10,16 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import with_declared_defaults
 from wildmerge.plugins import linalg, linalg_randomized, spectral
 from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TaskArithmeticSBParams, TSVMParams
 
 F32_EPS = np.finfo(np.float32).eps
-# the kernels as their methods call them (their parameter models' defaults unless a test gives a value)
-iso_c = with_declared_defaults(spectral.iso_c, IsoCParams)
-iso_cts = with_declared_defaults(spectral.iso_cts, IsoCTSParams)
-tsv_m = with_declared_defaults(spectral.tsv_m, TSVMParams)
-subspace_boost = with_declared_defaults(spectral.subspace_boost, TaskArithmeticSBParams)
+# the kernels as their methods call them (the parameter models' declared defaults unless a test gives a value)
+iso_c = IsoCParams.with_defaults(spectral.iso_c)
+iso_cts = IsoCTSParams.with_defaults(spectral.iso_cts)
+tsv_m = TSVMParams.with_defaults(spectral.tsv_m)
+subspace_boost = TaskArithmeticSBParams.with_defaults(spectral.subspace_boost)
 
 
 # ---------------------------------------------------------------- references (float64, from the papers)
