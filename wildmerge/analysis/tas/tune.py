@@ -113,19 +113,19 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
     from wildmerge.recipes.method import with_hparams
     from wildmerge.recipes.sweeps import Sweep, load_sweeps
 
-    grids = {name: Sweep(method=name, grid=TUNE_GRIDS[name]) for name in methods if name in TUNE_GRIDS}
-    grids.update({g.method: g for g in load_sweeps((), grid_file).values()} if grid_file else {})
-    grids = {name: g for name, g in grids.items() if name in methods}
-    if not grids:
+    named = {name: Sweep(method=name, grid=TUNE_GRIDS[name]) for name in methods if name in TUNE_GRIDS}
+    named.update({g.method: g for g in load_sweeps((), grid_file).values()} if grid_file else {})
+    named = {name: g for name, g in named.items() if name in methods}
+    if not named:
         raise ConfigError(f"--tune: none of the methods {', '.join(methods)} has a grid; give --tune-grid FILE")
-    sweeps = grid_points(grids)  # checked before anything is loaded
-    _check_rule(select, sweeps)
+    todo = grid_points(named)  # checked before anything is loaded
+    _check_rule(select, todo)
     tas = _load(pool, out_dir, samples=samples, device=device, allow_pickle=allow_pickle)
     tuned, out = {}, dict(methods)
-    for name, (method, points) in sweeps.items():
+    for name, (method, points) in todo.items():
         selected = _select(tas, method, points, Path(out_dir) / name, distance, select)
         out[name] = with_hparams(method, selected["hparams"])
-        tuned[name] = {**selected, "grid": grids[name].grid}
+        tuned[name] = {**selected, "grid": named[name].grid}
         if check:  # recorded in the run's manifest with the choice; warns when TAS does not track accuracy
             from wildmerge.analysis.tas.check import check_tuned
 
