@@ -16,7 +16,7 @@ The reality-check paper (App. B, Table 4) tunes ``lambda`` for Consensus and TSV
 """
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup

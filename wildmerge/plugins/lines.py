@@ -15,7 +15,7 @@ groups merged together in that call. ``L`` is the base config's ``num_hidden_lay
 
 import dataclasses
 from functools import lru_cache
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup

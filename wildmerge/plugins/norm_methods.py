@@ -18,7 +18,7 @@ Block and model norms come from one streamed pass over the checkpoints before th
 """
 
 import dataclasses
-from typing import Any, Callable, List, Optional, Type
+from typing import Callable, List, Optional, Type
 
 import torch
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
