@@ -60,14 +60,14 @@ def _merge_worker(method, base, experts, out, cuda, queue):
     from mergekit.merge import run_merge
     from mergekit.options import MergeOptions
 
-    from wildmerge.plugins.recipes import render_recipe
+    from wildmerge.recipes.render import render_recipe
 
     if method == "task_arithmetic":  # mergekit's own, plain: the baseline
         config = {"merge_method": "task_arithmetic", "base_model": base, "dtype": "float32",
                   "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts]}
     else:
         name, _, variant = method.partition(":")
-        config = render_recipe(name, base, experts, overrides=variant_overrides(variant))
+        config = render_recipe(name, base, experts, variant_overrides(variant))
     options = MergeOptions(copy_tokenizer=False, quiet=True, cuda=cuda, write_model_card=False)
     start = time.perf_counter()
     run_merge(MergeConfiguration.model_validate(config), out, options=options, config_source=yaml.safe_dump(config))
@@ -136,8 +136,11 @@ def bench_kernels(hidden, n_tasks):
     import torch
 
     from wildmerge.plugins import linalg, spectral
+    from wildmerge.plugins.methods import IsoCParams, TaskArithmeticSBParams, TSVMParams
 
-    ours = {"tsv_m": spectral.tsv_m, "iso_c": spectral.iso_c, "boost": lambda ds: spectral.subspace_boost(sum(ds), 0.2)}
+    boost = TaskArithmeticSBParams.with_defaults(spectral.subspace_boost)
+    ours = {"tsv_m": TSVMParams.with_defaults(spectral.tsv_m), "iso_c": IsoCParams.with_defaults(spectral.iso_c),
+            "boost": lambda ds: boost(sum(ds), 0.2)}
     naive = naive_kernels()
     shapes = [(hidden, hidden), (int(hidden * 2.7), hidden)]
     cpu = torch.device("cpu")

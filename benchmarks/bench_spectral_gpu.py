@@ -30,11 +30,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-from wildmerge.plugins import spectral
+from wildmerge.plugins import spectral as kernels
+from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TaskArithmeticSBParams, TSVMParams
+
+# the kernels as their methods call them: the declared defaults for every keyword a call leaves out
+spectral = SimpleNamespace(iso_c=IsoCParams.with_defaults(kernels.iso_c),
+                           iso_cts=IsoCTSParams.with_defaults(kernels.iso_cts),
+                           tsv_m=TSVMParams.with_defaults(kernels.tsv_m),
+                           subspace_boost=TaskArithmeticSBParams.with_defaults(kernels.subspace_boost))
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["iso_c", "ta_sb", "tsv_m", "iso_cts"]
@@ -193,13 +201,13 @@ def merge_once(method, base, experts, device, overrides=None):
     from mergekit.merge import run_merge
     from mergekit.options import MergeOptions
 
-    from wildmerge.plugins.recipes import render_recipe
+    from wildmerge.recipes.render import render_recipe
 
     if method == "task_arithmetic":  # mergekit's own, plain: the baseline
         config = {"merge_method": "task_arithmetic", "base_model": base, "dtype": "float32", "out_dtype": "bfloat16",
                   "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts]}
     else:
-        config = render_recipe(method, base, experts, overrides=overrides)
+        config = render_recipe(method, base, experts, overrides)
     options = MergeOptions(copy_tokenizer=False, quiet=True, cuda=device.type == "cuda", write_model_card=False)
     gc.collect()
     if device.type == "cuda":

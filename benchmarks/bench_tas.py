@@ -61,8 +61,8 @@ def study(args) -> dict:
     from wildmerge.analysis.tas.sweep import check_points, sweep
     from wildmerge.eval.evaluate import evaluate_models
     from wildmerge.eval.store import ResultStore
-    from wildmerge.plugins.recipes import load_method_recipe, render_recipe
-    from wildmerge.plugins.recipes import split_hparams
+    from wildmerge.recipes.method import load_method_recipe
+    from wildmerge.recipes.render import render_recipe
     from wildmerge.pools import load_pool
 
     out = Path(args.out)
@@ -83,9 +83,7 @@ def study(args) -> dict:
         sweep_wall = time.perf_counter() - start
         paths, merge_seconds = [], 0.0
         for r in records:
-            top, per = split_hparams(method, r["hparams"])
-            recipe = render_recipe(method, tas.base_path, list(tas.expert_paths.values()),
-                                   overrides=top or None, model_overrides=per or None)
+            recipe = render_recipe(method, tas.base_path, list(tas.expert_paths.values()), r["hparams"])
             path = out / "models" / grid_name / r["candidate"]
             path.parent.mkdir(parents=True, exist_ok=True)
             merge_seconds += merge_to_disk(recipe, path)
@@ -124,7 +122,7 @@ def large(args) -> dict:
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     from wildmerge.analysis.tas.sweep import TASSweep, sweep
-    from wildmerge.plugins.recipes import load_method_recipe
+    from wildmerge.recipes.method import load_method_recipe
 
     root = Path(args.out) / "large"
     cfg = Qwen3Config(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,

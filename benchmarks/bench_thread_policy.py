@@ -26,13 +26,16 @@ import json, sys, time
 from wildmerge.resources import kernel_threads, peak_rss_mib
 import torch
 from wildmerge.plugins import spectral
+from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TSVMParams
+iso_c, iso_cts, tsv_m = (IsoCParams.with_defaults(spectral.iso_c), IsoCTSParams.with_defaults(spectral.iso_cts),
+                         TSVMParams.with_defaults(spectral.tsv_m))
 size, tasks, reps = map(int, sys.argv[1:4])
 g = torch.Generator().manual_seed(0)
 deltas = [torch.randn(size, size, generator=g) * 0.01 for _ in range(tasks)]
 threads = kernel_threads()
 best = {}
-for name, run in (("tsv_m", lambda: spectral.tsv_m(deltas)), ("iso_cts", lambda: spectral.iso_cts(deltas, 0.8)),
-                  ("iso_c", lambda: spectral.iso_c(deltas))):
+for name, run in (("tsv_m", lambda: tsv_m(deltas)), ("iso_cts", lambda: iso_cts(deltas, 0.8)),
+                  ("iso_c", lambda: iso_c(deltas))):
     for _ in range(reps):
         t = time.perf_counter(); run(); dt = time.perf_counter() - t
         best[name] = min(best.get(name, dt), dt)

@@ -25,7 +25,8 @@ def main() -> None:
     from wildmerge.eval.evaluate import evaluate_models
     from wildmerge.eval.store import ResultStore
     from wildmerge.analysis.tas.tune import adamerge_pool
-    from wildmerge.plugins.recipes import load_method_recipe, render_recipe
+    from wildmerge.recipes.method import load_method_recipe
+    from wildmerge.recipes.render import render_recipe
     from wildmerge.pools import load_pool
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,7 +65,7 @@ def main() -> None:
     for lam in lambdas:
         path = out / "models" / f"ta_lambda{lam:g}"
         if not (path / "model.safetensors").is_file():
-            _merge(render_recipe(ta, tas.base_path, list(tas.expert_paths.values()), overrides={"lambda": lam}), path)
+            _merge(render_recipe(ta, tas.base_path, list(tas.expert_paths.values()), {"lambda": lam}), path)
         paths[f"ta_lambda{lam:g}"] = str(path)
     paths["adamerging_tas"] = str(written["model"])
     start = time.perf_counter()

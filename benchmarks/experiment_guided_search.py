@@ -26,7 +26,7 @@ import numpy as np
 
 from wildmerge.atomic import write_json, write_text
 from wildmerge.eval.screening.stats import paired_interval, screen_items, suite_score
-from wildmerge.plugins.recipes import safe_name
+from wildmerge.recipes.method import safe_name
 from wildmerge.search.candidates import candidate_id, interleave, ranked_subsets
 from wildmerge.search.halving import candidates_for, halve
 
@@ -254,7 +254,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from wildmerge.analysis.pool.geometry import task_vector_geometry
     from wildmerge.analysis.tas.tune import tune_methods
-    from wildmerge.plugins.recipes import load_methods
+    from wildmerge.recipes.method import load_methods
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

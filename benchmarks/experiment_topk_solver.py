@@ -52,7 +52,10 @@ def kernel_report(info, names) -> None:
             s_opt = torch.linalg.svdvals(d)[:k]
             _, s_rand, _ = linalg.randomized_svds([d], k, None, torch.float64)
             kept.append(float((s_rand[0] ** 2).sum() / (s_opt ** 2).sum()))
-    for name, kernel in (("tsv_m", spectral.tsv_m), ("iso_cts", spectral.iso_cts)):
+    from wildmerge.plugins.methods import IsoCTSParams, TSVMParams
+
+    for name, kernel in (("tsv_m", TSVMParams.with_defaults(spectral.tsv_m)),
+                         ("iso_cts", IsoCTSParams.with_defaults(spectral.iso_cts))):
         diffs, times = [], {"exact": 0.0, "randomized": 0.0}
         for ds in deltas.values():
             outs = {}
@@ -72,7 +75,7 @@ def merge_all(info, names, out: Path) -> dict:
     from mergekit.merge import run_merge
     from mergekit.options import MergeOptions
 
-    from wildmerge.plugins.recipes import render_recipe
+    from wildmerge.recipes.render import render_recipe
 
     rng = random.Random(0)
     merged = {}
@@ -85,7 +88,7 @@ def merge_all(info, names, out: Path) -> dict:
                 if (folder / "config.json").exists():
                     continue
                 recipe = render_recipe(method, info["base"], [info["experts"][e] for e in subset],
-                                       overrides={"topk_solver": solver})
+                                       {"topk_solver": solver})
                 run_merge(MergeConfiguration.model_validate(recipe), str(folder),
                           options=MergeOptions(copy_tokenizer=True, quiet=True), config_source=yaml.safe_dump(recipe))
     return merged

@@ -189,3 +189,4 @@ def assert_same_models(a, b):
 
 def leftovers(run):
     return [p.name for p in (Path(run) / "models").iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+

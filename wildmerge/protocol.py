@@ -133,7 +133,7 @@ class SampleSettings(BaseModel):
 
 
 def _method_names(methods: Optional[List[str]]) -> List[str]:
-    from wildmerge.plugins.recipes import PAPER_METHODS, list_method_recipes
+    from wildmerge.recipes.method import PAPER_METHODS, list_method_recipes
 
     if methods == []:  # `--methods ''` or `--methods ,`: an empty list is a mistake, not "all"
         raise ConfigError("--methods is empty; give comma-separated method recipes (e.g. ta,ties), or leave the "
@@ -171,9 +171,9 @@ def _predicted(s: SampleSettings, pool=None):
 def run_sample(s: SampleSettings) -> int:
     """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; 1 if a score failed."""
     from wildmerge.eval.evaluate import evaluate_run
-    from wildmerge.plugins.recipes import load_methods
+    from wildmerge.recipes.method import load_methods
+    from wildmerge.recipes.sweeps import load_sweeps
     from wildmerge.pools import load_pool
-    from wildmerge.sampling.ablations import load_grids
 
     pool = load_pool(s.pool, s.exclude)
     select, scorer = _predicted(s, pool)
@@ -185,8 +185,7 @@ def run_sample(s: SampleSettings) -> int:
         raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
                           f"use sizes between 1 and {len(pool.experts)}")
     methods = load_methods(_method_names(pool.protocol.methods if s.methods is None else s.methods))
-    grids = load_grids(s.ablations, s.grid)
-    load_methods({g.method for g in grids.values()})
+    sweeps = load_sweeps(s.ablations, s.grid)  # each with its method's recipe loaded
     evaluate = pool.protocol.evaluate if s.evaluate is None else s.evaluate
     suite = s.suite or pool.protocol.suite
     if evaluate and not suite:
@@ -200,10 +199,10 @@ def run_sample(s: SampleSettings) -> int:
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run
 
-        return print_dry_run(run_dir, pool, sampling, methods, grids, s.keep_models, scorer, tune=s.tune)
+        return print_dry_run(run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune)
     from wildmerge.sampling.preflight import check_expert_data
 
-    check_expert_data(pool, methods, grids, s.tune)  # RegMean / CoM / --tune data, before any model is resolved
+    check_expert_data(pool, methods, sweeps, s.tune)  # RegMean / CoM / --tune data, before any model is resolved
     if s.keep_models == "none" and not evaluate:
         raise ConfigError("--keep-models none deletes each merged model's weights once it is evaluated: add "
                           "--evaluate --suite NAME, or use --keep-models all")
@@ -218,7 +217,7 @@ def run_sample(s: SampleSettings) -> int:
         methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
                                       device=s.device, allow_pickle=s.allow_pickle, check=s.tune_check,
                                       check_suite=suite or "demo", check_limit=s.evaluation.limit)
-    log = run_protocol(run_dir, pool, sampling, methods, grids, scorer=scorer, merge_device=s.device,
+    log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.device,
                        merge_workers=s.merge_workers,
                        allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,
                        after_each=evaluate_one if s.keep_models == "none" else None)
@@ -237,7 +236,7 @@ def run_sample(s: SampleSettings) -> int:
     return 1 if failed else 0
 
 
-def run_protocol(run_dir: Path, pool, sampling, methods: dict, grids: dict, *, scorer=None, merge_device="cpu",
+def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, scorer=None, merge_device="cpu",
                  allow_pickle=False, download=None, keep_models="all", after_each=None, merge_workers=None) -> dict:
     """Draw (or reuse) the subsets, write the plan, merge what is not done yet; returns the run log.
 
@@ -252,7 +251,7 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, grids: dict, *, s
     started = time.time()
     run = RunFolder(run_dir)
     manifest, models = prepare(run_dir, pool, sampling, scorer=scorer, allow_pickle=allow_pickle, download=download)
-    entries = build_entries(run_dir, manifest.subsets, models, methods, grids)
+    entries = build_entries(run_dir, manifest.subsets, models, methods, sweeps)
     if run.has_plan():
         from wildmerge.run import read_record
 
@@ -262,7 +261,7 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, grids: dict, *, s
         kept = [e for e in plan.entries if e.kind in ("merge", "composition")]  # and added baselines
         entries = merged_with_previous(kept, entries)
     run.write_plan(Plan(run=run.name, run_dir=str(run.root), pool=pool.name, methods=list(methods),
-                        ablations=list(grids), entries=entries))
+                        ablations=list(sweeps), entries=entries))
     merges = [e for e in entries if e.kind == "merge"]
     print(f"run {run_dir}: pool {pool.name!r}, {len(pool.experts)} experts, {len(manifest.subsets)} subsets, "
           f"{len(merges)} merges ({', '.join(f'{m} {c}' for m, c in Counter(e.method for e in merges).items())})")
@@ -323,7 +322,7 @@ def family_report(info: dict, out_dir=None, limit=None) -> dict:
     from wildmerge.demo.report import AVERAGE, default_report_dir, family_table, format_table, table_csv
     from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.eval.suites import load_suite
-    from wildmerge.plugins.recipes import load_methods
+    from wildmerge.recipes.method import load_methods
     from wildmerge.pools import load_pool
     from wildmerge.sampling.settings import Sampling
 

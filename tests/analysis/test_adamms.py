@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 from wildmerge.analysis.tas.adamms import adamms_records, select_adamms, swept_key, tune_grid_adamms
 from wildmerge.analysis.tas.sweep import TASSweep
 from wildmerge.errors import ConfigError
-from wildmerge.plugins.recipes import load_method_recipe
+from wildmerge.recipes.method import load_method_recipe
 
 
 def _batches(seed):

@@ -18,7 +18,7 @@ from wildmerge.analysis.tas.score import DISTANCES, features, task_alignment
 from wildmerge.analysis.tas.sweep import TASSweep
 from wildmerge.commands import tune
 from wildmerge.errors import ConfigError, WildmergeError
-from wildmerge.plugins.recipes import render_recipe
+from wildmerge.recipes.render import render_recipe
 from wildmerge.merging.inmemory import CandidateMerger
 
 
@@ -71,7 +71,7 @@ def test_tas_is_zero_at_lambda_one_and_grows_with_distance_from_it(tiny_qwen3_fa
     sweep = TASSweep(tmp_path, base, {"e": expert}, {"e": _batches(seed=3)})
     scores = {}
     for lam in (0.0, 0.5, 1.0, 1.5, 2.0):
-        recipe = render_recipe("ta", "base", ["e"], overrides={"lambda": lam})
+        recipe = render_recipe("ta", "base", ["e"], {"lambda": lam})
         recipe.pop("out_dtype", None)
         scores[lam] = sweep.score(recipe)["e"]
     for kind in DISTANCES:
@@ -81,18 +81,18 @@ def test_tas_is_zero_at_lambda_one_and_grows_with_distance_from_it(tiny_qwen3_fa
         assert curve[1.0] < curve[1.5] < curve[2.0], kind
 
 
-@pytest.mark.parametrize("method,overrides,model_overrides", [
-    ("ties", {"lambda": 0.7}, {"density": 0.3}),
-    ("ta_sb", {"beta": 0.3}, None),
-    ("metagpt", {"power": 2.0}, None),
-    ("norm_avg", {"lambda": 0.9}, None),
+@pytest.mark.parametrize("method,hparams", [
+    ("ties", {"lambda": 0.7, "density": 0.3}),
+    ("ta_sb", {"beta": 0.3}),
+    ("metagpt", {"power": 2.0}),
+    ("norm_avg", {"lambda": 0.9}),
 ])
-def test_in_memory_merge_equals_stock_mergekit_yaml(tiny_qwen3_family, tmp_path, method, overrides, model_overrides):
+def test_in_memory_merge_equals_stock_mergekit_yaml(tiny_qwen3_family, tmp_path, method, hparams):
     from wildmerge.cli import main
 
     base, paths = tiny_qwen3_family["base"], tiny_qwen3_family["experts"]
     names = ["e0", "e1", "e2"]
-    recipe = render_recipe(method, base, paths, overrides=overrides, model_overrides=model_overrides)
+    recipe = render_recipe(method, base, paths, hparams)
     (tmp_path / "recipe.yml").write_text(yaml.safe_dump(recipe))
     assert main(["merge", str(tmp_path / "recipe.yml"), str(tmp_path / "out")]) == 0
     stock = load_file(str(tmp_path / "out" / "model.safetensors"))
@@ -219,9 +219,9 @@ def test_the_built_in_tuning_grids_fit_their_recipes():
     """`sample --tune`'s grids: every key a hyperparameter of the method's recipe, at most 12 points each."""
     from wildmerge.analysis.tas.setup import grid_points
     from wildmerge.analysis.tas.tune import TUNE_GRIDS
-    from wildmerge.sampling.ablations import Grid
+    from wildmerge.recipes.sweeps import Sweep
 
-    sweeps = grid_points({name: Grid(method=name, grid=grid) for name, grid in TUNE_GRIDS.items()})
+    sweeps = grid_points({name: Sweep(method=name, grid=grid) for name, grid in TUNE_GRIDS.items()})
     assert set(sweeps) == set(TUNE_GRIDS)
     for name, (method, points) in sweeps.items():
         assert method.name == name and 1 < len(points) <= 12, name

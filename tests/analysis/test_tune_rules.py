@@ -72,7 +72,7 @@ def test_tune_adamerging_writes_a_model_and_a_recipe(lm_family, tmp_path):  # no
 def test_block_and_model_methods_merge_in_memory_as_the_stock_merge(lm_family, tmp_path, method):  # noqa: F811
     from wildmerge.merging.inmemory import CandidateMerger
     from wildmerge.plugins.model_pass import name_folders
-    from wildmerge.plugins.recipes import render_recipe
+    from wildmerge.recipes.render import render_recipe
 
     experts = {f"e{i}": p for i, p in enumerate(lm_family["experts"])}
     merger = CandidateMerger(lm_family["base"], experts)

@@ -125,7 +125,7 @@ def test_resized_and_templated_experts_merge_onto_the_base_vocabulary(lm_family,
 
 
 def test_same_tokenizer_adds_nothing_to_the_recipe_and_loads_nothing(lm_family, tmp_path):  # noqa: F811
-    from wildmerge.merging import tokenizer_plan as vocabulary
+    from wildmerge.recipes import tokenizer as vocabulary
 
     calls = vocabulary._load.cache_info()
     experts = {f"x{i}": p for i, p in enumerate(lm_family["experts"])}
@@ -135,7 +135,7 @@ def test_same_tokenizer_adds_nothing_to_the_recipe_and_loads_nothing(lm_family, 
 
 
 def test_chat_template_only_is_fine_for_layerwise(lm_family, odd_experts):  # noqa: F811
-    from wildmerge.merging.tokenizer_plan import plan_tokenizer
+    from wildmerge.recipes.tokenizer import plan_tokenizer
 
     keys, note = plan_tokenizer(lm_family["base"], {"chat": odd_experts["chat"]}, layerwise=True, method="com")
     assert keys == {} and note == "expert chat has another chat template: the merged model keeps the base's " \

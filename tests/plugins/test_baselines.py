@@ -16,7 +16,7 @@ from mergekit.options import MergeOptions
 from safetensors.numpy import load_file
 
 from wildmerge.errors import ConfigError
-from wildmerge.plugins.recipes import render_recipe
+from wildmerge.recipes.render import render_recipe
 
 NEW_RECIPES = ["consensus_ta", "lines_ta", "lines_consensus", "star", "tsv_lossless", "dare_ties", "breadcrumbs",
                "breadcrumbs_ties", "norm_avg_block", "norm_avg_model", "metagpt_block", "metagpt_model"]
@@ -233,8 +233,8 @@ def test_lines_on_whole_models_take_depth_from_config_and_alpha_from_the_l1_rule
     alpha = sum(np.abs(sum(t[k] for t in taus)).sum() for k in base) / (T * sum(np.abs(m).sum() for m in merged.values()))
     assert alpha > 1 / T  # the consensus mask drops entries: the authors' rule raises alpha to make up for it
     out = run(render_recipe("lines_consensus", tiny_family["base"], tiny_family["experts"],
-                            overrides={"lambda": 0.4}), tmp_path / "lc")
-    ta = run(render_recipe("lines_ta", tiny_family["base"], tiny_family["experts"], overrides={"lambda": 0.4}),
+                            {"lambda": 0.4}), tmp_path / "lc")
+    ta = run(render_recipe("lines_ta", tiny_family["base"], tiny_family["experts"], {"lambda": 0.4}),
              tmp_path / "lt")
     for name in base:
         layer = [int(p) for p in name.split(".") if p.isdigit()]

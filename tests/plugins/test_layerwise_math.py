@@ -63,8 +63,10 @@ def test_omega_scale_invariance():
     tasks = [_task(s) for s in range(N)]
     Xs, Ws = [t[0] for t in tasks], [t[1] for t in tasks]
     W0 = _task(7)[1]
-    a = closed_form_merge(Ws, _grams(Xs), [1.0, 2.0, 3.0], base=W0, precision=torch.float64)
-    b = closed_form_merge(Ws, _grams(Xs), [10.0, 20.0, 30.0], base=W0, precision=torch.float64)
+    a = closed_form_merge(Ws, _grams(Xs), [1.0, 2.0, 3.0], lam_rel=0.01, ridge="delta", base=W0,
+                          precision=torch.float64)
+    b = closed_form_merge(Ws, _grams(Xs), [10.0, 20.0, 30.0], lam_rel=0.01, ridge="delta", base=W0,
+                          precision=torch.float64)
     torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
@@ -165,10 +167,10 @@ def test_frechet_distance_matches_scipy_sqrtm():
 
 
 def test_bad_solver_arguments_are_refused():
+    """What the data or the caller gets wrong; a bad ``ridge`` or ``norm`` value is the parameter model's to refuse
+    (``LayerwiseParams``: test_method_params.py)."""
     X, W = _task(0)
     with pytest.raises(ValueError, match="base"):
-        closed_form_merge([W], _grams([X]), ridge="delta")
-    with pytest.raises(ValueError, match="ridge"):
-        closed_form_merge([W], _grams([X]), ridge="lasso", base=W)
+        closed_form_merge([W], _grams([X]), lam_rel=0.01, ridge="delta")
     with pytest.raises(ValueError, match="importance"):
-        closed_form_merge([W, W], _grams([X, X]), [0.0, 0.0], base=W)
+        closed_form_merge([W, W], _grams([X, X]), [0.0, 0.0], lam_rel=0.01, ridge="delta", base=W)

@@ -356,9 +356,9 @@ def test_method_recipe_through_run_merge_like_the_sampler(family, tmp_path, reci
     from mergekit.merge import run_merge
     from mergekit.options import MergeOptions
 
-    from wildmerge.plugins.recipes import render_recipe
+    from wildmerge.recipes.render import render_recipe
 
-    recipe = render_recipe(recipe_name, family["base"], family["experts"], overrides={"lam_rel": 0.1})
+    recipe = render_recipe(recipe_name, family["base"], family["experts"], {"lam_rel": 0.1})
     recipe["calibration"].update(n_samples=N_SAMPLES, seq_len=SEQ)
     for m, data in zip(recipe["models"], family["texts"]):
         m["calibration"] = data

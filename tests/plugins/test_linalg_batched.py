@@ -6,6 +6,10 @@ import pytest
 import torch
 
 from wildmerge.plugins import linalg, spectral
+from wildmerge.plugins.methods import IsoCTSParams, TSVMParams
+
+iso_cts = IsoCTSParams.with_defaults(spectral.iso_cts)
+tsv_m = TSVMParams.with_defaults(spectral.tsv_m)
 
 
 def gapped(shape, n, k, seed=0):
@@ -41,11 +45,11 @@ def test_batched_top_k_is_the_per_task_top_k(shape):
 @pytest.mark.parametrize("shape", [(60, 36), (36, 60)])
 def test_batched_kernels_match_the_exact_path(shape):
     deltas = gapped(shape, 3, k=min(shape) // 3)
-    exact = spectral.tsv_m(deltas)
-    assert rel(spectral.tsv_m(deltas, topk_solver="randomized_batched"), exact) < 1e-6
+    exact = tsv_m(deltas)
+    assert rel(tsv_m(deltas, topk_solver="randomized_batched"), exact) < 1e-6
     # Iso-CTS: the per-task directions of the projected task vectors (gap kept by the projection on these inputs)
-    exact = spectral.iso_cts(deltas, 0.8)
-    assert rel(spectral.iso_cts(deltas, 0.8, topk_solver="randomized_batched"), exact) < 1e-4
+    exact = iso_cts(deltas, 0.8)
+    assert rel(iso_cts(deltas, 0.8, topk_solver="randomized_batched"), exact) < 1e-4
 
 
 def test_batched_route_keeps_the_rank_rule_and_float32_inputs():
@@ -53,5 +57,5 @@ def test_batched_route_keeps_the_rank_rule_and_float32_inputs():
     deltas = [torch.randn(50, 2, generator=g) @ torch.randn(2, 30, generator=g) for _ in range(3)]  # rank 2 < k
     _, s, _ = linalg.batched_randomized_svds(deltas, 10, None, torch.float64)
     assert [int((x > 0).sum()) for x in s] == [2, 2, 2]
-    out = spectral.tsv_m(deltas, topk_solver="randomized_batched")
-    assert out.dtype == torch.float32 and rel(out.double(), spectral.tsv_m(deltas).double()) < 1e-5
+    out = tsv_m(deltas, topk_solver="randomized_batched")
+    assert out.dtype == torch.float32 and rel(out.double(), tsv_m(deltas).double()) < 1e-5

@@ -16,7 +16,10 @@ from safetensors.torch import load_file
 
 from wildmerge.errors import ConfigError
 from wildmerge.plugins import methods, spectral
-from wildmerge.plugins.recipes import list_method_recipes, render_recipe
+from wildmerge.recipes.method import list_method_recipes
+from wildmerge.recipes.render import render_recipe
+
+iso_c = methods.IsoCParams.with_defaults(spectral.iso_c)  # as the Iso-C method calls it
 
 OURS = ["iso_c", "iso_cts", "tsv_m", "task_arithmetic_sb", "ties_sb"]
 NEEDS_WEIGHT = {"task_arithmetic_sb", "ties_sb"}  # built on mergekit's GTA, where weight is required
@@ -58,7 +61,7 @@ def test_iso_c_in_mergekit_equals_base_plus_lambda_times_kernel():
     out = merge_tensors([base, *experts], "iso_c", base_index=0, name="w.weight",
                         parameters={"lambda": 0.7, "weight": weights})
     deltas = [w * (e.double() - base.double()) for w, e in zip(weights, experts)]
-    expected = base.double() + 0.7 * spectral.iso_c(deltas)
+    expected = base.double() + 0.7 * iso_c(deltas)
     assert torch.allclose(out.double(), expected, atol=1e-5)
 
 
@@ -184,13 +187,13 @@ def test_every_method_recipe_merges_a_real_model(recipe, family, request, tmp_pa
 
 
 def test_merged_matrix_equals_reference_from_checkpoints(tiny_family, tmp_path):
-    out = run(render_recipe("iso_c", tiny_family["base"], tiny_family["experts"], overrides={"lambda": 0.6}),
+    out = run(render_recipe("iso_c", tiny_family["base"], tiny_family["experts"], {"lambda": 0.6}),
               tmp_path / "m")
     key = "model.layers.1.self_attn.q_proj.weight"
     base = load_file(f"{tiny_family['base']}/model.safetensors")[key].double()
     deltas = [load_file(f"{p}/model.safetensors")[key].double() - base for p in tiny_family["experts"]]
     merged = load_file(f"{out}/model.safetensors")[key].double()
-    assert torch.allclose(merged, base + 0.6 * spectral.iso_c(deltas), atol=1e-6)
+    assert torch.allclose(merged, base + 0.6 * iso_c(deltas), atol=1e-6)
     # embeddings have a vocabulary axis: plain task arithmetic (mean)
     key = "model.embed_tokens.weight"
     base = load_file(f"{tiny_family['base']}/model.safetensors")[key].double()
@@ -283,7 +286,8 @@ def test_topk_solver_is_a_validated_recipe_parameter(method):
     fast = merge_tensors([base, *experts], method, base_index=0, name="w.weight",
                          parameters={"topk_solver": "randomized"})
     deltas = [e - base for e in experts]
-    kernel = spectral.tsv_m if method == "tsv_m" else spectral.iso_cts
+    ours = methods.TSV_M if method == "tsv_m" else methods.ISO_CTS
+    kernel = ours.params.with_defaults(ours.kernel)
     assert torch.allclose(fast.double(), base.double() + kernel(deltas, topk_solver="randomized").double(), atol=1e-5)
     assert not torch.allclose(fast, exact)  # noise-like task vectors: the approximate top-k is not the exact one
     with pytest.raises(ValueError, match="'exact', 'randomized' or 'randomized_batched'"):  # mergekit's own check

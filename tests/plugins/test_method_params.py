@@ -1,6 +1,9 @@
 """Each method's parameters are declared once (a pydantic model) and everything else agrees with it: mergekit's
-ParameterSpec tuples, the recipe check and its messages, the recipe files and the README's method table."""
+ParameterSpec tuples, the recipe check and its messages, the recipe files, the kernels (no defaults of their own)
+and the README's method table."""
 
+import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -12,16 +15,18 @@ from mergekit.merge_methods.generalized_task_arithmetic import ConsensusMethod, 
 from mergekit.sparsify import SparsificationMethod
 
 from wildmerge.errors import ConfigError, WildmergeError
-from wildmerge.plugins import methods
+from wildmerge.plugins import methods, spectral
+from wildmerge.plugins.layerwise.regmean import GramAccumulator, closed_form_merge
+from wildmerge.plugins.registration import METHOD_MODULES, our_methods
 from wildmerge.plugins.layerwise.driver import recipe_params
 from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS, ChainOfMergesParams, RegMeanParams
 from wildmerge.plugins.method_params import interval
-from wildmerge.plugins.recipes import list_method_recipes, load_method_recipe
+from wildmerge.recipes.method import list_method_recipes, load_method_recipe
 from wildmerge.plugins.validation import validate_merge_config
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 LAYERWISE_DOC = README.parent / "docs" / "layerwise.md"
-OURS = {m.spec.name: m for m in methods.ALL_METHODS}
+OURS = {m.spec.name: m for m in our_methods()}
 
 
 def _spec_rows(spec):
@@ -65,6 +70,8 @@ def test_mergekit_spec_is_derived_from_the_model(name):
     ("iso_c", "svd_precision", "float16", "iso_c: parameter 'svd_precision' = 'float16' is invalid: "
                                           "Input should be 'float32' or 'float64'"),
     ("tsv_m", "exclude", "(unclosed", "tsv_m: parameter 'exclude' = '(unclosed' is invalid: not a valid regex"),
+    ("tsv_m", "topk_solver", "lanczos", "tsv_m: parameter 'topk_solver' = 'lanczos' is invalid: Input should be "
+                                        "'exact', 'randomized' or 'randomized_batched'"),
 ])
 def test_recipe_values_are_checked_against_the_declared_ranges(method, key, value, message):
     config = MergeConfiguration.model_validate({
@@ -120,6 +127,55 @@ def test_layerwise_recipe_files_state_exactly_the_declared_defaults(recipe):
     assert data["parameters"] == declared().model_dump()
 
 
+# The values a shipped recipe chooses (its paper's selection, or the variant it exists for); every other parameter it
+# states for one of our methods is the default the method declares.
+CHOSEN = {
+    "consensus_ta": {"lambda"}, "lines_consensus": {"lambda"}, "lines_ta": {"lambda"}, "tsv_lossless": {"lambda"},
+    "ta_sb": {"normalize"}, "ties_sb": {"lambda", "density"},  # the in-the-wild study's TA / TIES settings
+    "metagpt_block": {"scope"}, "metagpt_model": {"scope"}, "norm_avg_block": {"scope"}, "norm_avg_model": {"scope"},
+}
+DECLARED = {**{name: m.params for name, m in OURS.items()}, **{n: m.params for n, m in LAYERWISE_METHODS.items()}}
+
+
+@pytest.mark.parametrize("recipe", list_method_recipes())
+def test_shipped_recipes_state_the_declared_defaults_except_their_choices(recipe):
+    method = load_method_recipe(recipe)
+    declared = DECLARED.get(method.recipe["merge_method"])
+    if declared is None:
+        return  # one of mergekit's own methods: mergekit declares its defaults
+    defaults = declared.defaults()
+    stated = {**method.recipe.get("parameters", {}), **method.model_parameters}
+    departs = {k for k, v in stated.items() if k in defaults and defaults[k] != v}
+    assert departs == CHOSEN.get(recipe, set()), f"{recipe}: states {departs} unlike the declared defaults"
+    assert set(stated) <= set(declared.fields_by_name())
+
+
+def _data_first(kernel) -> list:
+    """The keywords of a kernel after its data argument(s) (task vectors, their norms)."""
+    return [p for p in inspect.signature(kernel).parameters.values()
+            if p.name not in ("deltas", "delta", "norms", "d", "self", "weights", "grams", "omegas", "base",
+                              "precision", "device")]
+
+
+KERNELS = [getattr(m, field) for m in OURS.values() for field in ("kernel", "merged") if hasattr(m, field)]
+
+
+@pytest.mark.parametrize("kernel", [*KERNELS, spectral.subspace_boost, closed_form_merge, GramAccumulator.__init__],
+                         ids=lambda k: k.__qualname__)
+def test_kernels_take_every_parameter_explicitly(kernel):
+    """A kernel's defaults would be a second declaration that could disagree with the parameter model's."""
+    with_default = [p.name for p in _data_first(kernel) if p.default is not inspect.Parameter.empty]
+    assert with_default == [], f"{kernel.__qualname__}: defaults for {with_default}"
+
+
+def test_the_autoload_hook_watches_exactly_the_registry_list():
+    from wildmerge._autoload import _POST_IMPORT_HOOKS
+
+    ours = [m for m in _POST_IMPORT_HOOKS if m.startswith("wildmerge.")]
+    assert ours == list(METHOD_MODULES)
+    assert len(OURS) == sum(len(importlib.import_module(m).METHODS) for m in METHOD_MODULES) >= 12
+
+
 @pytest.mark.parametrize("recipe", [r for r in list_method_recipes() if r not in ("com", "regmean")])
 def test_every_method_recipe_passes_the_declared_checks(recipe):
     data = load_method_recipe(recipe)
@@ -144,7 +200,9 @@ def _readme_method_rows():
 
 def test_readme_method_table_matches_the_declared_defaults_and_ranges():
     rows = _readme_method_rows()
-    assert {*OURS, *LAYERWISE_METHODS} <= set(rows), "every method has a row in the README's method table"
+    assert {"iso_c", "iso_cts", "tsv_m", "task_arithmetic_sb", "ties_sb", *LAYERWISE_METHODS} <= set(rows), \
+        "the spectral and layer-wise methods have a row in the README's method table (docs/methods.md lists all)"
+    assert set(rows) <= {*OURS, *LAYERWISE_METHODS}
     checked = 0
     for name, cell in rows.items():
         if name not in OURS:
@@ -172,8 +230,8 @@ def test_non_finite_layerwise_solve_says_to_raise_lam_rel():
     from wildmerge.plugins.layerwise.chain import ChainJob, solve_group
     from wildmerge.plugins.layerwise.regmean import GramAccumulator
 
-    job = ChainJob(chain=False, experts=[], base=None, batches=[], config=None, sim=False, ridge="per_task",
-                   lam_rel=0.0)
+    job = ChainJob(chain=False, experts=[], base=None, batches=[], config=None,
+                   settings=RegMeanParams(ridge="per_task", lam_rel=0.0))
     grams = [GramAccumulator(4, "none") for _ in range(2)]
     for g in grams:
         g.add(torch.randn(8, 4, generator=torch.Generator().manual_seed(0)))

@@ -1,6 +1,6 @@
 """Method recipes have one home: names by paper with the old names as aliases that keep merge ids (so old runs
-resume on the same folders), labels and table order, and one loader of named YAML files for methods, pools and
-suites with the same errors."""
+resume on the same folders), labels and table order from the recipe files, and one loader of named YAML files for
+methods, pools and suites with the same errors."""
 
 import json
 
@@ -11,8 +11,8 @@ from helpers import write_pool
 from wildmerge.cli import main
 from wildmerge.errors import ConfigError
 from wildmerge.eval.suites import load_suite
-from wildmerge.plugins.recipes import (ALIASES, METHOD_ORDER, display_rank, list_method_recipes, load_method_recipe,
-                                       load_methods, merge_id, method_label)
+from wildmerge.recipes.labels import display_rank, method_label, table_order
+from wildmerge.recipes.method import ALIASES, list_method_recipes, load_method_recipe, load_methods, merge_id
 from wildmerge.pools import load_pool
 
 
@@ -33,8 +33,11 @@ def test_labels_and_order_for_tables():
     assert method_label("s001_wa") == method_label("zhou2026_wa") == "WA"
     assert method_label("ta") == "TA" and method_label("ensemble") == "Ensemble"
     assert method_label("gone_method") == "gone_method" and method_label(None) == ""
-    assert [display_rank(m) for m in METHOD_ORDER] == list(range(len(METHOD_ORDER)))
-    assert display_rank("zhou2026_ta") == display_rank(float("nan")) == len(METHOD_ORDER)
+    order = table_order()  # the recipe files' table_order: the paper's table, RegMean and CoM last
+    assert order == ("ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c", "iso_cts", "regmean", "com")
+    assert [display_rank(m) for m in order] == list(range(len(order)))
+    assert display_rank("zhou2026_ta") == display_rank(float("nan")) == len(order)
+    assert [method_label(m) for m in order] == [load_method_recipe(m).label for m in order]
 
 
 @pytest.mark.parametrize("load,kind,typo,close", [

@@ -16,7 +16,7 @@ from wildmerge.cli import main
 from wildmerge.commands import tune
 from wildmerge.errors import WildmergeError
 from wildmerge.merging.inmemory import CandidateMerger
-from wildmerge.plugins.recipes import render_recipe
+from wildmerge.recipes.render import render_recipe
 from wildmerge.pools.adapters import materialise_experts
 
 ADDED = ["<|unit|>", "<|pad2|>"]
@@ -61,7 +61,7 @@ def test_adapters_are_folded_for_the_in_memory_merger(wild, tmp_path, monkeypatc
 
     # an in-memory TA merge of them equals stock mergekit's merge of the folded adapter
     names = ["full", "lora"]
-    recipe = render_recipe("ta", wild["base"], [whole[n] for n in names], overrides={"lambda": 0.7})
+    recipe = render_recipe("ta", wild["base"], [whole[n] for n in names], {"lambda": 0.7})
     (tmp_path / "recipe.yml").write_text(yaml.safe_dump(recipe))
     assert main(["merge", str(tmp_path / "recipe.yml"), str(tmp_path / "out")]) == 0
     stock = load_file(str(tmp_path / "out" / "model.safetensors"))

@@ -15,29 +15,31 @@ from report_fixtures import fabricate_results
 from wildmerge.analysis.report.write import write_report
 from wildmerge.cli import main
 from wildmerge.errors import ConfigError
-from wildmerge.plugins.recipes import default_hparams, load_method_recipe, render_recipe, split_hparams
+from wildmerge.recipes.method import default_hparams, load_method_recipe, split_hparams
+from wildmerge.recipes.render import render_recipe
 from wildmerge.run import RunFolder
-from wildmerge.sampling.ablations import load_grids
+from wildmerge.recipes.sweeps import load_sweeps
 
 
 def test_presets_are_the_papers_tables_and_all_leaves_them_out():
-    grids = load_grids(["com_components"])
-    assert list(grids) == ["com_components:regmean", "com_components"]
-    assert grids["com_components:regmean"].method == "regmean" and grids["com_components:regmean"].points() == [{}]
-    assert grids["com_components"].points() == [{"norm": "none", "sim": False}, {"norm": "token", "sim": False},
+    sweeps = load_sweeps(["com_components"])
+    assert list(sweeps) == ["com_components:regmean", "com_components"]
+    assert sweeps["com_components:regmean"].method == "regmean" and sweeps["com_components:regmean"].points() == [{}]
+    assert sweeps["com_components:regmean"].recipe.label == "RegMean"  # loaded with the sweep, once per run
+    assert sweeps["com_components"].points() == [{"norm": "none", "sim": False}, {"norm": "token", "sim": False},
                                                 {"norm": "token", "sim": True}]
-    assert [p["n_samples"] for p in load_grids(["com_samples"])["com_samples"].points()] == \
+    assert [p["n_samples"] for p in load_sweeps(["com_samples"])["com_samples"].points()] == \
         [2, 5, 10, 50, 100, 200, 300, 400, 500]
-    assert not any(name.startswith("com_") for name in load_grids(["all"]))
-    with pytest.raises(ConfigError, match="unknown ablation 'com_component'.*did you mean 'com_components'"):
-        load_grids(["com_component"])
+    assert not any(name.startswith("com_") for name in load_sweeps(["all"]))
+    with pytest.raises(ConfigError, match="unknown sweep 'com_component'.*did you mean 'com_components'"):
+        load_sweeps(["com_component"])
 
 
 def test_sample_count_is_a_hyperparameter_that_reaches_the_calibration_section():
     com = load_method_recipe("com")
     assert default_hparams(com)["n_samples"] == 64
-    assert split_hparams(com, {"n_samples": 5}) == ({"n_samples": 5}, {})
-    recipe = render_recipe(com, "b", ["e0", "e1"], overrides={"n_samples": 5, "sim": False})
+    assert split_hparams(com, {"n_samples": 5, "sim": False}) == ({"sim": False}, {}, {"n_samples": 5})
+    recipe = render_recipe(com, "b", ["e0", "e1"], {"n_samples": 5, "sim": False})
     assert recipe["calibration"]["n_samples"] == 5 and "n_samples" not in recipe["parameters"]
     assert recipe["parameters"]["sim"] is False
 
@@ -92,3 +94,16 @@ def test_sweep_tables_show_table_3_and_table_4(com_run):
     table4 = pd.read_csv(written["sweep_com_samples_csv"])
     assert table4["n_samples"].tolist() == [2, 4]
     assert table4["mean"].tolist() == pytest.approx([37.0, 41.0])
+
+
+def test_sweep_flag_and_its_old_name_ablation_parse_alike():
+    import argparse
+
+    from wildmerge.commands import sample, tune
+
+    for command in (sample, tune):
+        parser = argparse.ArgumentParser()
+        command.configure(parser)
+        new = parser.parse_args(["--sweep", "ta_lambda", "--sweep", "com_samples"]).sweep
+        old = parser.parse_args(["--ablation", "ta_lambda", "--ablation", "com_samples"]).sweep
+        assert new == old and len(new) == 2

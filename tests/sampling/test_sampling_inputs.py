@@ -36,7 +36,7 @@ def fails(capsys, *argv, match):
 def test_unknown_base_method_ablation(capsys, tmp_path):
     fails(capsys, "--base", "qwen3-4", "--out", str(tmp_path / "r"), match="did you mean 'qwen3-4b'")
     fails(capsys, "--methods", "ta,tsvm", "--out", str(tmp_path / "r"), match="unknown method 'tsvm'")
-    fails(capsys, "--ablation", "sb_bta", "--out", str(tmp_path / "r"), match="unknown ablation 'sb_bta'")
+    fails(capsys, "--ablation", "sb_bta", "--out", str(tmp_path / "r"), match="unknown sweep 'sb_bta'")
     assert not (tmp_path / "r").exists()
 
 

@@ -197,7 +197,7 @@ def test_grid_overrides_reach_the_recipe(pool, tmp_path):
 def test_keep_models_none_prunes_after_each(pool, tmp_path):
     from wildmerge.sampling.manifest import prepare
     from wildmerge.sampling.plan import build_entries
-    from wildmerge.plugins.recipes import load_methods
+    from wildmerge.recipes.method import load_methods
     from wildmerge.pools import load_pool
     from wildmerge.run import read_merge_info
     from wildmerge.merging.runner import merge_options, run_plan

@@ -70,7 +70,7 @@ def run(args) -> int:
     options = _own_flags_anywhere(args)
     out = Path(args.out_path)
     _check_out(out, args.overwrite)
-    from wildmerge.plugins.recipe_file import check_recipe_file
+    from wildmerge.recipes.recipe_file import check_recipe_file
 
     raw = check_recipe_file(args.recipe)
     _check_hub_models(raw, args.allow_pickle)

@@ -27,7 +27,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-full", dest="full", action="store_false", help="do not add the full pool (n = N)")
     p.add_argument("--homogeneous", action="store_true",
                    help="Appendix E: one merge per expert domain plus one of all experts, instead of random subsets")
-    p.add_argument("--ablation", action="append", default=[], type=comma_list,
+    p.add_argument("--sweep", "--ablation", dest="sweep", action="append", default=[], type=comma_list,
                    help="sweeps on the full pool: ta_lambda, ta_lambda_nonorm, ties_grid, ties_density, sb_beta, "
                         "or all (Appendix C); com_components, com_samples (Chain of Merges' Tables 3 and 4) "
                         "(repeatable or comma-separated)")
@@ -79,7 +79,7 @@ def settings(args) -> SampleSettings:
         pool=args.pool, out=args.out, methods=args.methods, sizes=args.sizes, k=args.k, seed=args.seed,
         full=args.full, homogeneous=args.homogeneous, exclude=[n for group in args.exclude for n in group],
         select=args.select, predictor=args.predictor, predictor_method=args.predictor_method,
-        ablations=[n for group in args.ablation for n in group], grid=args.grid, tune=args.tune,
+        ablations=[n for group in args.sweep for n in group], grid=args.grid, tune=args.tune,
         tune_grid=args.tune_grid, tune_samples=args.tune_samples, tune_check=args.tune_check, dry_run=args.dry_run,
         keep_models=args.keep_models, evaluate=args.evaluate, suite=args.suite, device=args.merge_device,
         merge_workers=args.merge_workers, allow_pickle=args.allow_pickle,

@@ -15,8 +15,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                                                      "('data:', its own or the pool's)")
     p.add_argument("--grid", help="YAML of sweeps, as for `wildmerge sample --grid`: "
                                   "{name: {method: ta, grid: {lambda: [0.5, 1.0]}}} (method: a name or recipe path)")
-    p.add_argument("--ablation", action="append", default=[],
-                   help="a named sweep of `wildmerge sample --ablation` (ta_lambda, ties_grid, sb_beta, ...)")
+    p.add_argument("--sweep", "--ablation", dest="sweep", action="append", default=[],
+                   help="a named sweep of `wildmerge sample --sweep` (ta_lambda, ties_grid, sb_beta, ...)")
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
     p.add_argument("--out", help="output folder (default: runs/tune-<pool>)")
     p.add_argument("--samples", type=int, default=128, help="unlabelled samples per expert (default 128, the paper's)")
@@ -58,7 +58,7 @@ def run(args) -> int:
                       batch_size=args.batch_size, exclude=args.exclude, out=args.out, samples=args.samples,
                       seq_len=args.seq_len, device=args.device, threads=args.threads, allow_pickle=args.allow_pickle)
         return 0
-    tune_pool(args.pool, ablations=[n for a in args.ablation for n in a.split(",") if n], grid_file=args.grid,
+    tune_pool(args.pool, sweeps=[n for a in args.sweep for n in a.split(",") if n], grid_file=args.grid,
               exclude=args.exclude, out=args.out, samples=args.samples, seq_len=args.seq_len, distance=args.distance,
               device=args.device, threads=args.threads, allow_pickle=args.allow_pickle, check=args.check,
               check_suite=args.suite, check_limit=args.limit, select=args.select)

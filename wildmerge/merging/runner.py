@@ -10,8 +10,6 @@ is removed only by whoever holds its merge's claim, so nobody deletes a merge th
 """
 
 import contextlib
-import hashlib
-import json
 import os
 import shutil
 import time
@@ -21,66 +19,18 @@ import yaml
 
 from wildmerge.atomic import atomic_dir
 from wildmerge.locks import split_work, try_claim
-from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
 from wildmerge.run import (RECIPE, MergeInfo, PlanEntry, PoolModels, generated_calibration_dir, merge_claim_file,
                            read_merge_info, weights_pruned, write_merge_info)
-from wildmerge.expert_data.recipe import materialise, recipe_entry, text_source
-from wildmerge.expert_data.schema import parse_data
 from wildmerge.merging.model_card import write_card
-from wildmerge.plugins.recipes import split_hparams
-from wildmerge.merging.tokenizer_plan import plan_tokenizer
+from wildmerge.recipes.render import RenderedMerge, render_merge
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
-def _calibration_data(entry: PlanEntry, expert):
-    """The expert's recipe ``calibration:`` entry from its data (run manifest), or None when it has none; text it
-    generates (``generate``) is drawn once per run into ``RUN/calibration/``."""
-    source = text_source(parse_data(expert.calibration, f"data of {expert.name!r}"))
-    if source is None:
-        return None
-    out = recipe_entry(materialise(source, model_path=expert.path, expert=expert.name,
-                                   generated_dir=generated_calibration_dir(entry.path)))
-    if source.kind == "generate" and "n_samples" not in entry.overrides:  # a swept count (CoM Table 4) applies
-        out.setdefault("n_samples", None)  # use what was generated (up to the method's default count)
-    return out
-
-
-def _logical_calibration(expert):
-    """The same entry without this machine's cache path: generated text is named by its settings."""
-    source = text_source(parse_data(expert.calibration, f"data of {expert.name!r}"))
-    return None if source is None else source.model_dump(exclude_none=True)
-
-
-def tokenizer_plan(entry: PlanEntry, models: PoolModels, method) -> tuple[dict, str | None]:
-    """(tokenizer keys for this merge's recipe, the run-log line saying what was done or None)."""
-    experts = models.by_name()
-    layerwise = method.recipe.get("merge_method") in LAYERWISE_METHODS
-    return plan_tokenizer(models.base.path, {n: experts[n].path for n in entry.experts}, layerwise, entry.method)
-
-
-def render(entry: PlanEntry, models: PoolModels, method) -> tuple[dict, str]:
-    """(mergekit recipe dict with this machine's paths, its hash over names instead of paths)."""
-    from wildmerge.plugins.recipes import render_recipe
-
-    experts = models.by_name()
-    top, per = split_hparams(method, entry.overrides)
-    recipe = render_recipe(method, models.base.path, [experts[n].path for n in entry.experts],
-                           overrides=top or None, model_overrides=per or None)
-    recipe.update(tokenizer_plan(entry, models, method)[0])  # experts with another tokenizer: aligned to the base
-    layerwise = recipe["merge_method"] in LAYERWISE_METHODS
-    if layerwise:  # RegMean / CoM: each expert's own calibration data
-        for m, name in zip(recipe["models"], entry.experts):
-            if experts[name].calibration:
-                m["calibration"] = _calibration_data(entry, experts[name])  # read through wildmerge.expert_data
-    logical = json.loads(json.dumps(recipe))  # deep copy; paths replaced by names for a machine-independent hash
-    logical["base_model"] = "base"
-    for m, name in zip(logical["models"], entry.experts):
-        m["model"] = name
-        if layerwise and experts[name].calibration:  # the settings, not this machine's cache file
-            m["calibration"] = _logical_calibration(experts[name])
-    digest = hashlib.sha256(json.dumps(logical, sort_keys=True).encode()).hexdigest()
-    return recipe, digest
+def render(entry: PlanEntry, models: PoolModels, method) -> RenderedMerge:
+    """The entry's merge rendered on this machine (recipe, hash, tokenizer note); its generated text goes to the
+    run's ``calibration/``."""
+    return render_merge(method, models, entry.experts, entry.overrides, generated_calibration_dir(entry.path))
 
 
 def is_done(path, digest: str) -> bool:
@@ -211,16 +161,16 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
     per GPU, or a share of the cores each); this process stays worker 0 and runs ``after_each`` for every entry."""
     from tqdm.auto import tqdm
 
-    from wildmerge.plugins.recipes import load_methods
+    from wildmerge.recipes.method import load_methods
 
     merges = [e for e in entries if e.kind == "merge"]
     for parent in {str(Path(e.path).parent) for e in merges}:
         clean_leftovers(parent)
     methods = {**load_methods({e.method for e in merges} - set(methods)), **methods}
-    # every merge's tokenizer handling decided (or refused: RegMean / CoM with a resized vocabulary) before any merge
-    notes = {e.model_id: tokenizer_plan(e, models, methods[e.method])[1] for e in merges}
+    # every merge rendered once, its tokenizer handling decided (or refused) before any merge
+    rendered = {e.model_id: render(e, models, methods[e.method]) for e in merges}
     stats = {"merged": 0, "skipped": 0, "redone": 0, "pruned": 0, "seconds": 0.0,
-             "tokenizer": {k: v for k, v in notes.items() if v}}
+             "tokenizer": {k: r.note for k, r in rendered.items() if r.note}}
     helpers = []
     if workers > 1 and merges:
         from wildmerge.merging.workers import start_helpers
@@ -231,8 +181,8 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
 
     def handle(entry: PlanEntry) -> None:  # runs while this process holds the entry's claim
         bar.set_postfix_str(entry.model_id, refresh=False)
-        recipe, digest = render(entry, models, methods[entry.method])
-        if is_done(entry.path, digest):
+        merge = rendered[entry.model_id]
+        if is_done(entry.path, merge.digest):
             stats["skipped"] += 1
             if weights_pruned(entry.path):
                 bar.update()
@@ -240,10 +190,11 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
         else:
             _remove_leftovers(entry.path)  # a holder that died before us left them
             stats["redone" if Path(entry.path).exists() else "merged"] += 1
-            if notes[entry.model_id]:
-                bar.write(f"{entry.model_id}: {notes[entry.model_id]}")
-            stats["seconds"] += merge_one(entry, recipe, digest,
-                                          recipe_text(entry, recipe, models, notes[entry.model_id]), options, models)
+            if merge.note:
+                bar.write(f"{entry.model_id}: {merge.note}")
+            recipe = merge.materialised()
+            stats["seconds"] += merge_one(entry, recipe, merge.digest, recipe_text(entry, recipe, models, merge.note),
+                                          options, models)
         if after_each is not None:
             after_each(entry)
         if keep_models == "none" and not weights_pruned(entry.path):

@@ -16,7 +16,7 @@ The reality-check paper (App. B, Table 4) tunes ``lambda`` for Consensus and TSV
 """
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
@@ -82,8 +82,7 @@ def _star_values(s: torch.Tensor, rank: int, eta: float) -> torch.Tensor:
 
 
 @on_kernel_threads
-def star(deltas: Sequence[torch.Tensor], eta: float = 0.9, rank_tol: Optional[float] = None,
-         svd_precision: str = "float64") -> torch.Tensor:
+def star(deltas: Sequence[torch.Tensor], eta: float, rank_tol: Optional[float], svd_precision: str) -> torch.Tensor:
     """Mean over tasks of STAR(tau_t): spectral truncation to ``eta`` of the nuclear norm, then rescaling."""
     deltas = list(deltas)
     total = None
@@ -109,8 +108,7 @@ def _polar(m: torch.Tensor) -> torch.Tensor:
 
 
 @on_kernel_threads
-def tsv_lossless(deltas: Sequence[torch.Tensor], rank_tol: Optional[float] = None,
-                 svd_precision: str = "float64") -> torch.Tensor:
+def tsv_lossless(deltas: Sequence[torch.Tensor], rank_tol: Optional[float], svd_precision: str) -> torch.Tensor:
     """TSV without truncation: every task's full thin SVD, stacked, U and V orthogonalised (polar factors)."""
     deltas = list(deltas)
     u, s, v = thin_svd(deltas, tol=rank_tol, precision=svd_precision)
@@ -128,17 +126,11 @@ class ConsensusTA(TaskVectorMethod, GroupMergeMethod):
     method_reference_url: str = CONSENSUS_URL
     params: type = ConsensusTAParams
 
-    def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
-        base = group.base.tensor
-        weights = [float(parameters["weight"][e.id]) for e in group.non_base]
-        deltas = self.task_vectors(group, parameters, weights)
-        if deltas is None:
-            return base
-        update = consensus_sum(deltas, parameters["tall_lambda"], parameters["k"])
-        return (base.to(update.dtype) + parameters["lambda"] * update).to(base.dtype)
+    def merged_update(self, group: TensorGroup, deltas, weights, parameters) -> torch.Tensor:
+        return parameters["lambda"] * consensus_sum(deltas, parameters["tall_lambda"], parameters["k"])
 
 
 CONSENSUS_TA = ConsensusTA()
 STAR = SpectralMerge("star", "STAR", STAR_URL, star, StarParams)
 TSV_LOSSLESS = SpectralMerge("tsv_lossless", "TSV lossless", TSV_URL, tsv_lossless, TSVLosslessParams)
-BASELINE_METHODS = (CONSENSUS_TA, STAR, TSV_LOSSLESS)
+METHODS = (CONSENSUS_TA, STAR, TSV_LOSSLESS)  # registered by registration.py

@@ -15,7 +15,7 @@ groups merged together in that call. ``L`` is the base config's ``num_hidden_lay
 
 import dataclasses
 from functools import lru_cache
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
@@ -81,19 +81,14 @@ class LinesMerge(TaskVectorMethod, GroupMergeMethod):
     params: type = LinesParams
     method_reference_url: str = LINES_URL
 
-    def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
-        base = group.base.tensor
-        weights = [float(parameters["weight"][e.id]) for e in group.non_base]
-        deltas = self.task_vectors(group, parameters, weights)
-        if deltas is None:
-            return base
+    def merged_update(self, group: TensorGroup, deltas, weights, parameters) -> torch.Tensor:
         update = self.merged(deltas, **self._mask_options(parameters))
         layer, n_layers = layer_index(group.metadata.name), self._layers(group, parameters)
         if layer is not None and layer >= n_layers:
             raise ConfigError(f"{self.method_name}: tensor {group.metadata.name!r} is in block {layer}, but "
                               f"num_layers is {n_layers}; give the model's number of blocks (0: from its config)")
         scale = lines_scale(layer, n_layers, self._alpha(group, parameters, weights), parameters["lambda"])
-        return (base.to(update.dtype) + scale * update).to(base.dtype)
+        return scale * update
 
     def _execute(self, groups, parameters, options, **kwargs):
         """In-memory inputs (no folders behind the ids): alpha unset takes its L1 norms from the groups of this call."""
@@ -146,4 +141,4 @@ class LinesMerge(TaskVectorMethod, GroupMergeMethod):
 
 LINES_TA = LinesMerge("lines_ta", "LiNeS + TA", ta_sum, LinesParams)
 LINES_CONSENSUS = LinesMerge("lines_consensus", "LiNeS + Consensus TA", consensus_sum, LinesConsensusParams)
-LINES_METHODS = (LINES_TA, LINES_CONSENSUS)
+METHODS = (LINES_TA, LINES_CONSENSUS)  # registered by registration.py

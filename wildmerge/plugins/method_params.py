@@ -5,9 +5,11 @@ default or a range is written in exactly one place. A field's mergekit name is i
 (``lambda`` is a Python keyword); ``per_model(...)`` marks a parameter every merged model sets for itself.
 """
 
+import functools
+import inspect
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -63,6 +65,20 @@ class MethodParams(BaseModel):
     def defaults(cls) -> Dict[str, Any]:
         """{name: default} of every parameter that has one (a required one, like TA's ``weight``, has none)."""
         return {n: f.default for n, f in cls.fields_by_name().items() if not f.is_required()}
+
+    @classmethod
+    def with_defaults(cls, kernel: Callable) -> Callable:
+        """``kernel`` as its method calls it, for callers outside mergekit (tests, benchmarks): each keyword left out
+        takes the default declared here (kernels have no defaults of their own)."""
+        names = list(inspect.signature(kernel).parameters)
+        defaults = cls.defaults()
+
+        @functools.wraps(kernel)
+        def call(*args, **kwargs):
+            rest = {n: defaults[n] for n in names[len(args):] if n not in kwargs and n in defaults}
+            return kernel(*args, **kwargs, **rest)
+
+        return call
 
     @classmethod
     def parameter_specs(cls) -> Tuple[Any, ...]:

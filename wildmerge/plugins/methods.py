@@ -27,7 +27,7 @@ from typing_extensions import Annotated, Literal
 
 from wildmerge.plugins import spectral
 from wildmerge.plugins.method_params import MethodParams, per_model
-from wildmerge.plugins.task_vector_method import TaskVectorMethod, check_group
+from wildmerge.plugins.task_vector_method import TaskVectorMethod, all_zero, check_group
 
 ISO_URL = "https://arxiv.org/abs/2502.04959"
 TSV_URL = "https://arxiv.org/abs/2412.00081"
@@ -146,21 +146,16 @@ class SpectralMerge(TaskVectorMethod, GroupMergeMethod):
     kernel: Kernel
     params: Type[MethodParams] = IsoCParams
 
-    def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
-        base = group.base.tensor
-        weights = [float(parameters["weight"][e.id]) for e in group.non_base]
-        deltas = self.task_vectors(group, parameters, weights)
-        if deltas is None:
-            return base
-        if all(not bool(d.any()) for d in deltas):
-            return base.clone()  # a zero task vector gives the base exactly
+    def merged_update(self, group: TensorGroup, deltas, weights, parameters) -> Optional[torch.Tensor]:
+        if all_zero(deltas):
+            return None  # a zero task vector gives the base exactly
         if spectral_eligible(group, parameters["spectral_vocab"], parameters["exclude"]):
             update = self.kernel(deltas, **{k: parameters[k] for k in self.params.fields_by_name()
                                             if k not in _NOT_KERNEL})
         else:
             total = sum(weights)
             update = sum(deltas) / (total if abs(total) > 1e-12 else 1.0)
-        return (base.to(update.dtype) + parameters["lambda"] * update).to(base.dtype)
+        return parameters["lambda"] * update
 
 
 # What picks and scales the tensors; every other parameter is the kernel's keyword of the same name.
@@ -222,4 +217,4 @@ TIES_SB = _boosted(
     method_name="ties_sb", method_pretty_name="TIES + Subspace Boosting",
 )
 
-ALL_METHODS = (ISO_C, ISO_CTS, TSV_M, TASK_ARITHMETIC_SB, TIES_SB)
+METHODS = (ISO_C, ISO_CTS, TSV_M, TASK_ARITHMETIC_SB, TIES_SB)  # registered by registration.py

@@ -18,7 +18,7 @@ Block and model norms come from one streamed pass over the checkpoints before th
 """
 
 import dataclasses
-from typing import Any, Callable, List, Optional, Type
+from typing import Callable, List, Optional, Type
 
 import torch
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
@@ -27,7 +27,7 @@ from typing_extensions import Literal
 
 from wildmerge.plugins.method_params import MethodParams
 from wildmerge.plugins.model_pass import task_vector_norms
-from wildmerge.plugins.task_vector_method import TaskVectorMethod
+from wildmerge.plugins.task_vector_method import TaskVectorMethod, all_zero
 
 METAGPT_URL = "https://arxiv.org/abs/2406.11385"
 
@@ -66,27 +66,22 @@ class NormMerge(TaskVectorMethod, GroupMergeMethod):
     method_name: str
     method_pretty_name: str
     method_reference_url: Optional[str]
-    update: Callable[..., torch.Tensor]
+    kernel: Callable[..., torch.Tensor]  # (task vectors, their norms, every parameter but lambda and scope)
     params: Type[MethodParams]
 
-    def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
-        base = group.base.tensor
-        deltas = self.task_vectors(group, parameters)
-        if deltas is None:
-            return base
-        if all(not bool(d.any()) for d in deltas):
-            return base.clone()  # a zero task vector gives the base exactly
+    def merged_update(self, group: TensorGroup, deltas, weights, parameters) -> Optional[torch.Tensor]:
+        if all_zero(deltas):
+            return None  # a zero task vector gives the base exactly
         norms = task_vector_norms(self.method_name, group, parameters["scope"])
         if norms is None:
             norms = [float(d.double().norm()) for d in deltas]
         if max(norms) == 0.0:
-            return base.clone()
+            return None
         extra = {k: parameters[k] for k in self.params.fields_by_name() if k not in ("lambda", "scope")}
-        update = self.update(deltas, norms, **extra)
-        return (base.to(torch.float32) + parameters["lambda"] * update).to(base.dtype)
+        return parameters["lambda"] * self.kernel(deltas, norms, **extra)
 
 
 NORM_AVG = NormMerge("norm_avg", "NormAvg", None,  # the reality-check paper is anonymous, under review
                       norm_avg_update, NormAvgParams)
 METAGPT = NormMerge("metagpt", "MetaGPT", METAGPT_URL, metagpt_update, MetaGPTParams)
-NORM_METHODS = (NORM_AVG, METAGPT)
+METHODS = (NORM_AVG, METAGPT)  # registered by registration.py

@@ -14,22 +14,29 @@ import sys
 
 log = logging.getLogger("wildmerge")
 
-# module -> the tuple of methods it exports; registered in this order
-METHOD_MODULES = {
-    "wildmerge.plugins.methods": "ALL_METHODS",
-    "wildmerge.plugins.norm_methods": "NORM_METHODS",
-    "wildmerge.plugins.baselines": "BASELINE_METHODS",
-    "wildmerge.plugins.lines": "LINES_METHODS",
-}
+# The registry list: every module of wildmerge's per-tensor methods, each exporting ``METHODS`` (registered in this
+# order). The layer-wise methods (RegMean, Chain of Merges) are no mergekit methods: ``layerwise/methods.py`` lists
+# them for the entry point. ``_autoload.py`` hooks the same modules (a test keeps the two lists equal).
+METHOD_MODULES = (
+    "wildmerge.plugins.methods",
+    "wildmerge.plugins.norm_methods",
+    "wildmerge.plugins.baselines",
+    "wildmerge.plugins.lines",
+)
+
+
+def our_methods() -> list:
+    """Every wildmerge per-tensor method, in registration order."""
+    return [m for module in METHOD_MODULES for m in importlib.import_module(module).METHODS]
 
 
 def _importable_methods(complete: str = "") -> list:
     methods = []
-    for module, name in METHOD_MODULES.items():
+    for module in METHOD_MODULES:
         if module != complete and _half_imported(module):
             continue
         try:
-            methods += getattr(importlib.import_module(module), name)
+            methods += importlib.import_module(module).METHODS
         except ImportError:
             if not any(_half_imported(m) for m in METHOD_MODULES):
                 raise

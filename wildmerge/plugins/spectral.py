@@ -1,7 +1,8 @@
 """The four spectral kernels: Iso-C, Iso-CTS, TSV-M and Subspace Boosting, each as its paper writes it.
 
 A kernel maps task vectors (float, base-shaped) to the merged update; its keywords are the recipe's parameter
-names (``methods.py`` declares them), so a method hands its parameters over as they are. The linear algebra
+names, declared once with their defaults and ranges in the method's parameter model (``methods.py``), so a method
+hands its checked parameters over as they are and a kernel neither defaults nor re-checks them. The linear algebra
 underneath (thin SVDs by Gram + eigh, the effective-rank rule, top-k solvers, polar factors, thread control) is in
 ``linalg.py``.
 """
@@ -23,19 +24,13 @@ from wildmerge.plugins.linalg import (
 )
 
 
-def _check_solver(topk_solver: str) -> None:
-    if topk_solver not in ("exact", "randomized", "randomized_batched"):
-        raise ValueError(f"topk_solver must be 'exact', 'randomized' or 'randomized_batched', got {topk_solver!r}")
-
-
 def _randomized(topk_solver: str):
     """The per-task loop, or one batched GEMM chain over all tasks (``randomized_batched``, for GPUs)."""
     return batched_randomized_svds if topk_solver == "randomized_batched" else randomized_svds
 
 
 @on_kernel_threads
-def iso_c(deltas: Sequence[torch.Tensor], rank_tol: Optional[float] = None,
-          svd_precision: str = "float64") -> torch.Tensor:
+def iso_c(deltas: Sequence[torch.Tensor], rank_tol: Optional[float], svd_precision: str) -> torch.Tensor:
     """Iso-C (Marczak et al. 2025): keep the singular vectors of the summed task vectors and set every singular
     value (within the rank) to their mean. The tasks are summed one by one: no stacked copy of all of them."""
     return spectral_map(sum(deltas), lambda s, rank: torch.where(s > 0, s.sum() / rank, 0.0), rank_tol,
@@ -43,8 +38,7 @@ def iso_c(deltas: Sequence[torch.Tensor], rank_tol: Optional[float] = None,
 
 
 @on_kernel_threads
-def subspace_boost(delta: torch.Tensor, beta: float, rank_tol: Optional[float] = None,
-                   svd_precision: str = "float64") -> torch.Tensor:
+def subspace_boost(delta: torch.Tensor, beta: float, rank_tol: Optional[float], svd_precision: str) -> torch.Tensor:
     """Subspace Boosting (Skorobogat et al. 2025): raise the tail of the spectrum to the cutoff singular value.
 
     With cumulative energy ``n_j = sum_{i<=j} s_i / sum_i s_i`` (plain singular values, within the numerical
@@ -67,8 +61,8 @@ def _boost_lift(s: torch.Tensor, rank: int, beta: float) -> torch.Tensor:
 
 
 @on_kernel_threads
-def tsv_m(deltas: Sequence[torch.Tensor], rank_tol: Optional[float] = None, svd_precision: str = "float64",
-          topk_solver: str = "exact") -> torch.Tensor:
+def tsv_m(deltas: Sequence[torch.Tensor], rank_tol: Optional[float], svd_precision: str,
+          topk_solver: str) -> torch.Tensor:
     """TSV-Merge (Gargiulo et al. 2025): each task keeps its top ``floor(r / T)`` singular triplets; the stacked
     U and V blocks are replaced by their orthogonal polar factors; ``delta = U_perp diag(S) V_perp^T``.
 
@@ -76,7 +70,6 @@ def tsv_m(deltas: Sequence[torch.Tensor], rank_tol: Optional[float] = None, svd_
     ``topk_solver="randomized"`` finds each task's triplets by randomized subspace iteration (approximate);
     ``"randomized_batched"`` does the same for all tasks in one batched GEMM chain (one (T, m, n) copy more).
     """
-    _check_solver(topk_solver)
     deltas = list(deltas)
     k = max(1, min(deltas[0].shape[-2:]) // len(deltas))
     if topk_solver != "exact":
@@ -105,10 +98,10 @@ def iso_cts_sizes(r: int, n_tasks: int, common_space_fraction: float) -> Tuple[i
 @on_kernel_threads
 def iso_cts(
     deltas: Sequence[torch.Tensor],
-    common_space_fraction: float = 0.8,
-    rank_tol: Optional[float] = None,
-    svd_precision: str = "float64",
-    topk_solver: str = "exact",
+    common_space_fraction: float,
+    rank_tol: Optional[float],
+    svd_precision: str,
+    topk_solver: str,
 ) -> torch.Tensor:
     """Iso-CTS (Marczak et al. 2025): isotropic merge in the common subspace plus task-specific subspaces.
 
@@ -121,9 +114,6 @@ def iso_cts(
     ``common_space_fraction = 1`` is Iso-C. ``topk_solver="randomized"`` finds step 2's directions by randomized
     subspace iteration on the projected task vectors, which are then never formed (approximate).
     """
-    _check_solver(topk_solver)
-    if not 0.0 < common_space_fraction <= 1.0:
-        raise ValueError(f"common_space_fraction must be in (0, 1], got {common_space_fraction}")
     deltas = list(deltas)
     dtype = working_dtype(svd_precision)
     k_common, per_task = iso_cts_sizes(min(deltas[0].shape[-2:]), len(deltas), common_space_fraction)

@@ -1,8 +1,10 @@
-"""What every wildmerge per-tensor method on task vectors shares: its mergekit spec, derived from its parameter
-model, and the checks and early returns before any maths.
+"""The template of every wildmerge per-tensor method on task vectors: its mergekit spec, derived from its parameter
+model, and ``merge_group``: the checks, the early returns, the task vectors, then the method's own step.
 
 A method is then a frozen dataclass with the fields ``method_name``, ``method_pretty_name``,
-``method_reference_url`` and ``params``, and a ``merge_group`` that starts with ``task_vectors``.
+``method_reference_url`` and ``params`` (its parameters, defaults and ranges: a ``MethodParams`` model), and a
+``merged_update`` that turns the task vectors into the scaled update added to the base (calling its kernel with
+the checked parameters).
 """
 
 import dataclasses
@@ -16,7 +18,8 @@ from wildmerge.errors import ConfigError
 
 
 class TaskVectorMethod:
-    """Mixin for a ``GroupMergeMethod`` dataclass: ``spec`` and ``renamed`` from the fields above."""
+    """Mixin for a ``GroupMergeMethod`` dataclass: ``spec`` and ``renamed`` from the fields above, and the
+    ``merge_group`` every method shares."""
 
     __wildmerge__ = True
 
@@ -29,17 +32,30 @@ class TaskVectorMethod:
     def renamed(self, name: str):
         return dataclasses.replace(self, method_name=name)
 
-    def task_vectors(self, group: TensorGroup, parameters: Dict[str, Any],
-                     weights: Optional[List[float]] = None) -> Optional[List[torch.Tensor]]:
-        """The float32 task vectors ``w_i (theta_i - theta_0)`` after the checks, or None when there is nothing to
-        merge (a non-float tensor, no expert): then the base is the answer."""
+    def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
+        """``theta_0 + merged_update(w_1 tau_1, ..., w_T tau_T)`` after the checks, in float32 and back to the base's
+        dtype; the base itself when there is nothing to merge (a non-float tensor, no expert), an exact copy of it
+        when the update is zero (``merged_update`` returns None)."""
         check_group(self.method_name, group)
         self.params.check_resolved(self.method_name, parameters)
         base = group.base.tensor
         if not base.is_floating_point() or not group.non_base:
-            return None
-        weights = weights or [1.0] * len(group.non_base)
-        return [w * (e.tensor.to(torch.float32) - base.to(torch.float32)) for w, e in zip(weights, group.non_base)]
+            return base
+        weights = [float(parameters["weight"][e.id]) if "weight" in parameters else 1.0 for e in group.non_base]
+        deltas = [w * (e.tensor.to(torch.float32) - base.to(torch.float32)) for w, e in zip(weights, group.non_base)]
+        update = self.merged_update(group, deltas, weights, parameters)
+        if update is None:
+            return base.clone()
+        return (base.to(update.dtype) + update).to(base.dtype)
+
+    def merged_update(self, group: TensorGroup, deltas: List[torch.Tensor], weights: List[float],
+                      parameters: Dict[str, Any]) -> Optional[torch.Tensor]:
+        """The update added to the base (``lambda`` already applied), or None when it is exactly zero."""
+        raise NotImplementedError
+
+
+def all_zero(deltas: List[torch.Tensor]) -> bool:
+    return all(not bool(d.any()) for d in deltas)
 
 
 def check_group(method: str, group: TensorGroup) -> None:

@@ -32,7 +32,7 @@ def _unresolved(name, ref, domain=None) -> ResolvedModel:
     return ResolvedModel(name=name, model=ref, kind="unresolved", path=ref, domain=domain)
 
 
-def print_dry_run(run_dir, pool, sampling, methods, grids, keep_models: str = "all", scorer=None,
+def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "all", scorer=None,
                   tune: bool = False) -> int:
     from wildmerge.sampling.plan import build_entries
     from wildmerge.sampling.preflight import missing_expert_data
@@ -43,7 +43,7 @@ def print_dry_run(run_dir, pool, sampling, methods, grids, keep_models: str = "a
     notes = existing.notes if existing else draw.notes
     models = PoolModels(base=_unresolved("base", pool.base.model),
                         experts=[_unresolved(e.label, e.model, e.domain) for e in pool.experts])
-    entries = build_entries(run_dir, subsets, models, methods, grids)
+    entries = build_entries(run_dir, subsets, models, methods, sweeps)
     merges = [e for e in entries if e.kind == "merge"]
     done = sum(1 for e in merges if read_merge_info(e.path) is not None)
     print(f"dry run: pool {pool.name!r} ({len(pool.experts)} experts), run directory {run_dir}")
@@ -62,7 +62,7 @@ def print_dry_run(run_dir, pool, sampling, methods, grids, keep_models: str = "a
         print(f"  disk: {size / 1e9:.3g} GB per merged model, {need / 1e9:.3g} GB needed for the merges to do "
               f"(--keep-models {keep_models})")
     print(f"  models evaluated: {len(entries)} (base, {len(pool.experts)} experts, {len(merges)} merges)")
-    missing = missing_expert_data(pool, methods, grids, tune)  # said before the plan: a real run stops on it
+    missing = missing_expert_data(pool, methods, sweeps, tune)  # said before the plan: a real run stops on it
     for line in missing:
         print(f"  MISSING DATA: {line}")
     if missing:

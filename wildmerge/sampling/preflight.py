@@ -45,25 +45,24 @@ def check_finite(run_dir, models: PoolModels, allow_pickle: bool = False, progre
         write_weight_checks(run_dir, checks)
 
 
-def data_features(methods: dict, grids: dict | None = None, tune: bool = False) -> list[str]:
-    """What in this plan reads experts' own data: RegMean / Chain of Merges merges (methods and grids) and --tune."""
+def data_features(methods: dict, sweeps: dict | None = None, tune: bool = False) -> list[str]:
+    """What in this plan reads experts' own data: RegMean / Chain of Merges merges (methods and sweeps) and --tune."""
     from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
-    from wildmerge.plugins.recipes import load_methods
 
-    recipes = list(methods.values()) + list(load_methods({g.method for g in (grids or {}).values()}).values())
+    recipes = list(methods.values()) + [sweep.recipe for sweep in (sweeps or {}).values()]
     used = {m.recipe.get("merge_method") for m in recipes}
     return [name for name in LAYERWISE_METHODS if name in used] + (["tas"] if tune else [])
 
 
-def missing_expert_data(pool, methods: dict, grids: dict | None = None, tune: bool = False) -> list[str]:
+def missing_expert_data(pool, methods: dict, sweeps: dict | None = None, tune: bool = False) -> list[str]:
     """One line per feature of the plan that lacks data for some experts, with the line to add (nothing loaded)."""
     from wildmerge.expert_data.check import missing_data
 
-    return missing_data(pool.all_data(), data_features(methods, grids, tune))
+    return missing_data(pool.all_data(), data_features(methods, sweeps, tune))
 
 
-def check_expert_data(pool, methods: dict, grids: dict | None = None, tune: bool = False) -> None:
+def check_expert_data(pool, methods: dict, sweeps: dict | None = None, tune: bool = False) -> None:
     """The sampler's pre-flight: every expert a RegMean / CoM merge or --tune reads has data, before any model loads."""
     from wildmerge.expert_data.check import require_data
 
-    require_data(pool.all_data(), data_features(methods, grids, tune), pool.name)
+    require_data(pool.all_data(), data_features(methods, sweeps, tune), pool.name)

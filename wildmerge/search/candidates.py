@@ -73,6 +73,6 @@ def interleave(ranked: Dict[int, List[dict]], methods: List[str], n: int) -> Lis
 
 
 def candidate_id(candidate: dict) -> str:
-    from wildmerge.plugins.recipes import safe_name
+    from wildmerge.recipes.method import safe_name
 
     return safe_name(f"{candidate['method']}__" + "+".join(e.replace("expert_", "e") for e in candidate["experts"]))

@@ -44,8 +44,8 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     from wildmerge.analysis.pool.geometry import task_vector_geometry
     from wildmerge.eval.evaluate import apply_overrides
     from wildmerge.eval.suites import check_tasks, load_suite
-    from wildmerge.plugins.recipes import default_hparams, load_methods
     from wildmerge.pools import load_pool, resolve
+    from wildmerge.recipes.method import default_hparams, load_methods
 
     methods = list(methods)
     check_settings(budget, first, eta, methods)

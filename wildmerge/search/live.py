@@ -107,7 +107,7 @@ class LiveEvaluator:
 
 def subset_recipe(method, base: str, subset: List[str], expert_paths: Dict[str, str]) -> dict:
     """The mergekit recipe of ``method`` on ``subset`` (models named by expert, for the in-memory merger)."""
-    from wildmerge.plugins.recipes import render_recipe
+    from wildmerge.recipes.render import render_recipe
 
     recipe = render_recipe(method, "base", list(subset))
     recipe.pop("out_dtype", None)

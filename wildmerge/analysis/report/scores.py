@@ -13,9 +13,10 @@ from wildmerge.analysis.report.run_data import RunData
 from wildmerge.errors import WildmergeError
 from wildmerge.eval.splits import score_key
 from wildmerge.eval.store import OK, ResultStore
-from wildmerge.plugins.recipes import LABELS, display_rank, method_label
+from wildmerge.recipes.labels import display_rank, method_label
 
-MAIN, ABLATION, TUNED = "main", "ablation", "tuned"  # which part of the study a merge belongs to
+# which part of the study a merge belongs to (a sweep point's group keeps its scores.csv name, "ablation")
+MAIN, SWEEP, TUNED = "main", "ablation", "tuned"
 VAL_MEAN = "val_mean"  # mean over the suite's validation splits (``eval/splits.py``); NaN where there are none
 
 
@@ -32,7 +33,7 @@ def _variants(rows: List[Dict]) -> None:
             by_method.setdefault(r["method"], set()).add(r["hparams"])
     for r in rows:
         if r["kind"] != "merge":
-            r["variant"] = LABELS.get(r["method"], r["method"]) if r["kind"] == "composition" else r["kind"]
+            r["variant"] = method_label(r["method"]) if r["kind"] == "composition" else r["kind"]
             continue
         label = method_label(r["method"])
         if r["group"] != MAIN and len(by_method[r["method"]]) > 1:
@@ -44,11 +45,11 @@ def _variants(rows: List[Dict]) -> None:
 
 
 def _group(entry) -> str:
-    """main: the protocol's merges at the recipe's settings; ablation: a point of an Appendix C sweep (the sweep
+    """main: the protocol's merges at the recipe's settings; ablation: a point of a sweep (the sweep
     point at the recipe's settings is also main); tuned: other non-default settings."""
     if entry.kind != "merge" or not entry.overrides:
         return MAIN
-    return ABLATION if entry.ablations else TUNED
+    return SWEEP if entry.ablations else TUNED
 
 
 def main_merges(df):

@@ -1,6 +1,6 @@
 """Hyperparameter sweeps (Hitit et al., arXiv 2511.21437, Appendix C, Figs. 11-18): accuracy against the swept value.
 
-Every sweep merges the full pool once per grid point. Its table lists each point's settings, mean accuracy, the
+Every sweep merges the full pool once per point. Its table lists each point's settings, mean accuracy, the
 difference to the base in percentage points and the task-vector norm; its figure plots mean accuracy against the
 first swept parameter (one curve per value of the others, as in the TIES density x lambda grid) and, beside it,
 against the merged task vector's L2 norm (Figs. 13-16). The sweep point at the recipe's settings is included.
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from wildmerge.analysis.markdown import markdown_table
+from wildmerge.recipes.sweeps import preset_of
 
 OK = "ok"
 COMPONENTS = ("MCS", "Norm", "Sim")  # Chain of Merges' Table 3 columns (shown, not plotted)
@@ -27,16 +28,12 @@ ON_VALIDATION = "chosen on validation (best mean over the validation splits), re
 ON_TEST = "chosen on test (no validation split)"
 
 
-def _preset(tag: str) -> str:
-    return tag.split(":", 1)[0]
-
-
 def sweeps(df) -> Dict[str, object]:
     """{sweep name: its merged models (rows of ``df``)}, in the order the sweeps were planned; the parts of a
-    preset (``name:part``) are one sweep."""
-    names = [_preset(a) for cell in df["ablations"].fillna("") for a in cell.split(";") if a]
+    preset (``name:part``) are one sweep. A model's sweeps are its ``ablations`` (the run folder's name for them)."""
+    names = [preset_of(a) for cell in df["ablations"].fillna("") for a in cell.split(";") if a]
     return {name: df[df["ablations"].fillna("").str.split(";").map(
-                lambda cell, n=name: any(a and _preset(a) == n for a in cell))]
+                lambda cell, n=name: any(a and preset_of(a) == n for a in cell))]
             for name in dict.fromkeys(names)}
 
 
@@ -45,7 +42,7 @@ def _components(method: str, hp: dict) -> Dict[str, str]:
     if "norm" not in hp or "sim" not in hp:
         return {}
     from wildmerge.errors import ConfigError
-    from wildmerge.plugins.recipes import load_method_recipe
+    from wildmerge.recipes.method import load_method_recipe
 
     try:
         chained = load_method_recipe(method).recipe.get("merge_method") == "chain_of_merges"
@@ -63,7 +60,7 @@ def swept_keys(rows) -> List[str]:
 
 
 def sweep_table(rows, base: Optional[float]):
-    """One row per grid point: method, swept values, status, mean, diff vs base (pp), task-vector norm; with
+    """One row per point: method, swept values, status, mean, diff vs base (pp), task-vector norm; with
     validation splits also the validation mean and which point is chosen (on validation) and which is the oracle."""
     import pandas as pd
 
@@ -93,7 +90,7 @@ def sweep_table(rows, base: Optional[float]):
 
 
 def settings(table):
-    """Each grid point's settings as one string (``lambda=0.5``; CoM's components too)."""
+    """Each point's settings as one string (``lambda=0.5``; CoM's components too)."""
     keys = [c for c in table.columns if c not in VALUES]
     return table[keys].astype(str).apply(lambda r: ", ".join(f"{k}={v}" for k, v in r.items()), axis=1)
 
@@ -120,7 +117,7 @@ def selection(table) -> Optional[Dict[str, object]]:
 def selection_markdown(picked: Optional[Dict[str, object]]) -> str:
     """One paragraph under a sweep's table: the rule, the chosen point, the oracle."""
     if picked is None:
-        return "Selection: no grid point has a score.\n"
+        return "Selection: no point has a score.\n"
     chosen = f"`{picked['chosen_setting']}`"
     if picked["rule"] == ON_TEST:
         return (f"Selection: {ON_TEST}: {chosen}, test mean {picked['chosen_test_mean']:.2f} (the best on test: "

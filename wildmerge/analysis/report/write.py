@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 
 from tqdm.auto import tqdm
 
-from wildmerge.analysis.report import sweeps as ablations
+from wildmerge.analysis.report import sweeps
 from wildmerge.analysis.report import domains
 from wildmerge.analysis.report import leaderboard
 from wildmerge.analysis.report import plots
@@ -112,19 +112,19 @@ def _sweeps(out: _Out, df, base, title: str, md: List[str]):
     import pandas as pd
 
     frames, picks = [], []
-    for name, rows in ablations.sweeps(df).items():
-        table = ablations.sweep_table(rows, base)
-        picked = ablations.selection(table)
+    for name, rows in sweeps.sweeps(df).items():
+        table = sweeps.sweep_table(rows, base)
+        picked = sweeps.selection(table)
         out.csv(f"sweep_{name}.csv", table)
-        md += [f"## Sweep `{name}` ({table['method'].iloc[0]}, full pool)\n", ablations.to_markdown(table),
-               ablations.selection_markdown(picked)]
+        md += [f"## Sweep `{name}` ({table['method'].iloc[0]}, full pool)\n", sweeps.to_markdown(table),
+               sweeps.selection_markdown(picked)]
         if picked:
             picks.append({"sweep": name, "method": table["method"].iloc[0], **picked})
         if (table["status"] == "ok").any():
             out.plot(f"Sweep {name}: accuracy vs the swept value and vs task-vector norm",
-                     ablations.plot_sweep(name, table, base, out.tmp, title))
-        extra = [c for c in (ablations.VAL_MEAN, "selected") if c in table]
-        frames.append(table.assign(sweep=name, setting=ablations.settings(table))[
+                     sweeps.plot_sweep(name, table, base, out.tmp, title))
+        extra = [c for c in (sweeps.VAL_MEAN, "selected") if c in table]
+        frames.append(table.assign(sweep=name, setting=sweeps.settings(table))[
             ["sweep", "method", "setting", "model_id", "status", "mean", *extra, "diff_vs_base_pp",
              "task_vector_norm"]])
     if picks:

@@ -40,15 +40,14 @@ def adamms_records(tas, method, points: List[dict], progress: bool = True) -> Li
     (None at the two ends). Two candidates' features are in memory at a time."""
     from tqdm.auto import tqdm
 
-    from wildmerge.plugins.recipes import render_recipe, split_hparams
+    from wildmerge.recipes.render import render_recipe
 
     key = swept_key(points)
     points = sorted(points, key=lambda p: p[key])
     names = list(tas.expert_paths)
     records, previous = [], None
     for point in tqdm(points, desc=f"AdaMMS* {method.name}", unit="candidate", disable=not progress):
-        top, per = split_hparams(method, point)
-        recipe = render_recipe(method, "base", names, overrides=top or None, model_overrides=per or None)
+        recipe = render_recipe(method, "base", names, point)
         recipe.pop("out_dtype", None)
         current = _features(tas, recipe)
         step = None if previous is None else _distance(previous, current)
@@ -71,15 +70,13 @@ def tune_grid_adamms(tas, method, points: List[dict], out_dir, progress: bool = 
     import yaml
 
     from wildmerge.atomic import write_json, write_text
-    from wildmerge.plugins.recipes import render_recipe, split_hparams
+    from wildmerge.recipes.render import render_recipe
 
     out = Path(out_dir)
     records = adamms_records(tas, method, points, progress)
     write_json(out / "adamms.json", records)
     best = select_adamms(records)
-    top, per = split_hparams(method, best["hparams"])
-    recipe = render_recipe(method, tas.base_path, list(tas.expert_paths.values()),
-                           overrides=top or None, model_overrides=per or None)
+    recipe = render_recipe(method, tas.base_path, list(tas.expert_paths.values()), best["hparams"])
     write_text(out / "recipe.yml", yaml.safe_dump(recipe, sort_keys=False))
     selected = {"method": method.name, "rule": "adamms", "hparams": best["hparams"], "score": best["score"],
                 "candidates": len(records), "recipe": str(out / "recipe.yml")}

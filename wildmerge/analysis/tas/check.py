@@ -134,13 +134,11 @@ def save_candidate(tas, method, record: dict, path: Path) -> str:
     from transformers import AutoTokenizer
 
     from wildmerge.atomic import atomic_dir
-    from wildmerge.plugins.recipes import render_recipe, split_hparams
+    from wildmerge.recipes.render import render_recipe
 
     if (path / "config.json").is_file():
         return str(path)
-    top, per = split_hparams(method, record["hparams"])
-    recipe = render_recipe(method, "base", list(tas.expert_paths), overrides=top or None,
-                           model_overrides=per or None)
+    recipe = render_recipe(method, "base", list(tas.expert_paths), record["hparams"])
     recipe.pop("out_dtype", None)
     tas._load(tas.merged_state(recipe))
     with atomic_dir(path) as tmp:

@@ -48,16 +48,13 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
 def tune_grid(tas: TASSweep, method, points: List[dict], out_dir, distance: str = "l2",
               progress: bool = True) -> Dict:
     """Sweep one grid; write ``tas.csv``, ``selected.json`` and ``recipe.yml`` (runs with stock mergekit-yaml)."""
-    from wildmerge.plugins.recipes import render_recipe
-    from wildmerge.plugins.recipes import split_hparams
+    from wildmerge.recipes.render import render_recipe
 
     out = Path(out_dir)
     records = sweep(tas, method, points, out, progress=progress)
     write_tas_csv(records, out / "tas.csv")
     best = select(records, distance)
-    top, per = split_hparams(method, best["hparams"])
-    recipe = render_recipe(method, tas.base_path, list(tas.expert_paths.values()),
-                           overrides=top or None, model_overrides=per or None)
+    recipe = render_recipe(method, tas.base_path, list(tas.expert_paths.values()), best["hparams"])
     write_text(out / "recipe.yml", yaml.safe_dump(recipe, sort_keys=False))
     selected = {"method": method.name, "distance": distance, "hparams": best["hparams"],
                 "candidate": best["candidate"], "tas": best["tas"], "candidates": len(records),
@@ -67,12 +64,11 @@ def tune_grid(tas: TASSweep, method, points: List[dict], out_dir, distance: str 
 
 
 def grid_points(grids: dict) -> Dict[str, tuple]:
-    """{grid name: (method recipe, points)}, every grid checked (empty, unknown keys) before anything runs."""
-    from wildmerge.plugins.recipes import load_method_recipe
-
+    """{grid name: (method recipe, points)} of ``recipes.sweeps.Sweep`` objects, every grid checked (empty, unknown
+    keys) before anything runs."""
     out = {}
     for name, grid in grids.items():
-        method = load_method_recipe(grid.method)
+        method = grid.recipe
         points = grid.points() if all(grid.grid.values()) else []
         check_points(method, points, name)
         out[name] = (method, points)

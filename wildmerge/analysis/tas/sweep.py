@@ -25,21 +25,21 @@ def _hash(obj) -> str:
 
 
 def candidate_id(point: dict) -> str:
-    from wildmerge.plugins.recipes import merge_id
+    from wildmerge.recipes.method import merge_id
 
     return merge_id("c", "tas", point).split("__", 2)[-1] if point else "defaults"
 
 
 def check_points(method, points: List[dict], grid_name: str) -> None:
     """An empty grid or a key the method does not take fails here, before anything is loaded."""
-    from wildmerge.plugins.recipes import split_hparams
+    from wildmerge.recipes.method import check_hparams
 
     if not points:
         raise ConfigError(f"grid {grid_name!r} is empty: give each hyperparameter at least one value")
     for point in points:
         if not point:
             raise ConfigError(f"grid {grid_name!r} has no hyperparameter: give e.g. {{lambda: [0.5, 1.0]}}")
-        split_hparams(method, point)
+        check_hparams(method, point)
 
 
 def check_fits(paths: List[str], device: str) -> None:
@@ -108,15 +108,13 @@ def sweep(tas: TASSweep, method, points: List[dict], out_dir, progress: bool = T
     """Score every point (resumable: a candidate whose record matches is not scored again); returns the records."""
     from tqdm.auto import tqdm
 
-    from wildmerge.plugins.recipes import render_recipe
-    from wildmerge.plugins.recipes import split_hparams
+    from wildmerge.recipes.render import render_recipe
 
     out = Path(out_dir)
     names = list(tas.expert_paths)
     records = []
     for point in tqdm(points, desc=f"TAS {method.name}", unit="candidate", disable=not progress):
-        top, per = split_hparams(method, point)
-        recipe = render_recipe(method, "base", names, overrides=top or None, model_overrides=per or None)
+        recipe = render_recipe(method, "base", names, point)
         recipe.pop("out_dtype", None)
         key = _hash({"recipe": recipe, "data": tas.data_key, "experts": tas.expert_paths})
         path = out / "candidates" / f"{candidate_id(point)}.json"

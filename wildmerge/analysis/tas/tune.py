@@ -71,12 +71,12 @@ def _check_rule(rule: str, sweeps: dict) -> None:
                 raise ConfigError(f"grid {name!r}: {exc}") from None
 
 
-def tune_pool(pool_name: str, *, ablations=(), grid_file=None, exclude=(), out=None, samples: int = DEFAULT_SAMPLES,
+def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None, samples: int = DEFAULT_SAMPLES,
               seq_len=None, distance: str = "l2", device: str = "cpu", threads=None, allow_pickle: bool = False,
               check: int = 0, check_suite: str = "demo", check_limit=None, select: str = "tas") -> dict:
-    """{grid name: what was selected}; every bad input (grid, pool, data, device) fails before any merge."""
+    """{sweep name: what was selected}; every bad input (sweep, pool, data, device) fails before any merge."""
+    from wildmerge.recipes.sweeps import load_sweeps
     from wildmerge.pools import load_pool
-    from wildmerge.sampling.ablations import load_grids
 
     if threads:
         import torch
@@ -84,16 +84,16 @@ def tune_pool(pool_name: str, *, ablations=(), grid_file=None, exclude=(), out=N
         torch.set_num_threads(threads)
     if samples < 1:
         raise ConfigError(f"--samples must be at least 1 (got {samples})")
-    grids = load_grids(ablations, grid_file)
-    if not grids:
-        raise ConfigError("nothing to tune: give --grid FILE or --ablation NAME")
-    sweeps = grid_points(grids)
-    _check_rule(select, sweeps)
+    named = load_sweeps(sweeps, grid_file)
+    if not named:
+        raise ConfigError("nothing to tune: give --grid FILE or --sweep NAME")
+    todo = grid_points(named)
+    _check_rule(select, todo)
     pool = load_pool(pool_name, exclude)
     out = Path(out or Path("runs") / f"tune-{pool.name}")
     tas = _load(pool, out, samples=samples, seq_len=seq_len, device=device, allow_pickle=allow_pickle)
     chosen = {}
-    for name, (method, points) in sweeps.items():
+    for name, (method, points) in todo.items():
         chosen[name] = selected = _select(tas, method, points, out / name, distance, select)
         print(f"{name}: {method.name} {selected['hparams']} ({_said(selected, distance)} over "
               f"{selected['candidates']} candidates); recipe: {selected['recipe']}")
@@ -108,25 +108,22 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
                  device: str = "cpu", allow_pickle: bool = False, check: int = 0, check_suite: str = "demo",
                  check_limit=None, select: str = "tas") -> tuple:
     """(methods with their TAS-selected hyperparameters as recipe defaults, {method: what was chosen and how})."""
-    from wildmerge.plugins.recipes import split_hparams
-    from wildmerge.sampling.ablations import Grid, load_grids
+    from wildmerge.recipes.method import with_hparams
+    from wildmerge.recipes.sweeps import Sweep, load_sweeps
 
-    grids = {name: Grid(method=name, grid=TUNE_GRIDS[name]) for name in methods if name in TUNE_GRIDS}
-    grids.update({g.method: g for g in load_grids((), grid_file).values()} if grid_file else {})
-    grids = {name: g for name, g in grids.items() if name in methods}
-    if not grids:
+    named = {name: Sweep(method=name, grid=TUNE_GRIDS[name]) for name in methods if name in TUNE_GRIDS}
+    named.update({g.method: g for g in load_sweeps((), grid_file).values()} if grid_file else {})
+    named = {name: g for name, g in named.items() if name in methods}
+    if not named:
         raise ConfigError(f"--tune: none of the methods {', '.join(methods)} has a grid; give --tune-grid FILE")
-    sweeps = grid_points(grids)  # checked before anything is loaded
-    _check_rule(select, sweeps)
+    todo = grid_points(named)  # checked before anything is loaded
+    _check_rule(select, todo)
     tas = _load(pool, out_dir, samples=samples, device=device, allow_pickle=allow_pickle)
     tuned, out = {}, dict(methods)
-    for name, (method, points) in sweeps.items():
+    for name, (method, points) in todo.items():
         selected = _select(tas, method, points, Path(out_dir) / name, distance, select)
-        top, per = split_hparams(method, selected["hparams"])
-        recipe = {**method.recipe, "parameters": {**method.recipe.get("parameters", {}), **top}}
-        out[name] = method.model_copy(update={"recipe": recipe,
-                                              "model_parameters": {**method.model_parameters, **per}})
-        tuned[name] = {**selected, "grid": grids[name].grid}
+        out[name] = with_hparams(method, selected["hparams"])
+        tuned[name] = {**selected, "grid": named[name].grid}
         if check:  # recorded in the run's manifest with the choice; warns when TAS does not track accuracy
             from wildmerge.analysis.tas.check import check_tuned
 

@@ -31,6 +31,7 @@ from wildmerge.plugins.layerwise.arch import (
     run_layer,
 )
 from wildmerge.plugins.layerwise.io import Checkpoint
+from wildmerge.plugins.layerwise.methods import LayerwiseParams
 from wildmerge.plugins.layerwise.mcs import MomentAccumulator, mcs
 from wildmerge.plugins.layerwise.regmean import GramAccumulator, all_equal, closed_form_merge, omega, solve_precision
 
@@ -47,11 +48,7 @@ class ChainJob:
     base: Optional[Checkpoint]
     batches: List[list]  # per expert: [(input_ids, attention_mask)]
     config: object
-    norm: str = "token"
-    sim: bool = True
-    ridge: str = "delta"
-    lam_rel: float = 1e-2
-    diagnostics: bool = True
+    settings: LayerwiseParams  # the recipe's checked parameters (norm, sim, ridge, lam_rel, diagnostics)
     compute_dtype: torch.dtype = torch.float32
     device: str = "cpu"
     progress: bool = True
@@ -126,7 +123,7 @@ def solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry):
     """Solve the layers of group ``g`` in closed form (Eq. 7) from the models' Gram matrices, into ``merged``."""
     grams = [a.result() for a in accs]
     omegas = None
-    if job.sim:
+    if job.settings.sim:
         source = tok_accs if tok_accs is not None else accs
         omegas = [omega(a.result()) for a in source]
         report_entry["omega"] = omegas
@@ -134,15 +131,16 @@ def solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry):
         job.trace(k, g, grams, omegas)
     for n in names:
         Ws = [p[n] for p in params]
-        W0 = job.base.get(n, job.device) if job.ridge == "delta" else None
-        Wm = closed_form_merge(Ws, grams, omegas, lam_rel=job.lam_rel, ridge=job.ridge, base=W0,
+        W0 = job.base.get(n, job.device) if job.settings.ridge == "delta" else None
+        lam_rel = job.settings.lam_rel
+        Wm = closed_form_merge(Ws, grams, omegas, lam_rel=lam_rel, ridge=job.settings.ridge, base=W0,
                                precision=solve_precision(grams[0].shape[0]))
         if not torch.isfinite(Wm).all():
             method = "chain_of_merges" if job.chain else "regmean"
             raise WildmergeError(
                 f"{method}: the closed-form solve for {n} gave NaN/Inf (its Gram matrices are too ill-conditioned at "
-                f"lam_rel={job.lam_rel}); raise lam_rel in the recipe's parameters (e.g. lam_rel: "
-                f"{max(10 * job.lam_rel, 0.01):g}); if that does not help, a model's weights or activations contain "
+                f"lam_rel={lam_rel}); raise lam_rel in the recipe's parameters (e.g. lam_rel: "
+                f"{max(10 * lam_rel, 0.01):g}); if that does not help, a model's weights or activations contain "
                 "NaN/Inf")
         merged[n] = Wm.to(job.compute_dtype)
 
@@ -165,8 +163,8 @@ class _Block:
     def new_accs(self, job: ChainJob, g: str):
         """Gram accumulators of group ``g``, one per model (and token-normalised ones for Sim when norm is none)."""
         d = self.layer.get_submodule(FIRST_MODULE[g]).in_features
-        accs = [GramAccumulator(d, job.norm, job.device) for _ in self.params]
-        with_tok = job.sim and job.norm == "none"
+        accs = [GramAccumulator(d, job.settings.norm, job.device) for _ in self.params]
+        with_tok = job.settings.sim and job.settings.norm == "none"
         tok = [GramAccumulator(d, "token", job.device) for _ in self.params] if with_tok else None
         return accs, tok
 
@@ -183,7 +181,7 @@ def _open_block(job: ChainJob, skeleton: DecoderSkeleton, k: int, names: List[st
     groups = linear_weight_names(k)
     changed = {g: not all(all_equal([p[n] for p in params]) for n in groups[g]) for g in groups}
     entries = {g: {"layer": k, "group": g, "merged": changed[g]} for g in groups}
-    diag_groups = [g for g in DIAGNOSTIC_GROUPS if job.diagnostics]
+    diag_groups = [g for g in DIAGNOSTIC_GROUPS if job.settings.diagnostics]
     own_m = {g: [None] * len(params) for g in diag_groups}
     hat_m = {g: [None] * len(params) for g in diag_groups}
     return _Block(k, layer, params, merged, groups, changed, entries, diag_groups, own_m, hat_m)
@@ -282,12 +280,12 @@ def _merge_block(job: ChainJob, skeleton: DecoderSkeleton, k: int, names: List[s
 
 def _needs_own(job: ChainJob) -> bool:
     """Whether each model's hidden states inside its own blocks are kept (RegMean's statistics, the MCS)."""
-    return (not job.chain) or job.diagnostics
+    return (not job.chain) or job.settings.diagnostics
 
 
 def _needs_hat(job: ChainJob) -> bool:
     """Whether each model's data is pushed through the merged blocks (CoM's statistics, the MCS)."""
-    return job.chain or job.diagnostics
+    return job.chain or job.settings.diagnostics
 
 
 def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:

@@ -228,10 +228,8 @@ def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], pr
     compute_dtype = _dtype(merge_config.dtype, fallback)
     out_dtype = _dtype(merge_config.out_dtype, compute_dtype)
     dev = _device(options, device)
-    params = inputs.params
     job = ChainJob(chain=inputs.method == "chain_of_merges", experts=experts, base=base, batches=inputs.batches,
-                   config=config, norm=params.norm, sim=params.sim, ridge=params.ridge, lam_rel=params.lam_rel,
-                   diagnostics=params.diagnostics, compute_dtype=compute_dtype, device=dev, progress=progress,
+                   config=config, settings=inputs.params, compute_dtype=compute_dtype, device=dev, progress=progress,
                    trace=trace)
     return job, out_dtype
 
