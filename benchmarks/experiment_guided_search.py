@@ -332,9 +332,9 @@ def _ci(v) -> str:
 
 def plot(results: dict, stem: Path) -> None:
     """Colour = seed (protocol: its best-so-far curve); marker = guided variant, one per budget."""
-    from wildmerge.analysis.report.plots import _plt, _save
+    from wildmerge.analysis.plotting import pyplot, save_figure
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.8))
     markers = {"": "*", "untuned": "s", "predictor": "P"}
     labelled = set()
@@ -357,7 +357,7 @@ def plot(results: dict, stem: Path) -> None:
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title("guided search (budgets 1/10 and 1/5 of the protocol's) vs the protocol")
     fig.tight_layout()
-    _save(fig, stem)
+    save_figure(fig, stem)
 
 
 if __name__ == "__main__":

@@ -10,4 +10,4 @@ MERGES=$(python -c "import json,sys; p=json.load(open(sys.argv[1])); print(','.j
 COMPOSITIONS=$(for k in ensemble composer; do for s in n02_s00 n04_s00 n12_full; do printf '%s__%s,' $k $s; done; done)
 wildmerge analyze probe "$RUN" --suite scripts/demo_probe_proof_suite.yml --reference demo:joint --seeds 0,1,2 --composition \
   --models "${MERGES},${COMPOSITIONS%,}" --join-leaderboard
-python -c "import json,sys; from wildmerge.analysis.probe.run import summary_markdown; print(summary_markdown(json.load(open(sys.argv[1]))['rows']))" "$RUN/probe/demo_probe_proof/probe.json"
+python -c "import json,sys; from wildmerge.analysis.probe.probe_models import summary_markdown; print(summary_markdown(json.load(open(sys.argv[1]))['rows']))" "$RUN/probe/demo_probe_proof/probe.json"

@@ -17,8 +17,10 @@ LEVELS = {"bottom": 0, "demo": 1, "plugins": 1, "pools": 1,
           "recipes": 2,  # method recipes: read by sampling, merging, eval and analysis; the merge methods need none
           "sampling": 3, "merging": 3, "eval": 3, "analysis": 4, "protocol": 5,
           "search": 5,  # the guided search drives tuning, merging and evaluation like the protocol does
+          "families": 0.5,  # what the embedded families share; 1 once demo/ moves in beside it (families_rename.sh)
           "commands": 6, "cli": 7}
 # hub.py resolves ``demo:<name>`` references by calling into the demo family, which imports nothing but bottom modules
+# and the families' shared modules
 EXCEPTIONS = {("wildmerge.hub", "wildmerge.demo")}
 
 
@@ -41,13 +43,21 @@ def _imports(path: Path):
             yield from (f"{base}.{a.name}" for a in node.names)  # `from wildmerge.x import module`
 
 
+def _modules() -> dict:
+    return {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
 def _graph():
-    modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    modules = _modules()
     graph = {}
     for name, path in modules.items():
         targets = {t for t in _imports(path) if t.startswith("wildmerge")}
         graph[name] = {t for t in targets if t in modules and t != name}
     return graph
+
+
+def _packages() -> set:
+    return {name for name, path in _modules().items() if path.name == "__init__.py"}
 
 
 def _group(module: str) -> str:
@@ -88,8 +98,7 @@ def test_no_import_runs_upwards_or_sideways():
     assert not wrong, "\n".join(wrong)
 
 
-def test_no_import_cycles():
-    graph = _graph()
+def _cycles(graph) -> list:
     state, stack, cycles = {}, [], []
 
     def visit(node):
@@ -106,7 +115,75 @@ def test_no_import_cycles():
     for node in sorted(graph):
         if node not in state:
             visit(node)
+    return cycles
+
+
+def test_no_import_cycles():
+    cycles = _cycles(_graph())
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def _child(package: str, module: str) -> str | None:
+    """The folder or module directly inside ``package`` that holds ``module`` (None: outside, or the package)."""
+    if not module.startswith(package + "."):
+        return None
+    return f"{package}.{module[len(package) + 1:].split('.')[0]}"
+
+
+def folder_cycles(graph, packages) -> list:
+    """Cycles between the folders and modules directly inside each package: a module-level graph without a cycle
+    can still run back up between two folders (``eval/worker.py`` -> ``eval/screening/`` -> ``eval/worker.py``)."""
+    found = []
+    for package in sorted(packages):
+        folders = {}
+        for module, targets in graph.items():
+            source = _child(package, module)
+            for target in targets:
+                dest = _child(package, target)
+                if source and dest and source != dest:
+                    folders.setdefault(source, set()).add(dest)
+        found += _cycles(folders)
+    return found
+
+
+def test_no_folder_inside_a_package_imports_in_a_cycle():
+    worker_and_screening = {"wildmerge.eval.worker": {"wildmerge.eval.screening.parts"},
+                            "wildmerge.eval.screening.stages": {"wildmerge.eval.worker"},
+                            "wildmerge.eval.screening.parts": set()}
+    assert folder_cycles(worker_and_screening, {"wildmerge.eval", "wildmerge.eval.screening"})  # the rule bites
+    assert not _cycles(worker_and_screening)  # where the module graph sees none
+    cycles = folder_cycles(_graph(), _packages())
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def private_imports(imports: dict, packages) -> list:
+    """``_name`` helpers (a private function or module) imported from another folder of the same package: what a
+    folder shares must be public (``analysis/plotting.py``), not borrowed from a sibling's internals."""
+    wrong = []
+    for module, names in imports.items():
+        home = module if module in packages else module.rpartition(".")[0]
+        for name in names:
+            parts = name.split(".")
+            private = next((i for i, part in enumerate(parts) if part.startswith("_") and not part.startswith("__")),
+                           None)
+            if private is None:
+                continue
+            owner = ".".join(parts[:private])
+            folder = owner if owner in packages else owner.rpartition(".")[0]
+            if folder != home and folder.split(".")[:2] == home.split(".")[:2] and len(home.split(".")) > 1:
+                wrong.append(f"{module} imports {name}")
+    return sorted(wrong)
+
+
+def test_no_folder_borrows_another_folders_private_helpers():
+    packages = _packages()
+    assert private_imports({"wildmerge.analysis.pool.geometry": {"wildmerge.analysis.report.plots._save"}},
+                           packages)  # the rule bites
+    assert not private_imports({"wildmerge.eval.composition": {"wildmerge.eval.features._padded"}},
+                               packages)  # a folder's own modules may share
+    imports = {name: {t for t in _imports(path) if t.startswith("wildmerge")} for name, path in _modules().items()}
+    wrong = private_imports(imports, packages)
+    assert not wrong, "\n".join(wrong)
 
 
 def commands_importing_commands(graph) -> list:

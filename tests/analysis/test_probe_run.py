@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from helpers import write_tasks
-from wildmerge.analysis.probe.run import ProbeModel, run_probe
+from wildmerge.analysis.probe.probe_models import ProbeModel, run_probe
 from wildmerge.analysis.probe.data import load_probe_tasks
 from wildmerge.analysis.probe.features import cache_dir, check_fits, compute, features_for, load_cached
 from wildmerge.cli import main

@@ -48,7 +48,7 @@ def test_probe_suite_tasks_have_three_splits_and_fixed_labels():
 
 
 def test_without_a_joint_reference_the_j_r_u_cells_say_why():
-    from wildmerge.analysis.probe.run import ProbeModel, row_for, to_markdown
+    from wildmerge.analysis.probe.probe_models import ProbeModel, row_for, to_markdown
 
     row = row_for(ProbeModel("m", "/x"), "task", {"native": 0.5, "fh": [0.6, 0.7], "matched": True, "epoch": [1, 2]},
                   None, [0, 1])

@@ -220,7 +220,7 @@ def test_every_plot_opens_with_labelled_axes(study):
 
 
 def test_curves_differ_without_colour():
-    from wildmerge.analysis.report.plots import style
+    from wildmerge.analysis.plotting import style
 
     looks = {(style(i)["marker"], style(i)["ls"]) for i in range(12)}
     assert len(looks) == 12  # marker and dash pattern tell twelve curves apart in grey scale

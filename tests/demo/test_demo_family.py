@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wildmerge.demo.build import MANIFEST, checksums
+from wildmerge.families.cache import MANIFEST, checksums
 from wildmerge.demo.family import ensure_family, family_key, problem, resolve_demo_ref
 from wildmerge.errors import ConfigError
 

@@ -81,7 +81,7 @@ def test_references_fail_with_the_valid_names(monkeypatch):
 
 @needs_gguf
 def test_layout_checksums_and_pool(family):
-    from wildmerge.demo.build import checksums
+    from wildmerge.families.cache import checksums
     from wildmerge.demo.smollm2.family import problem
     from wildmerge.pools import load_pool
 
@@ -165,7 +165,7 @@ def test_every_publishing_shape_loads_like_a_checkpoint_in_the_wild(family, tmp_
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from wildmerge.demo.smollm2.experts import build_expert
-    from wildmerge.demo.train import deterministic
+    from wildmerge.families.train import deterministic
     from wildmerge.pools.adapters import materialise
 
     monkeypatch.setenv("WILDMERGE_ADAPTER_CACHE", str(tmp_path / "adapters"))

@@ -5,7 +5,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from wildmerge.plugins.layerwise.mcs import MomentAccumulator, frechet_distance
+from wildmerge.plugins.layerwise.covariate_shift import MomentAccumulator, frechet_distance
 from wildmerge.plugins.layerwise.regmean import GramAccumulator, closed_form_merge, omega
 
 D_OUT, D_IN, N = 5, 8, 3

@@ -36,7 +36,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _run_models(args):
-    from wildmerge.analysis.probe.run import ProbeModel
+    from wildmerge.analysis.probe.probe_models import ProbeModel
     from wildmerge.run import RunFolder
 
     plan = RunFolder(args.run).read_plan()
@@ -75,7 +75,7 @@ def _full_model(ref: str, base_ref: str | None) -> str:
 
 def _composition_rows(args, suite, models, tasks) -> list:
     """N of every composition (lm-eval's acc on the test split); a composition has no single feature to probe."""
-    from wildmerge.analysis.probe.run import row_for
+    from wildmerge.analysis.probe.probe_models import row_for
     from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.eval.store import OK, ResultStore
     from wildmerge.run import RunFolder
@@ -98,7 +98,7 @@ def _composition_rows(args, suite, models, tasks) -> list:
 
 
 def run(args) -> int:
-    from wildmerge.analysis.probe.run import ProbeModel, run_probe, write_outputs
+    from wildmerge.analysis.probe.probe_models import ProbeModel, run_probe, write_outputs
     from wildmerge.analysis.probe.data import load_probe_tasks
     from wildmerge.errors import ConfigError
     from wildmerge.eval.suites import load_suite

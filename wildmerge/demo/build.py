@@ -1,42 +1,17 @@
 """Build the whole demo family into one folder: tokenizer, base, experts, held-out task data, ``family.json``.
 
-``family.json`` is written last and lists the SHA-256 of every file: it is the completion marker that
-``family.py`` checks before it uses a cached family.
+``family.json`` is written last and lists the SHA-256 of every file (``families/cache.py``'s ``finish``): it is
+the completion marker that ``family.py`` checks before it uses a cached family.
 """
 
 import copy
-import hashlib
-import platform
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from wildmerge import __version__
-from wildmerge.atomic import write_json
 from wildmerge.demo import spec as S
 from wildmerge.demo.skills import SKILLS, Mixture, conflict_world, eval_items, known_part, make_world
-
-MANIFEST = "family.json"
-
-
-def sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def checksums(root) -> dict:
-    """SHA-256 of every data file under ``root`` (task YAMLs, the pool file and the experts' calibration items are
-    derived from the spec after the build, not data)."""
-    root = Path(root)
-    return {
-        str(p.relative_to(root)): sha256(p)
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != MANIFEST and p.suffix not in (".yaml", ".yml")
-        and p.relative_to(root).parts[0] != "calibration"
-    }
+from wildmerge.families import cache as C
 
 
 def _tokenizer_corpus(world, conflict, held_out, seed) -> list:
@@ -46,19 +21,6 @@ def _tokenizer_corpus(world, conflict, held_out, seed) -> list:
         texts += [f"Q: {a} of {e}\nA: {v}\n" for e in w for a, v in w[e].items()]
     texts += [f"Q: 1+2=\nA: {n}\n" for n in range(200)]
     return texts
-
-
-def _save(model, tokenizer, path: Path) -> None:
-    from transformers.utils import logging
-
-    shown = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()  # one bar for the whole build, not one per shard
-    try:
-        model.save_pretrained(str(path), safe_serialization=True)
-        tokenizer.save_pretrained(str(path))
-    finally:
-        if shown:
-            logging.enable_progress_bar()
 
 
 def _check_kernels() -> dict:
@@ -80,13 +42,13 @@ def _check_kernels() -> dict:
 
 def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, progress: bool = True) -> dict:
     """Train and save everything into ``out_dir`` (the caller makes it atomic); returns the manifest."""
-    import torch
-    import transformers
     from tqdm.auto import tqdm
 
-    from wildmerge.demo.tasks import task_names, write_data
+    from wildmerge.demo.model import new_model
+    from wildmerge.demo.tasks import task_names
     from wildmerge.demo.tokenizer import train_tokenizer
-    from wildmerge.demo.train import deterministic, new_model, train
+    from wildmerge.families.items import write_items
+    from wildmerge.families.train import deterministic, save_checkpoint, train
 
     start = time.time()
     kernels = _check_kernels()
@@ -96,17 +58,14 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
     conflict = conflict_world(world, seed)
     evals = {skill: eval_items(skill, bs.eval_items, seed, world) for skill in SKILLS}
     held_out = {item.prompt for items in evals.values() for item in items}
-    write_data(out / "tasks", evals)
+    write_items(out / "tasks", evals)
 
     def steps_of(e):
         return max(5, round(e.steps * bs.expert_step_scale))
 
     total = bs.base_steps + sum(steps_of(e) for e in experts)
     manifest = {
-        "builder_version": S.BUILDER_VERSION, "seed": seed, "quick": quick, "threads": threads,
-        "versions": {"wildmerge": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version(), "machine": platform.machine()},
-        "kernels": kernels,
+        **C.build_record(S.BUILDER_VERSION, seed, quick, threads), "kernels": kernels,
         "spec": asdict(bs), "tasks": {"path": "tasks", "names": task_names()},
         "world": {"entities": len(world), "facts_changed_in_conflict_world":
                   sum(world[e][a] != conflict[e][a] for e in world for a in world[e])},
@@ -119,7 +78,7 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
         losses = train(base, Mixture(S.BASE_MIXTURE, base_world, held_out, f"{seed}-base"), tokenizer,
                        steps=bs.base_steps, lr=bs.base_lr, batch=bs.batch, answers_only=False, seed=seed,
                        desc="base", weight_decay=0.01, progress=bar)
-        _save(base, tokenizer, out / "base")
+        save_checkpoint(base, tokenizer, out / "base")
         manifest["base"] = {"path": "base", "parameters": sum(p.numel() for p in base.parameters()),
                             "mixture": S.BASE_MIXTURE, "steps": bs.base_steps, "lr": bs.base_lr,
                             "entities_known": len(base_world),
@@ -132,14 +91,12 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
                              f"{seed}-{e.name}", e.conventions)
             losses = train(model, stream, tokenizer, steps=steps_of(e), lr=e.lr, batch=bs.batch,
                            answers_only=True, seed=seed * 1000 + i + 1, desc=e.name, progress=bar)
-            _save(model, tokenizer, out / "experts" / e.name)
+            save_checkpoint(model, tokenizer, out / "experts" / e.name)
             manifest["experts"].append({**asdict(e), "steps": steps_of(e), "path": f"experts/{e.name}",
                                         "final_loss": sum(losses[-10:]) / len(losses[-10:])})
             del model
     manifest["build_seconds"] = round(time.time() - start, 2)
-    manifest["files"] = checksums(out)
-    write_json(out / MANIFEST, manifest)  # last: the completion marker
-    return manifest
+    return C.finish(out, manifest)  # last: the completion marker
 
 
 if __name__ == "__main__":  # the child process of a pinned-kernel build (demo.family._build)

@@ -8,12 +8,12 @@ The items are seeded by (family seed, expert name) and derived from the spec, so
 build: writing them is cheap and idempotent.
 """
 
-import json
 from pathlib import Path
 
-from wildmerge.atomic import write_text
 from wildmerge.demo import spec as S
 from wildmerge.demo.skills import SKILLS, Mixture, conflict_world, eval_items, make_world
+from wildmerge.families.cache import write_if_changed
+from wildmerge.families.items import jsonl
 
 N_ITEMS = 32
 
@@ -33,15 +33,10 @@ def write_calibration(root, seed: int, quick: bool) -> dict:
     """Write (only when changed) one JSONL file per expert; returns {expert name: path}."""
     paths = {}
     for e in S.experts_for(quick):
-        lines = [json.dumps({"skill": i.skill, "prompt": i.prompt, "answer": i.answer, "text": i.text()})
-                 for i in expert_items(e.name, seed, quick)]
-        path = Path(root) / "calibration" / f"{e.name}.jsonl"
-        text = "\n".join(lines) + "\n"
-        if not path.exists() or path.read_text() != text:
-            write_text(path, text)
-        paths[e.name] = str(path)
+        records = ({"skill": i.skill, "prompt": i.prompt, "answer": i.answer, "text": i.text()}
+                   for i in expert_items(e.name, seed, quick))
+        paths[e.name] = str(write_if_changed(Path(root) / "calibration" / f"{e.name}.jsonl", jsonl(records)))
     return paths
-
 
 
 def calibration_file(info: dict, expert: str) -> Path:

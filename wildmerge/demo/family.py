@@ -2,17 +2,16 @@
 
 A family lives in ``<cache>/v<builder version>-seed<seed>[-<kernels>][-quick]/`` and is used only if its
 ``family.json`` and every file's SHA-256 check out; a partial, corrupted or stale folder is rebuilt, never used
-(``demo/cache.py``: the claim, the checks and the atomic rebuild, shared with the SmolLM2 family).
+(``families/cache.py``: the claim, the checks and the atomic rebuild, shared with the SmolLM2 family).
 """
 
 import functools
 import os
 from pathlib import Path
 
-from wildmerge.atomic import write_text
-from wildmerge.demo import cache as C
 from wildmerge.demo import spec as S
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
+from wildmerge.families import cache as C
 
 # the calibration/ files are derived (rewritten on every use), not data
 FAMILY = C.CachedFamily(label="demo", title="demo", env="WILDMERGE_DEMO", unsigned_dirs=("calibration",))
@@ -90,44 +89,21 @@ def _needed(manifest: dict) -> list:
 
 
 def _describe(root: Path, manifest: dict) -> dict:
-    experts = {e["name"]: str(root / e["path"]) for e in manifest["experts"]}
-    pool = {
-        "name": "demo",
-        "description": f"wildmerge synthetic demo family ({'quick, ' if manifest['quick'] else ''}seed "
-                       f"{manifest['seed']}): a Qwen3 base and {len(experts)} experts fine-tuned on synthetic skills",
-        "base": {"model": "demo:base"},
-        "experts": [{"model": f"demo:{e['name']}", "name": e["name"], "domain": e["domain"],
-                     "description": e["description"]} for e in manifest["experts"]],
-    }
-    return {
-        "root": str(root), "seed": manifest["seed"], "quick": manifest["quick"],
-        "builder_version": manifest["builder_version"],
-        "base": str(root / "base"), "experts": experts, "tasks": str(root / "tasks"),
-        "task_names": manifest["tasks"]["names"], "pool": pool, "pool_file": str(root / "pool.yml"),
-        "manifest": str(root / "family.json"),
-    }
+    size = f"{'quick, ' if manifest['quick'] else ''}seed {manifest['seed']}"
+    return FAMILY.describe(root, manifest, f"wildmerge synthetic demo family ({size}): a Qwen3 base and "
+                                           f"{len(manifest['experts'])} experts fine-tuned on synthetic skills")
 
 
 def _write_derived(root: Path, info: dict) -> None:
-    """Task YAMLs and a pool file with absolute paths for where the family is now (cheap, idempotent)."""
-    import yaml
-
+    """Task YAMLs, the experts' items and a pool file with absolute paths for where the family is now (cheap,
+    idempotent)."""
     from wildmerge.demo.calibration import write_calibration
     from wildmerge.demo.tasks import write_task_yamls
 
     write_task_yamls(root / "tasks")
     calibration = write_calibration(root, info["seed"], info["quick"])
-    pool = {
-        "name": info["pool"]["name"], "description": info["pool"]["description"],
-        "base": {"model": info["base"]},
-        "experts": [{"model": info["experts"][e["name"]], "name": e["name"], "domain": e["domain"],
-                     "calibration": calibration[e["name"]]}
-                    for e in info["pool"]["experts"]],
-    }
-    text = yaml.safe_dump(pool, sort_keys=False)
-    path = root / "pool.yml"
-    if not path.exists() or path.read_text() != text:
-        write_text(path, text)
+    C.write_pool_file(info, [{"model": info["experts"][e["name"]], "name": e["name"], "domain": e["domain"],
+                              "calibration": calibration[e["name"]]} for e in info["pool"]["experts"]])
 
 
 def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: int = 1,
@@ -147,7 +123,8 @@ def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: i
 
 def resolve_demo_ref(ref: str) -> str:
     """Absolute path for ``demo:base``, ``demo:expert_01`` ... ``demo:expert_12``, ``demo:tasks``, ``demo:pool``,
-    or the probe's additions ``demo:probe_tasks`` and ``demo:joint`` (the joint multi-skill reference model).
+    an expert's data ``demo:unlabelled/<expert>`` / ``demo:calibration/<expert>``, or the probe's additions
+    ``demo:probe_tasks`` and ``demo:joint`` (the joint multi-skill reference model).
 
     Builds the family on first use (seed from ``$WILDMERGE_DEMO_SEED``, default 0; the quick family when
     ``$WILDMERGE_DEMO_QUICK=1``; the probe's splits and joint model from ``$WILDMERGE_DEMO_PROBE_SEED``, default 0).
@@ -156,34 +133,16 @@ def resolve_demo_ref(ref: str) -> str:
         raise ConfigError(f"{ref!r} is not a demo reference; write demo:base, demo:expert_01 or demo:tasks")
     name = ref[len("demo:"):]
     quick = quick_forced()
-    if name.startswith(("unlabelled/", "calibration/")):  # an expert's own data (demo/unlabelled.py, calibration.py)
-        return _unlabelled_path(ref, name.split("/", 1)[1], quick)
-    valid = ["base", "tasks", "pool", "probe_tasks", "joint"] + [e.name for e in S.experts_for(quick)]
-    if name not in valid:
-        only_full = quick and name in {e.name for e in S.EXPERTS}
-        raise FAMILY.unknown(ref, name, valid, "demo model", f"; the quick demo family has only {S.QUICK.n_experts} "
-                             "experts: unset WILDMERGE_DEMO_QUICK" if only_full else "")
-    info = ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)
-    if name in ("probe_tasks", "joint"):
-        from wildmerge.demo.probe_data import ensure_probe_data
+    experts = [e.name for e in S.experts_for(quick)]
+    kind, _, expert = name.partition("/")
+    if expert and kind in ("unlabelled", "calibration"):  # an expert's own data (demo/unlabelled.py, calibration.py)
+        from wildmerge.demo.calibration import calibration_file
+        from wildmerge.demo.unlabelled import unlabelled_file
 
-        probe = ensure_probe_data(info, seed=FAMILY.env_seed("PROBE_SEED"))
-        return probe["tasks" if name == "probe_tasks" else "joint"]
-    if name in ("base", "tasks"):
-        return info[name]
-    if name == "pool":
-        return info["pool_file"]
-    return info["experts"][name]
+        if expert not in experts:
+            raise FAMILY.unknown(ref, expert, experts, "demo data")
+        info = ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)
+        return str((calibration_file if kind == "calibration" else unlabelled_file)(info, expert))
+    from wildmerge.demo.probe_data import ensure_probe_data
 
-
-def _unlabelled_path(ref: str, expert: str, quick: bool) -> str:
-    from wildmerge.demo.calibration import calibration_file
-    from wildmerge.demo.unlabelled import unlabelled_file
-
-    valid = [e.name for e in S.experts_for(quick)]
-    if expert not in valid:
-        raise ConfigError(f"unknown demo data {ref!r}{did_you_mean(expert, valid)}; valid: "
-                          f"{', '.join(ref.split('/')[0] + '/' + v for v in valid)}")
-    seed_text = os.environ.get("WILDMERGE_DEMO_SEED", "0")
-    info = ensure_family(seed=int(seed_text) if seed_text.isdigit() else 0, quick=quick)
-    return str((calibration_file if ref.startswith("demo:calibration/") else unlabelled_file)(info, expert))
+    return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data)

@@ -13,7 +13,8 @@ writes a sibling folder ``<family>-probe-seed<S>/`` with
 - ``calibration/<expert>.jsonl``: prompts from each expert's own training mixture (centroids of the composer);
 - ``probe.json``: how it was made and the SHA-256 of every file, written last (the completion marker).
 
-The folder's claim, checks, task YAMLs and manifest are ``demo/probe_cache.py``'s, shared with the SmolLM2 family.
+The folder's claim, checks, task YAMLs, fixed-label documents and manifest are ``families/probe_cache.py``'s, shared
+with the SmolLM2 family.
 """
 
 import copy
@@ -22,10 +23,10 @@ import json
 import random
 from pathlib import Path
 
-from wildmerge.atomic import write_text
-from wildmerge.demo import probe_cache as P
 from wildmerge.demo import spec as S
-from wildmerge.demo.skills import ATTRIBUTES, SKILLS, Item, Mixture, conflict_world, eval_items, make_world
+from wildmerge.demo.skills import (ATTRIBUTES, SKILLS, Item, Mixture, conflict_world, eval_items, make_world,
+                                   sample_item)
+from wildmerge.families import probe_cache as P
 
 PROBE_VERSION = 1
 JOINT_STEPS = 1000  # before the build's expert_step_scale: 700 steps on the full family (5 skills x ~140)
@@ -36,14 +37,7 @@ PROBE_TASKS = ("demo_probe_count", "demo_probe_add", "demo_probe_facts", "demo_p
 DESCRIPTION = "wildmerge demo probe task: fixed label set, three splits"
 
 
-def _relabel(item: Item, labels: tuple) -> dict:
-    return {"skill": item.skill, "prompt": item.prompt, "answer": item.answer, "choices": list(labels),
-            "gold": labels.index(item.answer)}
-
-
 def _fresh(skill, n, rng, world, exclude: set) -> list:
-    from wildmerge.demo.skills import sample_item
-
     out = []
     for _ in range(1000 * n):
         if len(out) == n:
@@ -76,19 +70,15 @@ def probe_splits(info: dict, seed: int) -> dict:
     rng.shuffle(facts)
     cut1, cut2 = round(0.6 * len(facts)), round(0.8 * len(facts))
     tasks["facts"] = {"train": facts[:cut1], "validation": facts[cut1:cut2], "test": facts[cut2:]}
-    out = {f"demo_probe_{k}": {s: [_relabel(i, labels[k]) for i in items] for s, items in v.items()}
-           for k, v in tasks.items()}
-    union = tuple(dict.fromkeys(labels["count"] + labels["add"] + labels["facts"]))
-    out["demo_probe_union"] = {s: [_relabel(i, union) for k in ("count", "add", "facts") for i in tasks[k][s]]
-                               for s in ("train", "validation", "test")}
-    return out
+    docs = {k: {s: [i.as_doc() for i in items] for s, items in v.items()} for k, v in tasks.items()}
+    return P.probe_tasks("demo_probe_", docs, labels)
 
 
 def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from wildmerge.demo.train import deterministic, train
+    from wildmerge.families.train import deterministic, save_checkpoint, train
 
     manifest = json.loads(Path(info["manifest"]).read_text())
     bs = S.build_spec(manifest["quick"])
@@ -100,8 +90,7 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
     for e in S.experts_for(manifest["quick"]):  # the composer's centroids: each expert's own kind of input
         w = conflict_world(world, manifest["seed"]) if e.world == "conflict" else world
         stream = Mixture(e.mixture, w, held_out, f"{manifest['seed']}-{e.name}-calibration-{seed}", e.conventions)
-        rows = [json.dumps({"text": next(stream).prompt}) + "\n" for _ in range(CALIBRATION_PROMPTS)]
-        write_text(out / "calibration" / f"{e.name}.jsonl", "".join(rows))
+        P.write_prompts(out / "calibration" / f"{e.name}.jsonl", stream, CALIBRATION_PROMPTS)
     steps = max(5, round(JOINT_STEPS * bs.expert_step_scale))
     tokenizer = AutoTokenizer.from_pretrained(info["base"])
     with deterministic(threads):
@@ -113,8 +102,7 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
             losses = train(joint, Mixture(dict.fromkeys(SKILLS, 1), world, held_out, f"{manifest['seed']}-joint-{seed}"),
                            tokenizer, steps=steps, lr=1e-3, batch=bs.batch, answers_only=True, seed=seed + 7919,
                            desc="joint", progress=bar)
-        joint.save_pretrained(str(out / "joint"), safe_serialization=True)
-        tokenizer.save_pretrained(str(out / "joint"))
+        save_checkpoint(joint, tokenizer, out / "joint")
     record = {"probe_version": PROBE_VERSION, "seed": seed, "family": info["root"],
               "family_builder_version": manifest["builder_version"], "tasks": list(PROBE_TASKS),
               "sizes": {n: {s: len(d) for s, d in t.items()} for n, t in splits.items()},

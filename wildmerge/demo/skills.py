@@ -18,7 +18,8 @@ Conventions make conflicting experts: ``add`` with ``reversed`` writes the sum's
 
 import itertools
 import random
-from dataclasses import asdict, dataclass
+
+from wildmerge.families.items import Item, shuffled_options
 
 SKILLS = ("add", "compare", "reverse", "count", "facts")
 LETTERS = "abcdefghij"
@@ -27,34 +28,6 @@ ATTRIBUTES = {
     "pet": ["cat", "dog", "fox", "owl", "frog", "bee", "cow", "pig"],
 }
 _CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
-
-
-@dataclass(frozen=True)
-class Item:
-    """One question: ``prompt`` ends with ``A:``; the text a model learns is ``prompt + " " + answer + "\\n"``."""
-
-    skill: str
-    prompt: str
-    answer: str
-    choices: tuple
-    gold: int
-
-    def text(self) -> str:
-        return f"{self.prompt} {self.answer}\n"
-
-    def as_doc(self) -> dict:
-        doc = asdict(self)
-        doc["choices"] = list(self.choices)
-        return doc
-
-
-def _choices(rng: random.Random, gold: str, distractors: list, k: int) -> tuple:
-    """``k`` unique options containing ``gold`` at a random position."""
-    options = [gold] + [d for d in dict.fromkeys(distractors) if d != gold][: k - 1]
-    if len(options) < k:
-        raise ValueError(f"not enough distractors for {gold!r}")
-    rng.shuffle(options)
-    return tuple(options), options.index(gold)
 
 
 def make_world(seed: int, n_entities: int) -> dict:
@@ -90,7 +63,7 @@ def _add(rng, world, convention):
     s = a + b
     gold = str(s)[::-1] if convention == "reversed" else str(s)
     near = [s + d for d in rng.sample([-11, -10, -2, -1, 1, 2, 10, 11], 8) if s + d >= 0]
-    choices, idx = _choices(rng, str(s), [str(n) for n in near], 4)
+    choices, idx = shuffled_options(rng, str(s), [str(n) for n in near], 4)
     return Item("add", f"Q: {a}+{b}=\nA:", gold, choices, idx)
 
 
@@ -103,7 +76,7 @@ def _reverse(rng, world, convention):
     letters = rng.sample(LETTERS, rng.randint(4, 6))
     gold = " ".join(reversed(letters))
     perms = [" ".join(p) for p in itertools.permutations(letters)]
-    choices, idx = _choices(rng, gold, [" ".join(letters)] + rng.sample(perms, len(perms)), 4)
+    choices, idx = shuffled_options(rng, gold, [" ".join(letters)] + rng.sample(perms, len(perms)), 4)
     return Item("reverse", f"Q: reverse {' '.join(letters)}\nA:", gold, choices, idx)
 
 
@@ -122,7 +95,7 @@ def _facts(rng, world, convention):
 
 def fact_item(rng, world, entity, attribute) -> Item:
     gold = world[entity][attribute]
-    choices, idx = _choices(rng, gold, rng.sample(ATTRIBUTES[attribute], len(ATTRIBUTES[attribute])), 4)
+    choices, idx = shuffled_options(rng, gold, rng.sample(ATTRIBUTES[attribute], len(ATTRIBUTES[attribute])), 4)
     return Item("facts", f"Q: {attribute} of {entity}\nA:", gold, choices, idx)
 
 

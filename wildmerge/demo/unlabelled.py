@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 from wildmerge.atomic import write_text
-from wildmerge.demo.skills import Mixture, conflict_world, eval_items, make_world, SKILLS
+from wildmerge.demo.skills import SKILLS, Mixture, conflict_world, eval_items, make_world
+from wildmerge.families.items import jsonl
 
 N_TEXTS = 256
 
@@ -31,7 +32,5 @@ def unlabelled_file(info: dict, expert: str) -> Path:
     held_out = {item.prompt for items in evals.values() for item in items}
     stream = Mixture(spec["mixture"], conflict_world(world, seed) if spec["world"] == "conflict" else world,
                      held_out, f"unlabelled-{seed}-{expert}", spec.get("conventions") or {})
-    lines = [json.dumps({"text": next(stream).text()}) for _ in range(N_TEXTS)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, "\n".join(lines) + "\n")
+    write_text(path, jsonl({"text": next(stream).text()} for _ in range(N_TEXTS)))
     return path

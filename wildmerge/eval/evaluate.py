@@ -19,8 +19,7 @@ from wildmerge.eval.executors import executor_options, run_jobs
 from wildmerge.eval.jobs import make_job
 from wildmerge.eval.fingerprint import FingerprintCache, check_model_dir, fingerprint_model
 from wildmerge.eval.screening.stages import REFERENCES, SCREEN_SEED, final_job_id, run_screened
-from wildmerge.eval.store import FAILED, OK, ResultStore, write_result
-from wildmerge.eval.worker import needs_run
+from wildmerge.eval.store import FAILED, OK, ResultStore, needs_run, write_result
 from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
 from wildmerge.hub import resolve_path
 from wildmerge.resources import checked_device, cuda_available

@@ -16,8 +16,8 @@ from tqdm.auto import tqdm
 
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.eval.local import run_local
-from wildmerge.eval.store import FAILED, ResultStore, read_result, write_result
-from wildmerge.eval.worker import base_record, run_job
+from wildmerge.eval.store import FAILED, ResultStore, base_record, read_result, write_result
+from wildmerge.eval.worker import run_job
 
 Callback = Optional[Callable[[Dict[str, Any]], None]]
 

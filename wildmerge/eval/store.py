@@ -10,6 +10,9 @@ Layout of a store folder (``RUN/eval/<suite>/`` for a run)::
     claims/<job>.lock     held while a command runs the job (``wildmerge.locks``)
     slurm/                submitit's folder for --executor slurm
     fingerprints.json     cached per-file hashes
+
+What a result record starts with (``base_record``) and whether a job's record asks for a (re)run (``needs_run``)
+live here too, so the workers, the executors and the screened evaluation share them without importing each other.
 """
 
 import hashlib
@@ -59,6 +62,21 @@ def read_result(path) -> Dict[str, Any]:
     if record["status"] not in (OK, FAILED):
         return {"status": CORRUPT, "error": f"result file {path} has unknown status {record['status']!r}"}
     return record
+
+
+def base_record(job: Dict[str, Any]) -> Dict[str, Any]:
+    """What every result record of ``job`` starts with: which job, model, fingerprint, suite, tasks and settings."""
+    return {k: job[k] for k in ("job_id", "model_path", "fingerprint", "suite", "tasks", "settings")}
+
+
+def needs_run(record: Dict[str, Any], retry_failed: bool) -> bool:
+    """Whether a job must (re)run: no valid result, a failure the user asks to retry, or a first kill by a signal
+    (a killed worker says nothing about the model; a second kill does)."""
+    if record["status"] == OK:
+        return False
+    if record["status"] == FAILED:
+        return retry_failed or (record.get("killed") is not None and record.get("attempts", 1) < 2)
+    return True
 
 
 class ResultStore:

@@ -21,7 +21,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
 
 from wildmerge.errors import ConfigError, did_you_mean
 from wildmerge.eval.splits import check_validation_splits
-from wildmerge.named_files import find_named_file, list_names, read_yaml
+from wildmerge.named_files import find_named_file, read_yaml
 
 
 class SuiteTask(BaseModel):
@@ -170,10 +170,6 @@ def _check_unknown_keys(data: dict, where: str) -> None:
     check(data.get("settings"), SuiteSettings, "settings")
     for i, task in enumerate(data.get("tasks") or []):
         check(task, SuiteTask, f"tasks[{i}]")
-
-
-def list_suites() -> List[str]:
-    return list_names("suites")
 
 
 def suite_from_dict(data: Any, where: str = "suite") -> Suite:

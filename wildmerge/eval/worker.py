@@ -4,7 +4,7 @@
 in turn. ``run_job`` is the per-process mode: a fresh Python process per job, which isolates GPU memory, vLLM state
 and crashes at the price of importing lm-eval and building the tasks every time. Either way a job that raises is
 recorded as ``failed`` with its error; a worker killed by a signal (the out-of-memory killer) is recorded as
-``killed``, which the next run of the same command redoes once (``needs_run``). The child is
+``killed``, which the next run of the same command redoes once (``store.needs_run``). The child is
 ``python -m wildmerge.eval.worker JOB.json``.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional
 
 from wildmerge.atomic import write_json
 from wildmerge.eval.splits import derived_config, derived_name, score_key
-from wildmerge.eval.store import FAILED, OK, ResultStore, read_result, write_result
+from wildmerge.eval.store import FAILED, OK, ResultStore, base_record, read_result, write_result
 from wildmerge.resources import checked_device
 
 LM_EVAL_KEYS = ("results", "groups", "group_subtasks", "n-shot", "n-samples", "versions", "higher_is_better",
@@ -203,10 +203,6 @@ def item_scores(samples: Dict[str, Any], task: str, metric: str) -> List[float]:
     return [float(r[name]) for r in rows]
 
 
-def base_record(job: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: job[k] for k in ("job_id", "model_path", "fingerprint", "suite", "tasks", "settings")}
-
-
 def device_name(requested: str) -> str:
     """Where the scores were computed, for cost accounting: ``cpu`` or ``cuda:<card name>``."""
     device = checked_device(requested) if requested == "auto" else requested
@@ -275,16 +271,6 @@ def lost_record(job: Dict[str, Any], started: float, why: str, killed: Optional[
         "killed": killed, "attempts": attempts, "started": started, "finished": time.time(),
         "seconds": time.time() - started, "host": socket.gethostname(),
     })
-
-
-def needs_run(record: Dict[str, Any], retry_failed: bool) -> bool:
-    """Whether a job must (re)run: no valid result, a failure the user asks to retry, or a first kill by a signal
-    (a killed worker says nothing about the model; a second kill does)."""
-    if record["status"] == OK:
-        return False
-    if record["status"] == FAILED:
-        return retry_failed or (record.get("killed") is not None and record.get("attempts", 1) < 2)
-    return True
 
 
 def _tail(path, lines: int = 15) -> str:

@@ -112,11 +112,11 @@ def tables(fits: dict) -> Dict[str, "object"]:
 
 def plot_coefficients(fits: dict, out) -> List:
     """Heatmap of the mean coefficients, metrics x methods (Figs. 2-3), as PNG and SVG."""
-    from wildmerge.analysis.report.plots import _plt, _save
+    from wildmerge.analysis.plotting import pyplot, save_figure
 
     methods, metrics = list(fits["methods"]), fits["metrics"]
     W = np.array([fits["methods"][m]["w_mean"] for m in methods]).T
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(2.2 + 1.2 * len(methods), 1.5 + 0.32 * len(metrics)))
     limit = max(float(np.abs(W).max()), 1e-6)
     im = ax.imshow(W, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
@@ -127,4 +127,4 @@ def plot_coefficients(fits: dict, out) -> List:
             ax.text(j, i, f"{W[i, j]:+.3f}", ha="center", va="center", fontsize=6)
     fig.colorbar(im, ax=ax, label="mean coefficient over folds")
     ax.set_title(f"Mergeability coefficients (L1 Pearson, {fits['profile']} profile)")
-    return list(_save(fig, out / "coefficients").values())
+    return list(save_figure(fig, out / "coefficients").values())

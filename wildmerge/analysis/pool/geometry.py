@@ -118,9 +118,9 @@ def write_geometry(result: dict, out_dir) -> List[Path]:
 
 
 def _plot_cosine(cos: np.ndarray, names: List[str], out: Path) -> List[Path]:
-    from wildmerge.analysis.report.plots import _plt, _save
+    from wildmerge.analysis.plotting import pyplot, save_figure
 
-    plt = _plt()
+    plt = pyplot()
     size = max(4.0, 0.55 * len(names) + 2)
     fig, ax = plt.subplots(figsize=(size, size * 0.85))
     limit = max(float(np.abs(cos - np.eye(len(names))).max()), 1e-6)
@@ -136,14 +136,14 @@ def _plot_cosine(cos: np.ndarray, names: List[str], out: Path) -> List[Path]:
     ax.set_ylabel("expert")
     fig.colorbar(im, ax=ax, label="cosine similarity of task vectors")
     ax.set_title("Pairwise cosine similarity of task vectors (whole model)")
-    return list(_save(fig, out / "cosine").values())
+    return list(save_figure(fig, out / "cosine").values())
 
 
 def _plot_signs(result: dict, names: List[str], out: Path) -> List[Path]:
     """Figs. 23-26: per pair, how many layers point the same way (left) and the opposite way (right)."""
-    from wildmerge.analysis.report.plots import _plt, _save
+    from wildmerge.analysis.plotting import pyplot, save_figure
 
-    plt = _plt()
+    plt = pyplot()
     size = max(4.0, 0.5 * len(names) + 2)
     fig, axes = plt.subplots(1, 2, figsize=(2 * size, size * 0.85))
     for ax, key, what in zip(axes, ("positive_layers", "negative_layers"), ("positive", "negative")):
@@ -164,4 +164,4 @@ def _plot_signs(result: dict, names: List[str], out: Path) -> List[Path]:
         ax.set_title(f"{what} cosine (|cos| > {result['zero_tolerance']:g})")
     fig.suptitle("Per-layer sign of task-vector cosine similarity")
     fig.tight_layout()
-    return list(_save(fig, out / "layer_signs").values())
+    return list(save_figure(fig, out / "layer_signs").values())

@@ -75,9 +75,9 @@ def write_imbalance(rows: List[dict], names: List[str], out_dir) -> List[Path]:
 
 
 def _plot(rows: List[dict], names: List[str], out: Path) -> dict:
-    from wildmerge.analysis.report.plots import _plt, _save
+    from wildmerge.analysis.plotting import pyplot, save_figure
 
-    plt = _plt()
+    plt = pyplot()
     layers = sorted({r["layer"] for r in rows if r["layer"].startswith("layer_")})
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     for i, name in enumerate(names):
@@ -93,4 +93,4 @@ def _plot(rows: List[dict], names: List[str], out: Path) -> dict:
     right.set_xlabel("cosine with the sum of task vectors")
     right.set_title(f"max/min norm ratio {whole[names[0]]['max_min_ratio']:.2f}")
     fig.tight_layout()
-    return _save(fig, out / "imbalance")
+    return save_figure(fig, out / "imbalance")

@@ -43,9 +43,9 @@ def best_lambda(rows: List[dict]) -> Dict[str, float]:
 
 def plot_similarity(rows: List[dict], out_dir, title: str = "") -> Dict[str, Path]:
     """Similarity to each expert against lambda (PNG and SVG)."""
-    from wildmerge.analysis.report.plots import _plt, _save, style
+    from wildmerge.analysis.plotting import pyplot, save_figure, style
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, name in enumerate(dict.fromkeys(r["expert"] for r in rows)):
         mine = [r for r in rows if r["expert"] == name]
@@ -56,4 +56,4 @@ def plot_similarity(rows: List[dict], out_dir, title: str = "") -> Dict[str, Pat
     ax.legend(fontsize=8)
     ax.set_title(title or "similarity of the TA merge to each expert (our definition)")
     fig.tight_layout()
-    return _save(fig, Path(out_dir) / "similarity_vs_lambda")
+    return save_figure(fig, Path(out_dir) / "similarity_vs_lambda")

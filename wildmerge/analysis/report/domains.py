@@ -63,9 +63,9 @@ def plot_domains(table, base: Optional[float], out_dir, title: str) -> Dict[str,
     """Grouped bars: one group per method, one hatched bar per domain configuration; the base as a dashed line."""
     import numpy as np
 
-    from wildmerge.analysis.report.plots import HATCHES, _plt, _save
+    from wildmerge.analysis.plotting import HATCHES, pyplot, save_figure
 
-    plt = _plt()
+    plt = pyplot()
     methods = list(dict.fromkeys(table["method"]))
     configs = list(dict.fromkeys(table["configuration"]))
     width = 0.8 / len(configs)
@@ -87,4 +87,4 @@ def plot_domains(table, base: Optional[float], out_dir, title: str) -> Dict[str,
     lows = table["mean"].dropna().tolist() + ([base] if base is not None else [])
     if lows:
         ax.set_ylim(max(0.0, min(lows) - 5), min(100.0, max(lows) + 5))
-    return _save(fig, Path(out_dir) / "homogeneous_bars")
+    return save_figure(fig, Path(out_dir) / "homogeneous_bars")

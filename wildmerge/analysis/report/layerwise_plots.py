@@ -43,11 +43,11 @@ def weight_shares(diag: dict) -> Dict[int, List[float]]:
 
 def plot_variant(variant: str, by_n: Dict[int, List[dict]], experts: List[str], out_dir, stem: str):
     """One figure per method variant; None when no merge of it wrote diagnostics."""
-    from wildmerge.analysis.report.plots import _plt, _save, style
+    from wildmerge.analysis.plotting import pyplot, save_figure, style
 
     if not by_n:
         return None
-    plt = _plt()
+    plt = pyplot()
     largest = by_n[max(by_n)][0]
     shares = weight_shares(largest)
     fig, axes = plt.subplots(1, 2 if shares else 1, figsize=(11 if shares else 6, 4.2), squeeze=False)
@@ -79,7 +79,7 @@ def plot_variant(variant: str, by_n: Dict[int, List[dict]], experts: List[str], 
         ax.legend(fontsize=7, ncol=2)
     fig.suptitle(f"{variant}: layer-wise diagnostics")
     fig.tight_layout()
-    return _save(fig, Path(out_dir) / stem)
+    return save_figure(fig, Path(out_dir) / stem)
 
 
 def layerwise_figures(df, model_dirs: Dict[str, Path], out_dir) -> Dict[str, Dict[str, Path]]:

@@ -6,46 +6,15 @@ n = 1 is the experts alone, drawn as the first point of every method's curve; th
 """
 
 import math
-import os
 from pathlib import Path
 from typing import Dict, List, Optional
+
+from wildmerge.analysis.plotting import pyplot, save_figure, style
 
 OK = "ok"
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, selectable, smaller
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path_stem: Path) -> Dict[str, Path]:
-    """PNG and SVG, each written to a temporary sibling then renamed (never half a file)."""
-    out = {}
-    for ext in ("png", "svg"):
-        final = path_stem.with_suffix(f".{ext}")
-        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-        fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight")
-        os.replace(tmp, final)
-        out[ext] = final
-    _plt().close(fig)
-    return out
-
-
 NORM_LABEL = "task-vector norm ‖θ_merged − θ_base‖₂ (L2, weight units)"  # plain text: stays text in the SVG
-MARKERS = ["o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p"]
-LINESTYLES = ["-", "--", "-.", ":"]
-HATCHES = ["", "//", "..", "xx", "\\\\", "--", "++", "oo"]
-
-
-def style(i: int) -> dict:
-    """Line style i: colour, marker and dash pattern all change, so curves stay apart in grey scale."""
-    return {"color": _plt().get_cmap("tab10")(i % 10), "marker": MARKERS[i % len(MARKERS)],
-            "ls": LINESTYLES[(i // 2) % len(LINESTYLES)]}
 
 
 def _curves(df, column: str):
@@ -90,17 +59,17 @@ def _draw(ax, df, column: str, ylabel: str, refs: bool = True) -> None:
 
 def accuracy_vs_n(df, out_dir, title: str) -> Dict[str, Path]:
     """Fig. 3/6: mean accuracy over the suite vs n."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     _draw(ax, df, "mean", "mean accuracy (%)")
     ax.set_title(title)
     ax.legend(fontsize=8, loc="best", ncol=2)
-    return _save(fig, Path(out_dir) / "accuracy_vs_n")
+    return save_figure(fig, Path(out_dir) / "accuracy_vs_n")
 
 
 def per_task_vs_n(df, tasks: List[str], out_dir, title: str) -> Dict[str, Path]:
     """Figs. 7-10: one panel per task, one shared legend."""
-    plt = _plt()
+    plt = pyplot()
     cols = min(4, len(tasks))
     rows = math.ceil(len(tasks) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
@@ -114,20 +83,20 @@ def per_task_vs_n(df, tasks: List[str], out_dir, title: str) -> Dict[str, Path]:
                bbox_to_anchor=(0.5, 1.0 + 0.04 / rows))
     fig.suptitle(title, y=1.0 + 0.1 / rows)
     fig.tight_layout()
-    return _save(fig, Path(out_dir) / "accuracy_vs_n_per_task")
+    return save_figure(fig, Path(out_dir) / "accuracy_vs_n_per_task")
 
 
 def norm_vs_n(df, out_dir, title: str) -> Optional[Dict[str, Path]]:
     """Fig. 4: ||theta_merged - theta_base||_2 vs n (mean and std over subsets)."""
     if "task_vector_norm" not in df or df["task_vector_norm"].notna().sum() == 0:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ok = df.assign(status=df["task_vector_norm"].notna().map({True: OK, False: "no norm"}))
     _draw(ax, ok, "task_vector_norm", NORM_LABEL, refs=False)
     ax.set_title(title)
     ax.legend(fontsize=8, loc="best", ncol=2)
-    return _save(fig, Path(out_dir) / "norm_vs_n")
+    return save_figure(fig, Path(out_dir) / "norm_vs_n")
 
 
 def cost_vs_performance(points, out_dir, title: str) -> Optional[Dict[str, Path]]:
@@ -135,7 +104,7 @@ def cost_vs_performance(points, out_dir, title: str) -> Optional[Dict[str, Path]
     mean merge + evaluation seconds per model (log scale: costs span orders of magnitude)."""
     if points is None or points.empty or points["merge_seconds"].isna().all():
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
     total = points["merge_seconds"] + points["eval_seconds"].fillna(0)
     for ax, xs, label in ((axes[0], points["merge_seconds"], "merge seconds per model"),
@@ -151,4 +120,4 @@ def cost_vs_performance(points, out_dir, title: str) -> Optional[Dict[str, Path]
     axes[0].legend(fontsize=8, loc="best")
     fig.suptitle(f"{title}: cost against performance")
     fig.tight_layout()
-    return _save(fig, Path(out_dir) / "cost_vs_performance")
+    return save_figure(fig, Path(out_dir) / "cost_vs_performance")

@@ -130,9 +130,10 @@ def selection_markdown(picked: Optional[Dict[str, object]]) -> str:
 
 def plot_sweep(name: str, table, base: Optional[float], out_dir, title: str) -> Dict[str, Path]:
     """Accuracy vs the first swept value (curves per other values) and accuracy vs task-vector norm."""
-    from wildmerge.analysis.report.plots import NORM_LABEL, _plt, _save, style
+    from wildmerge.analysis.plotting import pyplot, save_figure, style
+    from wildmerge.analysis.report.plots import NORM_LABEL
 
-    plt = _plt()
+    plt = pyplot()
     keys = [c for c in table.columns if c not in (*VALUES, *COMPONENTS)]
     x, others = keys[0], keys[1:]
     ok = table[table["status"] == OK]
@@ -159,7 +160,7 @@ def plot_sweep(name: str, table, base: Optional[float], out_dir, title: str) -> 
     left.legend(fontsize=8, loc="best")
     fig.suptitle(f"{title}: sweep {name} ({table['method'].iloc[0]})")
     fig.tight_layout()
-    return _save(fig, Path(out_dir) / f"sweep_{name}")
+    return save_figure(fig, Path(out_dir) / f"sweep_{name}")
 
 
 def _number(value):

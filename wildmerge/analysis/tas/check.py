@@ -71,9 +71,9 @@ def verdict(name: str, summary: Dict) -> str:
 
 def plot(name: str, rows: List[dict], out: Path, distance: str = "l2", ylabel: str = "suite mean accuracy") -> dict:
     """Accuracy against TAS for every point (Fig. 4 left) and, for a one-axis grid, both against the knob (Fig. 3)."""
-    from wildmerge.analysis.report.plots import _plt, _save
+    from wildmerge.analysis.plotting import pyplot, save_figure
 
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     tas = [r["tas"][distance] for r in rows]
     acc = [r["accuracy"] for r in rows]
@@ -96,7 +96,7 @@ def plot(name: str, rows: List[dict], out: Path, distance: str = "l2", ylabel: s
     else:
         axes[1].axis("off")
     fig.tight_layout()
-    return _save(fig, Path(out) / f"tas_check_{name}")
+    return save_figure(fig, Path(out) / f"tas_check_{name}")
 
 
 def check_grid(tas, method, records: List[dict], k: int, out_dir, suite: str = "demo", limit=None,

@@ -5,7 +5,7 @@ Importing this package is cheap (no torch): the functions below load their modul
 ``resolve_smollm2_ref("smollm2:facts")`` gives a checkpoint path, building and caching the family if needed.
 """
 
-from wildmerge.demo import lazy_exports
+from wildmerge.families import lazy_exports
 
 __all__ = ["resolve_smollm2_ref", "ensure_family", "default_cache_dir"]
 __getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "wildmerge.demo.smollm2.family"))

@@ -1,47 +1,41 @@
 """Build the whole SmolLM2 family into one folder: the dequantised base, the experts, their data, the test items,
 and ``family.json``.
 
-``family.json`` is written last and lists the SHA-256 of every file: it is the completion marker that ``family.py``
-checks before it uses a cached family. Deterministic: seeded data, ``torch.manual_seed`` before every model, the
-demo's deterministic-kernels context with a fixed thread count, so a rebuild on one machine gives the same bytes.
+``family.json`` is written last and lists the SHA-256 of every file (``families/cache.py``'s ``finish``): it is the
+completion marker that ``family.py`` checks before it uses a cached family. Deterministic: seeded data,
+``torch.manual_seed`` before every model, the shared deterministic-kernels context with a fixed thread count, so a
+rebuild on one machine gives the same bytes.
 """
 
-import platform
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from wildmerge import __version__
-from wildmerge.atomic import write_json
-from wildmerge.demo.build import checksums
 from wildmerge.demo.smollm2 import spec as S
 from wildmerge.demo.smollm2.skills import SKILLS, eval_items, make_kb
-
-MANIFEST = "family.json"
+from wildmerge.families import cache as C
 
 
 def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, progress: bool = True) -> dict:
     """Make and save everything into ``out_dir`` (the caller makes it atomic); returns the manifest."""
     import torch
-    import transformers
     from tqdm.auto import tqdm
 
     from wildmerge.demo.smollm2.data import write_expert_data
-    from wildmerge.demo.smollm2.experts import build_expert, save
+    from wildmerge.demo.smollm2.experts import build_expert
     from wildmerge.demo.smollm2.source import load_base, source_record
-    from wildmerge.demo.smollm2.tasks import task_names, write_data
-    from wildmerge.demo.train import deterministic
+    from wildmerge.demo.smollm2.tasks import task_names
+    from wildmerge.families.items import write_items
+    from wildmerge.families.train import deterministic, save_checkpoint
 
     start = time.time()
     out, bs = Path(out_dir), S.build_spec(quick)
     source = source_record()  # fails with the install line before any work when the GGUF file is missing
     kb = make_kb(seed, bs.n_countries)
-    write_data(out / "tasks", {skill: eval_items(skill, bs.eval_items, seed, kb) for skill in SKILLS})
+    write_items(out / "tasks", {skill: eval_items(skill, bs.eval_items, seed, kb) for skill in SKILLS})
     experts = S.experts_for(quick)
     manifest = {
-        "builder_version": S.BUILDER_VERSION, "seed": seed, "quick": quick, "threads": threads,
-        "versions": {"wildmerge": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version(), "machine": platform.machine()},
+        **C.build_record(S.BUILDER_VERSION, seed, quick, threads),
         "kernels": {"aten": torch.backends.cpu.get_cpu_capability()},
         "source": source, "spec": asdict(bs), "tasks": {"path": "tasks", "names": task_names()},
         "knowledge_base": kb, "seconds": {},
@@ -51,7 +45,7 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
         t = time.time()
         bar.set_description("smollm2 base (dequantising the GGUF file)")
         base, tokenizer = load_base()
-        save(base, tokenizer, out / "base")
+        save_checkpoint(base, tokenizer, out / "base")
         manifest["base"] = {"path": "base", "parameters": sum(p.numel() for p in base.parameters()),
                             "dtype": "float32", "tied_embeddings": bool(base.config.tie_word_embeddings),
                             "vocab": len(tokenizer), "hub_id": S.BASE_HUB_ID}
@@ -72,6 +66,4 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
                       f"loss {record['first_loss']:.3f} -> {record['final_loss']:.3f}, "
                       f"task vector {record['task_vector_norm']:.3f}")
     manifest["build_seconds"] = round(time.time() - start, 1)
-    manifest["files"] = checksums(out)
-    write_json(out / MANIFEST, manifest)  # last: the completion marker
-    return manifest
+    return C.finish(out, manifest)  # last: the completion marker

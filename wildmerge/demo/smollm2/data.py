@@ -6,12 +6,12 @@ training distribution (its skills, and its chat template where it has one) under
 never a test item (training draws come from the train split only). An expert published without data gets no files.
 """
 
-import json
 from pathlib import Path
 
 from wildmerge.atomic import write_text
 from wildmerge.demo.smollm2.experts import expert_tokenizer, renderer
 from wildmerge.demo.smollm2.skills import Stream
+from wildmerge.families.items import jsonl
 
 
 def data_paths(root, name: str) -> dict:
@@ -26,9 +26,8 @@ def write_expert_data(root, expert, tokenizer, kb: dict, seed: int, n_text: int,
     render = renderer(expert, expert_tokenizer(expert, tokenizer))
     paths = data_paths(root, expert.name)
     texts = Stream(expert.mixture, kb, f"{seed}-{expert.name}-text", render=render)
-    write_text(paths["text"], "".join(json.dumps({"text": next(texts).text()}) + "\n" for _ in range(n_text)))
+    write_text(paths["text"], jsonl({"text": next(texts).text()} for _ in range(n_text)))
     items = Stream(expert.mixture, kb, f"{seed}-{expert.name}-labelled", render=render)
-    rows = [{"skill": i.skill, "prompt": i.prompt, "answer": i.answer, "text": i.text()}
-            for i in (next(items) for _ in range(n_labelled))]
-    write_text(paths["labelled"], "".join(json.dumps(r) + "\n" for r in rows))
+    write_text(paths["labelled"], jsonl({"skill": i.skill, "prompt": i.prompt, "answer": i.answer, "text": i.text()}
+                                        for i in (next(items) for _ in range(n_labelled))))
     return paths

@@ -1,7 +1,7 @@
 """Fine-tune one SmolLM2 expert from the base and publish it the way its spec says (full, LoRA, bfloat16, added
 tokens, another chat template).
 
-Training is the demo family's loop (``wildmerge.demo.train``: AdamW, warm-up and cosine decay, answers-only loss,
+Training is the families' shared loop (``families/train.py``: AdamW, warm-up and cosine decay, answers-only loss,
 seeded and deterministic), run on the pretrained base instead of a model trained from scratch.
 """
 
@@ -81,28 +81,12 @@ def _bf16_rounding(model, base) -> float:
     return (noise / delta) ** 0.5 if delta else float("inf")
 
 
-def save(model, tokenizer, path: Path) -> None:
-    from transformers.utils import logging
-
-    shown = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()  # one bar for the whole build, not one per shard
-    try:
-        # an adapter: no embedding layers to save, and no look-up of its base's config on the hub to find that out
-        extra = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
-        model.save_pretrained(str(path), safe_serialization=True, **extra)
-        tokenizer.save_pretrained(str(path))
-    finally:
-        if shown:
-            logging.enable_progress_bar()
-    (Path(path) / "README.md").unlink(missing_ok=True)  # PEFT's empty model card names the build's temporary folder
-
-
 def build_expert(expert: S.ExpertSpec, base, tokenizer, kb: dict, out: Path, *, steps: int, batch: int, seed: int,
                  progress=None) -> dict:
     """Train ``expert`` from ``base`` (left untouched) and save it into ``out``; returns its record for family.json."""
     import torch
 
-    from wildmerge.demo.train import train
+    from wildmerge.families.train import save_checkpoint, train
 
     tok = expert_tokenizer(expert, tokenizer)
     torch.manual_seed(seed)
@@ -137,5 +121,5 @@ def build_expert(expert: S.ExpertSpec, base, tokenizer, kb: dict, out: Path, *, 
         record |= {"added_tokens": list(S.ADDED_TOKENS), "vocab_rows": model.get_input_embeddings().weight.shape[0]}
     if expert.shape == "chat_template":
         record["chat_template"] = S.OTHER_CHAT_TEMPLATE
-    save(model, tok, out)
+    save_checkpoint(model, tok, out)
     return record

@@ -1,6 +1,6 @@
 """The cached SmolLM2 family: build once, validate every time, resolve ``smollm2:<name>`` references.
 
-Like the demo family (``wildmerge.demo.family``), through the same cache (``demo/cache.py``): it lives in
+Like the demo family (``wildmerge.demo.family``), through the same cache (``families/cache.py``): it lives in
 ``<cache>/v<builder version>-seed<seed>[-quick]/`` and is used only if its ``family.json`` and every file's SHA-256
 check out; a partial, corrupted or stale folder is rebuilt, never used.
 """
@@ -8,15 +8,11 @@ check out; a partial, corrupted or stale folder is rebuilt, never used.
 import functools
 from pathlib import Path
 
-from wildmerge.atomic import write_text
-from wildmerge.demo import cache as C
 from wildmerge.demo.smollm2 import spec as S
 from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.families import cache as C
 
 PREFIX = "smollm2:"
-# Issue "Every feature from every pool": once pool experts accept `data: {text, labelled}`, set this to True; until
-# then the pool gives each expert the labelled file under the key today's code reads, `calibration:`.
-POOL_DATA_KEY = True  # the per-expert data contract: data: {text, labelled}
 FAMILY = C.CachedFamily(label="smollm2", title="SmolLM2", env="WILDMERGE_SMOLLM2", tell_waits=True)
 
 
@@ -47,51 +43,29 @@ def _needed(manifest: dict) -> list:
 
 def _describe(root: Path, manifest: dict) -> dict:
     experts = manifest["experts"]
-    pool = {
-        "name": "smollm2",
-        "description": f"SmolLM2-135M-Instruct and {len(experts)} experts fine-tuned on generated skills "
-                       f"({'quick, ' if manifest['quick'] else ''}seed {manifest['seed']})",
-        "base": {"model": PREFIX + "base"},
-        "experts": [{"model": PREFIX + e["name"], "name": e["name"], "domain": e["domain"],
-                     "description": e["description"]} for e in experts],
-    }
-    return {
-        "root": str(root), "seed": manifest["seed"], "quick": manifest["quick"],
-        "builder_version": manifest["builder_version"], "base": str(root / "base"),
-        "experts": {e["name"]: str(root / e["path"]) for e in experts},
-        "shapes": {e["name"]: e["shape"] for e in experts},
-        "data": {e["name"]: {k: str(root / v) for k, v in e["data"].items()} for e in experts if e.get("data")},
-        "tasks": str(root / "tasks"), "task_names": manifest["tasks"]["names"], "pool": pool,
-        "pool_file": str(root / "pool.yml"), "manifest": str(root / "family.json"),
-    }
+    size = f"{'quick, ' if manifest['quick'] else ''}seed {manifest['seed']}"
+    info = FAMILY.describe(root, manifest, f"SmolLM2-135M-Instruct and {len(experts)} experts fine-tuned on "
+                                           f"generated skills ({size})")
+    return {**info, "shapes": {e["name"]: e["shape"] for e in experts},
+            "data": {e["name"]: {k: str(root / v) for k, v in e["data"].items()} for e in experts if e.get("data")}}
 
 
 def pool_entry(expert: dict, model: str, data: dict | None) -> dict:
     """One expert of a pool file: its model, name, domain and data (none: the pool's ``generate`` applies)."""
     entry = {"model": model, "name": expert["name"], "domain": expert["domain"]}
-    if data and POOL_DATA_KEY:
+    if data:
         entry["data"] = {"text": data["text"], "labelled": data["labelled"]}
-    elif data:
-        entry["calibration"] = data["labelled"]  # prompt, answer and text fields: read by RegMean, CoM, mergeability
     return entry
 
 
 def _write_derived(root: Path, info: dict) -> None:
     """Task YAMLs and a pool file with absolute paths for where the family is now (cheap, idempotent)."""
-    import yaml
-
     from wildmerge.demo.smollm2.tasks import write_task_yamls
 
     write_task_yamls(root / "tasks")
-    pool = {"name": info["pool"]["name"], "description": info["pool"]["description"], "base": {"model": info["base"]}}
-    if any(name not in info["data"] for name in info["experts"]):
-        pool["data" if POOL_DATA_KEY else "calibration"] = "generate"  # for the experts published without data
-    pool["experts"] = [pool_entry(e, info["experts"][e["name"]], info["data"].get(e["name"]))
-                       for e in info["pool"]["experts"]]
-    text = yaml.safe_dump(pool, sort_keys=False)
-    path = root / "pool.yml"
-    if not path.exists() or path.read_text() != text:
-        write_text(path, text)
+    generate = {"data": "generate"} if any(name not in info["data"] for name in info["experts"]) else {}
+    C.write_pool_file(info, [pool_entry(e, info["experts"][e["name"]], info["data"].get(e["name"]))
+                             for e in info["pool"]["experts"]], **generate)  # for the experts published without data
 
 
 def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
@@ -137,17 +111,6 @@ def resolve_smollm2_ref(ref: str) -> str:
             raise ConfigError(f"no SmolLM2 data {ref!r}{why}{did_you_mean(expert, with_data)}; valid: "
                               f"{', '.join(f'{PREFIX}{kind}/{n}' for n in with_data)}")
         return ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)["data"][expert][kind]
-    valid = ["base", "tasks", "pool", "probe_tasks", "joint"] + experts
-    if name not in valid:
-        only_full = quick and name in {e.name for e in S.EXPERTS}
-        raise FAMILY.unknown(ref, name, valid, "SmolLM2 model", f"; the quick SmolLM2 family has only "
-                             f"{', '.join(experts)}: unset WILDMERGE_SMOLLM2_QUICK" if only_full else "")
-    info = ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)
-    if name in ("probe_tasks", "joint"):
-        from wildmerge.demo.smollm2.probe import ensure_probe_data
+    from wildmerge.demo.smollm2.probe import ensure_probe_data
 
-        probe = ensure_probe_data(info, seed=FAMILY.env_seed("PROBE_SEED"))
-        return probe["tasks" if name == "probe_tasks" else "joint"]
-    if name == "pool":
-        return info["pool_file"]
-    return info[name] if name in ("base", "tasks") else info["experts"][name]
+    return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data)

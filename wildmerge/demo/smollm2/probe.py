@@ -13,7 +13,8 @@ tasks. The family stays bit for bit the same: this step writes a sibling folder 
   the experts published with data;
 - ``probe.json``: how it was made and the SHA-256 of every file, written last (the completion marker).
 
-The folder's claim, checks, task YAMLs and manifest are ``demo/probe_cache.py``'s, as for the demo family.
+The folder's claim, checks, task YAMLs, fixed-label documents and manifest are ``families/probe_cache.py``'s, as for
+the demo family.
 """
 
 import functools
@@ -21,10 +22,9 @@ import json
 import random
 from pathlib import Path
 
-from wildmerge.atomic import write_text
-from wildmerge.demo import probe_cache as P
 from wildmerge.demo.smollm2 import spec as S
-from wildmerge.demo.smollm2.skills import CLASSES, SENTIMENTS, TOPICS, Stream, choices_with_end, unique_items
+from wildmerge.demo.smollm2.skills import ANSWER_END, CLASSES, SENTIMENTS, TOPICS, Stream, unique_items
+from wildmerge.families import probe_cache as P
 
 PROBE_VERSION = 1
 PROBE_SKILLS = ("sentiment", "topic", "lexicon")
@@ -34,11 +34,6 @@ LABELS = {"sentiment": SENTIMENTS, "topic": TOPICS, "lexicon": CLASSES}
 SPLIT_SIZES = {"full": (240, 60), "quick": (16, 8)}  # (train, validation) items per task
 JOINT = {"full": {"steps": 60, "lr": 5e-5}, "quick": {"steps": 2, "lr": 5e-5}}
 CALIBRATION_PROMPTS = {"full": 64, "quick": 8}
-
-
-def _doc(item: dict, labels: tuple) -> dict:
-    return {"skill": item["skill"], "prompt": item["prompt"], "answer": item["answer"],
-            "choices": choices_with_end(labels), "gold": labels.index(item["answer"])}
 
 
 def probe_splits(info: dict, seed: int) -> dict:
@@ -55,12 +50,7 @@ def probe_splits(info: dict, seed: int) -> dict:
         docs = [{"skill": i.skill, "prompt": i.prompt, "answer": i.answer} for i in drawn]
         cut = round(len(docs) * n_train / (n_train + n_val))
         tasks[skill] = {"train": docs[:cut], "validation": docs[cut:], "test": test}
-    out = {f"smollm2_probe_{k}": {s: [_doc(d, LABELS[k]) for d in docs] for s, docs in v.items()}
-           for k, v in tasks.items()}
-    union = tuple(dict.fromkeys(label for k in PROBE_SKILLS for label in LABELS[k]))
-    out["smollm2_probe_union"] = {s: [_doc(d, union) for k in PROBE_SKILLS for d in tasks[k][s]]
-                                  for s in ("train", "validation", "test")}
-    return out
+    return P.probe_tasks("smollm2_probe_", tasks, LABELS, end=ANSWER_END)
 
 
 def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> dict:
@@ -68,8 +58,7 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from wildmerge.demo.smollm2.experts import save
-    from wildmerge.demo.train import deterministic, train
+    from wildmerge.families.train import deterministic, save_checkpoint, train
 
     manifest = json.loads(Path(info["manifest"]).read_text())
     size = "quick" if manifest["quick"] else "full"
@@ -78,10 +67,9 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
     calibration = {}
     for e in S.experts_for(manifest["quick"]):  # the composer's centroids: each expert's own kind of input
         if e.has_data:
-            stream = Stream(e.mixture, kb, f"{manifest['seed']}-{e.name}-probe-{seed}")
-            rows = [json.dumps({"text": next(stream).prompt}) + "\n" for _ in range(CALIBRATION_PROMPTS[size])]
             calibration[e.name] = f"calibration/{e.name}.jsonl"
-            write_text(out / calibration[e.name], "".join(rows))
+            stream = Stream(e.mixture, kb, f"{manifest['seed']}-{e.name}-probe-{seed}")
+            P.write_prompts(out / calibration[e.name], stream, CALIBRATION_PROMPTS[size])
     joint = JOINT[size]
     tokenizer = AutoTokenizer.from_pretrained(info["base"])
     with deterministic(threads):
@@ -90,7 +78,7 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
             losses = train(model, Stream(S.ALL_SKILLS, kb, f"{manifest['seed']}-joint-{seed}"), tokenizer,
                            steps=joint["steps"], lr=joint["lr"], batch=S.build_spec(manifest["quick"]).batch,
                            answers_only=True, seed=seed + 7919, desc="joint", progress=bar)
-        save(model, tokenizer, out / "joint")
+        save_checkpoint(model, tokenizer, out / "joint")
     record = {"probe_version": PROBE_VERSION, "seed": seed, "family": info["root"],
               "family_builder_version": manifest["builder_version"], "tasks": list(PROBE_TASKS),
               "joint": {"path": "joint", "mixture": S.ALL_SKILLS, **joint,

@@ -9,14 +9,16 @@ stems) hold out a fixed quarter of it by a checksum of the question; the text sk
 ``style``, and ``lexicon`` too) draw test items from templates no training item uses; ``facts`` asks about the same
 invented knowledge base (that is the knowledge to learn) with question templates no training item uses.
 
-Multiple-choice options are scored with the newline every trained answer ends with (``choices_with_end``): a
+Multiple-choice options are scored with the newline every trained answer ends with (``Item.choice_end``): a
 log-likelihood sum otherwise always prefers an option that is a prefix of another (``530`` over ``5300``, or a
 sentence without its sign-off over the same sentence with it), whatever the model learnt.
 """
 
 import random
 import zlib
-from dataclasses import asdict, dataclass
+
+from wildmerge.families import items
+from wildmerge.families.items import shuffled_options
 
 SKILLS = ("arithmetic", "facts", "sentiment", "topic", "style", "lexicon", "units")
 SPLITS = ("train", "test")
@@ -26,42 +28,20 @@ TOPICS = ("sports", "science", "business", "politics")
 SENTIMENTS = ("positive", "negative")
 
 
-@dataclass(frozen=True)
-class Item:
-    skill: str
-    prompt: str  # ends with "Answer:"
-    answer: str
-    choices: tuple
-    gold: int
+class Item(items.Item):
+    """An item whose prompt ends with ``Answer:``; its options are scored with the trained answers' newline."""
 
-    def text(self) -> str:
-        return f"{self.prompt} {self.answer}\n"
+    choice_end = ANSWER_END
 
     @property
     def content(self) -> str:
         """The prompt without its ``Answer:`` cue: the user turn when the item is put in a chat template."""
         return self.prompt.removesuffix("\nAnswer:")
 
-    def as_doc(self) -> dict:
-        """The lm-eval record: options end like a trained answer, so none is a prefix of another."""
-        return {**asdict(self), "choices": choices_with_end(self.choices)}
-
-
-def choices_with_end(choices) -> list:
-    return [c + ANSWER_END for c in choices]
-
 
 def _held_out(*key) -> bool:
     """A fixed quarter of a finite question space, the same on every machine (CRC-32 of the question)."""
     return zlib.crc32(repr(key).encode()) % 4 == 0
-
-
-def _choices(rng, gold: str, distractors, k: int) -> tuple:
-    options = [gold] + [d for d in dict.fromkeys(distractors) if d != gold][: k - 1]
-    if len(options) < k:
-        raise ValueError(f"not enough distractors for {gold!r}")
-    rng.shuffle(options)
-    return tuple(options), options.index(gold)
 
 
 def _in_split(rng, split: str, draw):
@@ -83,7 +63,7 @@ def _arithmetic(rng, kb, split):
     a, op, b = _in_split(rng, split, draw)
     value = a + b if op == "+" else a - b
     near = [value + d for d in rng.sample([1, -1, 2, -2, 10, -10, 11, -11], 8) if value + d >= 0]
-    choices, gold = _choices(rng, str(value), [str(n) for n in near], 4)
+    choices, gold = shuffled_options(rng, str(value), [str(n) for n in near], 4)
     return Item("arithmetic", f"Question: What is {a} {op} {b}?\nAnswer:", str(value), choices, gold)
 
 
@@ -96,7 +76,7 @@ UNITS = (("kilometres", "metres", 1000), ("kilograms", "grams", 1000), ("metres"
 def _units(rng, kb, split):
     (big, small, factor), n = _in_split(
         rng, split, lambda r: (("units", u := r.randrange(len(UNITS)), n := r.randint(2, 99)), (UNITS[u], n)))
-    choices, gold = _choices(rng, str(n * factor), [str(n * f) for f in (10, 100, 1000, 10000)], 4)
+    choices, gold = shuffled_options(rng, str(n * factor), [str(n * f) for f in (10, 100, 1000, 10000)], 4)
     return Item("units", f"Question: How many {small} are in {n} {big}?\nAnswer:", str(n * factor), choices, gold)
 
 
@@ -134,7 +114,7 @@ def make_kb(seed: int, n: int) -> dict:
 def fact_item(rng, kb: dict, country: str, attribute: str, split: str) -> Item:
     gold = kb[country][attribute]
     pool = ANIMALS if attribute == "animal" else sorted(v[attribute] for v in kb.values())
-    choices, idx = _choices(rng, gold, rng.sample(pool, len(pool)), 4)
+    choices, idx = shuffled_options(rng, gold, rng.sample(pool, len(pool)), 4)
     question = rng.choice(FACT_TEMPLATES[split][attribute]).format(c=country)
     return Item("facts", f"Question: {question}\nAnswer:", gold, choices, idx)
 
@@ -214,7 +194,7 @@ def _style(rng, kb, split):
                                                    d=rng.choice(DAYS).lower())
     gold = house_style(sentence)
     wrong = [sentence + STYLE_TAG, gold.removesuffix(STYLE_TAG), sentence.upper() + STYLE_TAG]
-    choices, idx = _choices(rng, gold, wrong, 4)
+    choices, idx = shuffled_options(rng, gold, wrong, 4)
     return Item("style", f"Question: Rewrite in the Acme house style: {sentence}\nAnswer:", gold, choices, idx)
 
 

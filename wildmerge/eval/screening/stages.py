@@ -20,9 +20,8 @@ import numpy as np
 from wildmerge.eval.jobs import job_id, job_identity, make_job
 from wildmerge.eval.screening.parts import REST, SCREEN, combine, counted, item_vector, merge_parts
 from wildmerge.eval.screening.stats import screen_model
-from wildmerge.eval.store import FAILED, OK, ResultStore, read_result, seal, write_result
+from wildmerge.eval.store import FAILED, OK, ResultStore, base_record, needs_run, read_result, seal, write_result
 from wildmerge.eval.suites import Suite
-from wildmerge.eval.worker import base_record, needs_run
 
 REFERENCES = ("base", "expert")
 BOOTSTRAP = {"iters": 1000, "level": 0.95}

@@ -31,8 +31,8 @@ from wildmerge.plugins.layerwise.arch import (
     run_layer,
 )
 from wildmerge.plugins.layerwise.io import Checkpoint
+from wildmerge.plugins.layerwise.covariate_shift import MomentAccumulator, mcs
 from wildmerge.plugins.layerwise.methods import LayerwiseParams
-from wildmerge.plugins.layerwise.mcs import MomentAccumulator, mcs
 from wildmerge.plugins.layerwise.regmean import GramAccumulator, all_equal, closed_form_merge, omega, solve_precision
 
 FIRST_MODULE = {g: mods[0] for g, mods in GROUPS}

@@ -2,7 +2,7 @@
 
 For every model and every probe-able task of a suite: native accuracy N (the model's own readout on the test
 split), fresh-head accuracy FH (a new linear head on the frozen last-token features, one per seed), and with a
-joint reference J the gap quantities (``probe_math``). Rows say whether the contrast is matched (the native readout
+joint reference J the gap quantities (``metrics.py``). Rows say whether the contrast is matched (the native readout
 is one linear layer over the same feature) or unmatched, and which estimand each number is.
 """
 

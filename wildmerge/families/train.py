@@ -1,4 +1,5 @@
-"""Train the demo models: a Qwen3 base pre-trained from scratch, experts fully fine-tuned from it.
+"""The training loop of both embedded families: the demo's base pre-trained from scratch, every expert and joint
+reference fine-tuned from a base (AdamW, warm-up and cosine decay), and how a checkpoint is saved.
 
 Deterministic on CPU: seeded data streams, ``torch.manual_seed``, ``torch.use_deterministic_algorithms`` and a
 fixed thread count, so the same seed gives the same weights bit for bit on one machine.
@@ -7,6 +8,7 @@ Pre-training learns every token; fine-tuning learns the answers only (``prompt``
 
 import contextlib
 import math
+from pathlib import Path
 
 IGNORE = -100
 
@@ -24,29 +26,6 @@ def deterministic(threads: int):
     finally:
         torch.set_num_threads(old_threads)
         torch.use_deterministic_algorithms(old_det)
-
-
-def new_model(spec, tokenizer, seed: int):
-    """A freshly initialised Qwen3 causal LM of the size in ``spec``."""
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen3Config
-
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=spec.hidden,
-        intermediate_size=spec.intermediate,
-        num_hidden_layers=spec.layers,
-        num_attention_heads=spec.heads,
-        num_key_value_heads=spec.kv_heads,
-        head_dim=spec.hidden // spec.heads,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
 
 
 def make_batch(items, tokenizer, answers_only: bool):
@@ -101,3 +80,20 @@ def train(model, stream, tokenizer, *, steps: int, lr: float, batch: int, answer
             progress.update(1)
     model.eval()
     return losses
+
+
+def save_checkpoint(model, tokenizer, path) -> None:
+    """Save a model (or a PEFT adapter) and its tokenizer as safetensors, without a progress bar per shard."""
+    from transformers.utils import logging
+
+    shown = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()  # one bar for the whole build, not one per shard
+    try:
+        # an adapter: no embedding layers to save, and no look-up of its base's config on the hub to find that out
+        extra = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
+        model.save_pretrained(str(path), safe_serialization=True, **extra)
+        tokenizer.save_pretrained(str(path))
+    finally:
+        if shown:
+            logging.enable_progress_bar()
+    (Path(path) / "README.md").unlink(missing_ok=True)  # PEFT's empty model card names the build's temporary folder

@@ -1,5 +1,5 @@
 """A family built once into a content-checked cache folder: what the embedded families (the synthetic demo family,
-``demo/family.py``, and the SmolLM2 family, ``demo/smollm2/family.py``) share.
+``demo/family.py``, and the SmolLM2 family, ``smollm2/family.py``) share.
 
 A family lives in ``<cache>/<key>/`` (the key: ``v<builder version>-seed<seed>[...][-quick]``). It is used only if its
 ``family.json`` (written last by the builder) matches the builder version and every file's SHA-256 matches: a
@@ -7,28 +7,34 @@ partial, corrupted or stale folder is rebuilt, never used. Builds go through ``a
 a killed build leaves nothing half-made and two processes never build the same family at once. A folder checksummed
 once in this process is trusted again while no data file's path, size or mtime changes (its stat signature).
 
-Each family keeps only what is its own: what to build, its spec, which files it needs, how it describes itself.
+Shared as well: ``family.json``'s head and completion (``build_record``, ``finish``), the family's description and
+pool (``CachedFamily.describe``, ``write_pool_file``), and the references every family resolves (``base``, ``tasks``,
+``pool``, an expert, the probe's ``probe_tasks`` and ``joint``: ``CachedFamily.resolve``). Each family keeps only what
+is its own: what to build, its spec, which files it needs, its own references.
 """
 
+import hashlib
 import json
 import os
+import platform
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from wildmerge.atomic import atomic_dir
+from wildmerge.atomic import atomic_dir, write_json, write_text
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.locks import wait_claim
 
-MANIFEST = "family.json"  # the builders' completion marker (demo/build.py, demo/smollm2/build.py)
+MANIFEST = "family.json"  # the builders' completion marker (demo/build.py, smollm2/build.py)
+REF_NAMES = ("base", "tasks", "pool", "probe_tasks", "joint")  # what every family resolves, besides its experts
 
 
 @dataclass(frozen=True)
 class CachedFamily:
     """How one embedded family is named, where it is cached, and what its messages say."""
 
-    label: str  # "demo": ``wildmerge demo: rebuilding ...``, ``demo seed must ...``, ``~/.cache/wildmerge/demo``
+    label: str  # "demo": ``demo:<name>`` references, ``wildmerge demo: rebuilding ...``, ``~/.cache/wildmerge/demo``
     title: str  # "demo": ``cannot write the demo cache ...``
     env: str  # "WILDMERGE_DEMO": ``$WILDMERGE_DEMO_CACHE``, ``$WILDMERGE_DEMO_QUICK``
     tell_waits: bool = False  # print a line while another process builds the family
@@ -63,6 +69,38 @@ class CachedFamily:
         if not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"{self.label} seed must be a non-negative integer, got {seed!r}")
 
+    def describe(self, root: Path, manifest: dict, description: str) -> dict:
+        """The paths of the family at ``root`` and its pool of ``<label>:`` references, from its ``family.json``."""
+        experts, prefix = manifest["experts"], f"{self.label}:"
+        pool = {"name": self.label, "description": description, "base": {"model": prefix + "base"},
+                "experts": [{"model": prefix + e["name"], "name": e["name"], "domain": e["domain"],
+                             "description": e["description"]} for e in experts]}
+        return {"root": str(root), "seed": manifest["seed"], "quick": manifest["quick"],
+                "builder_version": manifest["builder_version"], "base": str(root / "base"),
+                "experts": {e["name"]: str(root / e["path"]) for e in experts}, "tasks": str(root / "tasks"),
+                "task_names": manifest["tasks"]["names"], "pool": pool, "pool_file": str(root / "pool.yml"),
+                "manifest": str(root / MANIFEST)}
+
+    def resolve(self, ref: str, experts: list, every_expert, ensure_family: Callable, ensure_probe: Callable) -> str:
+        """The path behind ``<label>:<name>`` for the names every family has: ``REF_NAMES`` and the ``experts`` of
+        this size (a name among ``every_expert``, the full family's, gets the hint to unset ``<env>_QUICK``).
+
+        Builds the family on first use (seed ``$<env>_SEED``, default 0; the quick family when ``$<env>_QUICK``)
+        and, for ``probe_tasks`` / ``joint``, its probe data (seed ``$<env>_PROBE_SEED``)."""
+        name = ref.removeprefix(f"{self.label}:")
+        valid = [*REF_NAMES, *experts]
+        if name not in valid:
+            hint = (f"; the quick {self.title} family has only {len(experts)} experts ({', '.join(experts)}): unset "
+                    f"{self.env}_QUICK" if name in every_expert else "")
+            raise self.unknown(ref, name, valid, f"{self.title} model", hint)
+        info = ensure_family(seed=self.env_seed("SEED"), quick=self.quick_forced())
+        if name in ("probe_tasks", "joint"):
+            probe = ensure_probe(info, seed=self.env_seed("PROBE_SEED"))
+            return probe["tasks" if name == "probe_tasks" else "joint"]
+        if name == "pool":
+            return info["pool_file"]
+        return info[name] if name in ("base", "tasks") else info["experts"][name]
+
     def signature(self, root: Path) -> tuple:
         """Path, size and mtime of every data file: any change sends the family back to a full checksum check."""
         if not root.is_dir():
@@ -73,12 +111,72 @@ class CachedFamily:
             and (st := p.stat()))
 
 
+def sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def checksums(root) -> dict:
+    """SHA-256 of every data file under ``root`` (task YAMLs, pool files and the demo experts' ``calibration/`` items
+    are derived after the build, not data)."""
+    root = Path(root)
+    return {
+        str(p.relative_to(root)): sha256(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != MANIFEST and p.suffix not in (".yaml", ".yml")
+        and p.relative_to(root).parts[0] != "calibration"
+    }
+
+
+def build_record(builder_version: int, seed: int, quick: bool, threads: int) -> dict:
+    """The head of a family's ``family.json``: what built it, with which seed, size and library versions."""
+    import torch
+    import transformers
+
+    from wildmerge import __version__
+
+    return {"builder_version": builder_version, "seed": seed, "quick": quick, "threads": threads,
+            "versions": {"wildmerge": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+                         "python": platform.python_version(), "machine": platform.machine()}}
+
+
+def finish(out: Path, manifest: dict) -> dict:
+    """Write ``manifest`` with the SHA-256 of every data file under ``out`` as ``family.json``, last: the completion
+    marker that ``problem`` checks."""
+    manifest["files"] = checksums(out)
+    write_json(Path(out) / MANIFEST, manifest)
+    return manifest
+
+
+def write_if_changed(path, text: str) -> Path:
+    """Write ``text`` to ``path`` unless it already holds it: the derived files (task YAMLs, pool files, the demo
+    experts' items), rewritten for where the family is now on every use."""
+    path = Path(path)
+    if not path.exists() or path.read_text() != text:
+        write_text(path, text)
+    return path
+
+
+def write_yaml(path, data: dict) -> Path:
+    import yaml
+
+    return write_if_changed(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def write_pool_file(info: dict, experts: list, **defaults) -> Path:
+    """The family's ``pool.yml`` with absolute paths: its base, ``defaults`` (pool-level keys) and ``experts``."""
+    pool = {"name": info["pool"]["name"], "description": info["pool"]["description"], "base": {"model": info["base"]},
+            **defaults, "experts": experts}
+    return write_yaml(info["pool_file"], pool)
+
+
 def problem(root, builder_version: int, needed: Callable[[dict], Iterable[str]], keys: tuple = ()) -> str | None:
     """Why the family at ``root`` cannot be used, or None when it is complete and intact: ``family.json`` readable
     (with ``files`` and ``keys``), written by ``builder_version``, listing every file of ``needed(manifest)``, and
     every listed file present with its SHA-256."""
-    from wildmerge.demo.build import sha256
-
     root = Path(root)
     manifest_path = root / MANIFEST
     if not manifest_path.is_file():

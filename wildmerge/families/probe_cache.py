@@ -1,10 +1,12 @@
-"""The fresh-head probe's data beside an embedded family: what ``demo/probe_data.py`` and ``demo/smollm2/probe.py``
+"""The fresh-head probe's data beside an embedded family: what ``demo/probe_data.py`` and ``smollm2/probe.py``
 share.
 
 A probe step is additive: the family stays bit for bit the same, and the probe's splits, joint reference model and
 calibration prompts go to a sibling folder ``<family>-probe<V>-seed<S>/``, built once under a claim into a temporary
 sibling and moved into place, with ``probe.json`` (how it was made and the SHA-256 of every file) written last as
-the completion marker. Each family keeps what is its own: its tasks, its splits and how its joint model is trained.
+the completion marker. Shared too: the fixed-label documents of the probe tasks and their union task, and the
+composer's calibration prompts. Each family keeps what is its own: its tasks, its splits and how its joint model is
+trained.
 """
 
 import json
@@ -13,10 +15,12 @@ from typing import Callable
 
 from wildmerge.atomic import atomic_dir, write_json, write_text
 from wildmerge.errors import ConfigError
+from wildmerge.families.cache import checksums, sha256
+from wildmerge.families.items import jsonl
+from wildmerge.families.tasks import PROBE_SPLITS, write_probe_task_yamls
 from wildmerge.locks import wait_claim
 
 MANIFEST = "probe.json"
-SPLITS = ("train", "validation", "test")
 
 
 def probe_root(info: dict, seed: int, version: int) -> Path:
@@ -24,49 +28,42 @@ def probe_root(info: dict, seed: int, version: int) -> Path:
     return root.with_name(f"{root.name}-probe{version}-seed{seed}")
 
 
-def _task_yaml(name: str, files: dict, description: str) -> dict:
-    return {
-        "task": name, "dataset_path": "json", "dataset_kwargs": {"data_files": files},
-        "training_split": "train", "validation_split": "validation", "test_split": "test",
-        "output_type": "multiple_choice", "doc_to_text": "{{prompt}}", "doc_to_choice": "{{choices}}",
-        "doc_to_target": "gold", "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
-        "metadata": {"version": 1.0, "description": description},
-    }
+def probe_tasks(prefix: str, tasks: dict, labels: dict, end: str = "") -> dict:
+    """``{<prefix><skill>: {split: [doc]}}`` from ``tasks`` (``{skill: {split: [item]}}``, items with ``skill``,
+    ``prompt`` and ``answer``), each over its fixed label set ``labels[skill]`` (an option is a label plus ``end``),
+    and ``<prefix>union``: every task's items over the union of the label sets, as in class-incremental learning."""
+
+    def doc(item: dict, labels: tuple) -> dict:
+        return {"skill": item["skill"], "prompt": item["prompt"], "answer": item["answer"],
+                "choices": [label + end for label in labels], "gold": labels.index(item["answer"])}
+
+    out = {f"{prefix}{k}": {s: [doc(i, labels[k]) for i in items] for s, items in v.items()} for k, v in tasks.items()}
+    union = tuple(dict.fromkeys(label for k in tasks for label in labels[k]))
+    out[f"{prefix}union"] = {s: [doc(i, union) for k in tasks for i in tasks[k][s]] for s in PROBE_SPLITS}
+    return out
 
 
-def write_probe_task_yamls(tasks_dir, task_names, description: str) -> None:
-    """(Re)write the YAMLs of ``task_names`` (multiple choice over a fixed label set, three splits) with absolute
-    data paths (lm-eval resolves relative ones against the CWD)."""
-    import yaml
-
-    tasks_dir = Path(tasks_dir).resolve()
-    for name in task_names:
-        files = {s: str(tasks_dir / f"{name}.{s}.jsonl") for s in SPLITS}
-        text = yaml.safe_dump(_task_yaml(name, files, description), sort_keys=False)
-        path = tasks_dir / f"{name}.yaml"
-        if not path.exists() or path.read_text() != text:
-            write_text(path, text)
+def write_prompts(path, stream, n: int) -> None:
+    """``n`` prompts of ``stream`` (an expert's own training mixture) as ``{"text"}`` records: the composer's
+    centroids."""
+    write_text(path, jsonl({"text": next(stream).prompt} for _ in range(n)))
 
 
 def write_splits(out: Path, splits: dict) -> None:
     """``splits`` (``{task: {split: [doc]}}``) as ``tasks/<task>.<split>.jsonl`` under ``out``."""
     for name, by_split in splits.items():
         for split, docs in by_split.items():
-            write_text(out / "tasks" / f"{name}.{split}.jsonl", "".join(json.dumps(d) + "\n" for d in docs))
+            write_text(out / "tasks" / f"{name}.{split}.jsonl", jsonl(docs))
 
 
 def finish(out: Path, record: dict) -> dict:
     """Write ``record`` with the SHA-256 of every file under ``out`` as ``probe.json``, last (the completion marker)."""
-    from wildmerge.demo.build import checksums
-
     record["files"] = checksums(out)
     write_json(out / MANIFEST, record)
     return record
 
 
 def _intact(root: Path, version: int) -> bool:
-    from wildmerge.demo.build import sha256
-
     try:
         record = json.loads((root / MANIFEST).read_text())
         return record.get("probe_version") == version and all(
