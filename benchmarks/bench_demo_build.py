@@ -20,7 +20,7 @@ from wildmerge.resources import peak_rss_mib
 
 CHILD = """
 import json, sys, time
-from wildmerge.demo.family import ensure_family
+from wildmerge.families.demo.family import ensure_family
 from wildmerge.resources import peak_rss_mib
 t0, c0 = time.perf_counter(), time.process_time()
 info = ensure_family(sys.argv[1], seed=int(sys.argv[2]), quick=sys.argv[3] == "1", threads=int(sys.argv[4]),

@@ -56,8 +56,8 @@ def main() -> int:
         os.environ.setdefault(var, "1")
     if args.quick:
         os.environ["WILDMERGE_DEMO_QUICK"] = "1"
-    from wildmerge.demo import resolve_demo_ref
-    from wildmerge.demo.family import ensure_family
+    from wildmerge.families.demo import resolve_demo_ref
+    from wildmerge.families.demo.family import ensure_family
     from wildmerge.eval.local import worker_envs
     from wildmerge.eval.suites import load_suite
 

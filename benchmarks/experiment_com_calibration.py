@@ -49,7 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/com-calibration")
     args = ap.parse_args()
-    from wildmerge.demo.family import ensure_family
+    from wildmerge.families.demo.family import ensure_family
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ VARIANTS = {
 
 BUILD = """
 import json, sys
-from wildmerge.demo.build import build_family
+from wildmerge.families.demo.build import build_family
 m = build_family(sys.argv[1], seed=0, quick=sys.argv[2] == "quick", progress=False)
 print(json.dumps({"files": m["files"], "seconds": m["build_seconds"]}))
 """
@@ -58,7 +58,7 @@ def max_diff(a: Path, b: Path) -> float:
 def cached_family(quick: bool):
     """(family key, {file: sha256}) of the cached family this comparison reads: the one ``wildmerge demo`` uses
     (``$WILDMERGE_DEMO_CACHE`` or ``~/.cache/wildmerge/demo``), or an exit that says how to build it."""
-    from wildmerge.demo.family import default_cache_dir, family_key
+    from wildmerge.families.demo.family import default_cache_dir, family_key
 
     key = family_key(0, quick)
     record = default_cache_dir() / key / "family.json"

@@ -118,7 +118,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/topk-solver")
     ap.add_argument("--no-eval", action="store_true", help="kernels only")
     args = ap.parse_args()
-    from wildmerge.demo.family import ensure_family
+    from wildmerge.families.demo.family import ensure_family
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -13,15 +13,15 @@ ROOT = Path(__file__).resolve().parents[1] / "wildmerge"
 
 # Lower numbers sit lower. A module may import its own package and anything strictly lower; bottom modules (0)
 # may import each other as long as there is no cycle.
-LEVELS = {"bottom": 0, "demo": 1, "plugins": 1, "pools": 1,
+LEVELS = {"bottom": 0, "plugins": 1, "pools": 1,
           "recipes": 2,  # method recipes: read by sampling, merging, eval and analysis; the merge methods need none
           "sampling": 3, "merging": 3, "eval": 3, "analysis": 4, "protocol": 5,
           "search": 5,  # the guided search drives tuning, merging and evaluation like the protocol does
-          "families": 0.5,  # what the embedded families share; 1 once demo/ moves in beside it (families_rename.sh)
+          "families": 1,  # the embedded model families (demo/, smollm2/) and what they share
           "commands": 6, "cli": 7}
-# hub.py resolves ``demo:<name>`` references by calling into the demo family, which imports nothing but bottom modules
-# and the families' shared modules
-EXCEPTIONS = {("wildmerge.hub", "wildmerge.demo")}
+# hub.py resolves ``demo:<name>`` and ``smollm2:<name>`` references by calling into the embedded families, which
+# import nothing but bottom modules
+EXCEPTIONS = {("wildmerge.hub", "wildmerge.families")}
 
 
 def _module_name(path: Path) -> str:
@@ -72,7 +72,7 @@ def _group(module: str) -> str:
 def test_the_layer_table_covers_every_module():
     groups = {_group(m) for m in _graph()}
     assert groups <= set(LEVELS), groups - set(LEVELS)
-    assert {"demo", "plugins", "pools", "recipes", "sampling", "merging", "eval", "analysis", "protocol", "commands"} <= groups
+    assert {"families", "plugins", "pools", "recipes", "sampling", "merging", "eval", "analysis", "protocol", "commands"} <= groups
 
 
 def _excepted(module: str, target: str) -> bool:

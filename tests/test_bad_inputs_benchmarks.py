@@ -25,7 +25,7 @@ def _load(name):
 def test_the_reproducibility_experiment_reads_the_demo_cache_of_the_environment(tmp_path, monkeypatch):
     import pytest
 
-    from wildmerge.demo.family import family_key
+    from wildmerge.families.demo.family import family_key
 
     monkeypatch.setenv("WILDMERGE_DEMO_CACHE", str(tmp_path))
     experiment = _load("experiment_demo_reproducibility")

@@ -112,7 +112,7 @@ def _params():
 
 @pytest.fixture(scope="session")
 def quick_family(tmp_path_factory):
-    from wildmerge.demo.family import ensure_family
+    from wildmerge.families.demo.family import ensure_family
 
     return ensure_family(tmp_path_factory.mktemp("demo_cache"), seed=0, quick=True, progress=False)
 

@@ -36,7 +36,7 @@ class ResolvedModel(BaseModel):
     calibration: Any = None  # per-expert data for RegMean / CoM / diagnostics
 
 
-# references into the locally built families (wildmerge.demo): the synthetic demo and the SmolLM2 family
+# references into the locally built families (wildmerge.families): the synthetic demo and the SmolLM2 family
 FAMILY_PREFIXES = ("demo:", "smollm2:")
 
 
@@ -84,12 +84,12 @@ def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pi
     if kind == "demo":
         try:
             if ref.startswith("smollm2:"):
-                from wildmerge.demo.smollm2 import resolve_smollm2_ref as resolve_family_ref
+                from wildmerge.families.smollm2 import resolve_smollm2_ref as resolve_family_ref
             else:
-                from wildmerge.demo import resolve_demo_ref as resolve_family_ref
+                from wildmerge.families.demo import resolve_demo_ref as resolve_family_ref
         except ImportError:
-            raise Unresolvable(f"{ref!r}: the demo families (wildmerge.demo) are not in this install") from None
-        path = Path(resolve_family_ref(ref)).resolve()  # demo/ imports nothing above it
+            raise Unresolvable(f"{ref!r}: the demo families (wildmerge.families) are not in this install") from None
+        path = Path(resolve_family_ref(ref)).resolve()  # families/ imports nothing above it
         return ResolvedModel(model=ref, kind="demo", path=str(path))
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError

@@ -319,7 +319,7 @@ def family_report(info: dict, out_dir=None, limit=None) -> dict:
     weights, the plain mean) merged, scored and tabulated as an ordinary run; resumable like any run."""
     from wildmerge.analysis.report.scores import collect_scores
     from wildmerge.atomic import write_text
-    from wildmerge.demo.report import AVERAGE, default_report_dir, family_table, format_table, table_csv
+    from wildmerge.families.demo.report import AVERAGE, default_report_dir, family_table, format_table, table_csv
     from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.eval.suites import load_suite
     from wildmerge.recipes.method import load_methods

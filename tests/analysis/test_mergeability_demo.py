@@ -11,7 +11,7 @@ import yaml
 from wildmerge.analysis.mergeability.registry import METRICS
 from wildmerge.analysis.mergeability.selection import pair_scores
 from wildmerge.cli import main
-from wildmerge.demo.family import ensure_family
+from wildmerge.families.demo.family import ensure_family
 
 
 @pytest.fixture(scope="module")

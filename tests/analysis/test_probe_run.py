@@ -13,8 +13,8 @@ from wildmerge.analysis.probe.probe_models import ProbeModel, run_probe
 from wildmerge.analysis.probe.data import load_probe_tasks
 from wildmerge.analysis.probe.features import cache_dir, check_fits, compute, features_for, load_cached
 from wildmerge.cli import main
-from wildmerge.demo.family import ensure_family
-from wildmerge.demo.probe_data import ensure_probe_data
+from wildmerge.families.demo.family import ensure_family
+from wildmerge.families.demo.probe_data import ensure_probe_data
 from wildmerge.errors import WildmergeError
 from wildmerge.eval.evaluate import evaluate_run
 from wildmerge.eval.features import load_causal_lm

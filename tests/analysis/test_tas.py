@@ -177,8 +177,8 @@ def test_bad_input_fails_before_any_merge(lm_family, tmp_path, monkeypatch, case
 
 
 def test_demo_pool_experts_have_their_own_unlabelled_data(tmp_path, monkeypatch):
-    from wildmerge.demo import ensure_family
-    from wildmerge.demo.skills import ATTRIBUTES
+    from wildmerge.families.demo import ensure_family
+    from wildmerge.families.demo.skills import ATTRIBUTES
     from wildmerge.hub import resolve_path
 
     monkeypatch.setenv("WILDMERGE_DEMO_CACHE", str(tmp_path))

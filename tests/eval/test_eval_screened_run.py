@@ -16,7 +16,7 @@ import yaml
 from helpers import write_plan
 from wildmerge.analysis.report.leaderboard import interference_table, references
 from wildmerge.analysis.report.scores import collect_scores, protocol_rows
-from wildmerge.demo.family import ensure_family
+from wildmerge.families.demo.family import ensure_family
 from wildmerge.errors import ConfigError
 from wildmerge.eval.evaluate import evaluate_run
 from wildmerge.eval.store import ResultStore

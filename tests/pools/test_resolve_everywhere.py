@@ -114,7 +114,7 @@ def test_every_command_sees_the_same_experts(pool_file, tmp_path, monkeypatch):
 def test_the_demo_pool_declares_its_quick_family(monkeypatch, tmp_path):
     """``WILDMERGE_DEMO_QUICK=1`` cuts the shipped demo pool to the quick family's experts: a rule of the pool file
     (``quick:``), not of the loader; a quick list naming an expert the pool lacks is refused."""
-    from wildmerge.demo.spec import experts_for
+    from wildmerge.families.demo.spec import experts_for
     from wildmerge.errors import ConfigError
 
     monkeypatch.delenv("WILDMERGE_DEMO_QUICK", raising=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wildmerge.demo.family import ensure_family
+from wildmerge.families.demo.family import ensure_family
 from wildmerge.errors import ConfigError
 from wildmerge.run import RunFolder
 from wildmerge.search.guided import search_pool

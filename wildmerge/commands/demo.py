@@ -33,10 +33,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from wildmerge.demo.family import ensure_family
+    from wildmerge.families.demo.family import ensure_family
 
     if getattr(args, "family", "demo") == "smollm2":
-        from wildmerge.demo.smollm2.family import ensure_family
+        from wildmerge.families.smollm2.family import ensure_family
     if args.threads < 1:
         raise ConfigError(f"--threads must be at least 1, got {args.threads}")
     if args.seed < 0:

@@ -25,7 +25,7 @@ from wildmerge.expert_data.generate import GenerateSpec
 KINDS = ("file", "demo", "dataset", "lm_eval_task", "generate")
 FILE_SUFFIXES = (".jsonl", ".json", ".txt", ".parquet")
 # the old recipe-style keys (plugins/layerwise/calibration.py) that a ``calibration:`` entry may still carry
-FAMILY_PREFIXES = ("demo:", "smollm2:")  # the locally built families (wildmerge.demo), as hub.py knows them
+FAMILY_PREFIXES = ("demo:", "smollm2:")  # the locally built families (wildmerge.families), as hub.py knows them
 
 LEGACY = {"data": None, "text_field": "field", "n_samples": "n", "prompt_field": "prompt", "answer_field": "answer"}
 

@@ -16,7 +16,7 @@ from wildmerge.errors import WildmergeError
 
 def demo_own_tasks(tasks: List[str]) -> Dict[str, List[str]]:
     """Each demo expert's skills as suite task labels (``add`` also owns ``add_gen``)."""
-    from wildmerge.demo.spec import EXPERTS
+    from wildmerge.families.demo.spec import EXPERTS
 
     return {e.name: [t for t in tasks if any(t == s or t.startswith(s + "_") for s in e.mixture)] for e in EXPERTS}
 

@@ -13,7 +13,7 @@ AVERAGE = "average_all_experts"
 
 
 def metric_of(task: str) -> str:
-    from wildmerge.demo.tasks import GENERATION_TASKS
+    from wildmerge.families.demo.tasks import GENERATION_TASKS
 
     return GEN_METRIC if task in GENERATION_TASKS else MC_METRIC
 

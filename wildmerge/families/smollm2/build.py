@@ -11,8 +11,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from wildmerge.demo.smollm2 import spec as S
-from wildmerge.demo.smollm2.skills import SKILLS, eval_items, make_kb
+from wildmerge.families.smollm2 import spec as S
+from wildmerge.families.smollm2.skills import SKILLS, eval_items, make_kb
 from wildmerge.families import cache as C
 
 
@@ -21,10 +21,10 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
     import torch
     from tqdm.auto import tqdm
 
-    from wildmerge.demo.smollm2.data import write_expert_data
-    from wildmerge.demo.smollm2.experts import build_expert
-    from wildmerge.demo.smollm2.source import load_base, source_record
-    from wildmerge.demo.smollm2.tasks import task_names
+    from wildmerge.families.smollm2.data import write_expert_data
+    from wildmerge.families.smollm2.experts import build_expert
+    from wildmerge.families.smollm2.source import load_base, source_record
+    from wildmerge.families.smollm2.tasks import task_names
     from wildmerge.families.items import write_items
     from wildmerge.families.train import deterministic, save_checkpoint
 

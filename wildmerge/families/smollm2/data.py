@@ -9,8 +9,8 @@ never a test item (training draws come from the train split only). An expert pub
 from pathlib import Path
 
 from wildmerge.atomic import write_text
-from wildmerge.demo.smollm2.experts import expert_tokenizer, renderer
-from wildmerge.demo.smollm2.skills import Stream
+from wildmerge.families.smollm2.experts import expert_tokenizer, renderer
+from wildmerge.families.smollm2.skills import Stream
 from wildmerge.families.items import jsonl
 
 

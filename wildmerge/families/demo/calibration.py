@@ -10,8 +10,8 @@ build: writing them is cheap and idempotent.
 
 from pathlib import Path
 
-from wildmerge.demo import spec as S
-from wildmerge.demo.skills import SKILLS, Mixture, conflict_world, eval_items, make_world
+from wildmerge.families.demo import spec as S
+from wildmerge.families.demo.skills import SKILLS, Mixture, conflict_world, eval_items, make_world
 from wildmerge.families.cache import write_if_changed
 from wildmerge.families.items import jsonl
 

@@ -22,8 +22,8 @@ import json
 import random
 from pathlib import Path
 
-from wildmerge.demo.smollm2 import spec as S
-from wildmerge.demo.smollm2.skills import ANSWER_END, CLASSES, SENTIMENTS, TOPICS, Stream, unique_items
+from wildmerge.families.smollm2 import spec as S
+from wildmerge.families.smollm2.skills import ANSWER_END, CLASSES, SENTIMENTS, TOPICS, Stream, unique_items
 from wildmerge.families import probe_cache as P
 
 PROBE_VERSION = 1

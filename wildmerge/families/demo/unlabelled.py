@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from wildmerge.atomic import write_text
-from wildmerge.demo.skills import SKILLS, Mixture, conflict_world, eval_items, make_world
+from wildmerge.families.demo.skills import SKILLS, Mixture, conflict_world, eval_items, make_world
 from wildmerge.families.items import jsonl
 
 N_TEXTS = 256

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from wildmerge.demo.skills import (ATTRIBUTES, SKILLS, Mixture, conflict_world, eval_items, known_part, make_world,
+from wildmerge.families.demo.skills import (ATTRIBUTES, SKILLS, Mixture, conflict_world, eval_items, known_part, make_world,
                                    sample_item)
 
 

@@ -4,7 +4,7 @@ Five multiple-choice tasks scored by log-likelihood (``acc``) and one generation
 case and whitespace). The YAMLs are written by the families' shared ``tasks.py``.
 """
 
-from wildmerge.demo.skills import SKILLS
+from wildmerge.families.demo.skills import SKILLS
 from wildmerge.families import tasks as T
 
 GENERATION_TASKS = {"demo_add_gen": "add"}

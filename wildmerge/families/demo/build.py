@@ -9,8 +9,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from wildmerge.demo import spec as S
-from wildmerge.demo.skills import SKILLS, Mixture, conflict_world, eval_items, known_part, make_world
+from wildmerge.families.demo import spec as S
+from wildmerge.families.demo.skills import SKILLS, Mixture, conflict_world, eval_items, known_part, make_world
 from wildmerge.families import cache as C
 
 
@@ -44,9 +44,9 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
     """Train and save everything into ``out_dir`` (the caller makes it atomic); returns the manifest."""
     from tqdm.auto import tqdm
 
-    from wildmerge.demo.model import new_model
-    from wildmerge.demo.tasks import task_names
-    from wildmerge.demo.tokenizer import train_tokenizer
+    from wildmerge.families.demo.model import new_model
+    from wildmerge.families.demo.tasks import task_names
+    from wildmerge.families.demo.tokenizer import train_tokenizer
     from wildmerge.families.items import write_items
     from wildmerge.families.train import deterministic, save_checkpoint, train
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from wildmerge.families.cache import MANIFEST, checksums
-from wildmerge.demo.family import ensure_family, family_key, problem, resolve_demo_ref
+from wildmerge.families.demo.family import ensure_family, family_key, problem, resolve_demo_ref
 from wildmerge.errors import ConfigError
 
 
@@ -123,7 +123,7 @@ def test_the_generation_task_scores_exact_answers(family, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from wildmerge.demo.tasks import write_task_yamls
+    from wildmerge.families.demo.tasks import write_task_yamls
 
     tasks = tmp_path / "tasks"
     shutil.copytree(family["tasks"], tasks)

@@ -23,8 +23,8 @@ import json
 import random
 from pathlib import Path
 
-from wildmerge.demo import spec as S
-from wildmerge.demo.skills import (ATTRIBUTES, SKILLS, Item, Mixture, conflict_world, eval_items, make_world,
+from wildmerge.families.demo import spec as S
+from wildmerge.families.demo.skills import (ATTRIBUTES, SKILLS, Item, Mixture, conflict_world, eval_items, make_world,
                                    sample_item)
 from wildmerge.families import probe_cache as P
 

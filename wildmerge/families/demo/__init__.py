@@ -7,4 +7,4 @@ Importing this package is cheap (no torch): the functions below load their modul
 from wildmerge.families import lazy_exports
 
 __all__ = ["resolve_demo_ref", "ensure_family", "default_cache_dir"]
-__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "wildmerge.demo.family"))
+__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "wildmerge.families.demo.family"))

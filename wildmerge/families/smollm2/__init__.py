@@ -8,4 +8,4 @@ Importing this package is cheap (no torch): the functions below load their modul
 from wildmerge.families import lazy_exports
 
 __all__ = ["resolve_smollm2_ref", "ensure_family", "default_cache_dir"]
-__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "wildmerge.demo.smollm2.family"))
+__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "wildmerge.families.smollm2.family"))

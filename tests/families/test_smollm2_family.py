@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from wildmerge.demo.smollm2 import spec as S
-from wildmerge.demo.smollm2.skills import SKILLS, Stream, eval_items, make_kb
-from wildmerge.demo.smollm2.source import missing
+from wildmerge.families.smollm2 import spec as S
+from wildmerge.families.smollm2.skills import SKILLS, Stream, eval_items, make_kb
+from wildmerge.families.smollm2.source import missing
 from wildmerge.errors import ConfigError
 
 needs_gguf = pytest.mark.skipif(missing() is not None, reason=missing() or "")
@@ -23,7 +23,7 @@ needs_gguf = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 def family(tmp_path_factory):
     if missing():
         pytest.skip(missing())
-    from wildmerge.demo.smollm2.family import ensure_family
+    from wildmerge.families.smollm2.family import ensure_family
 
     return ensure_family(tmp_path_factory.mktemp("smollm2_cache"), quick=True, progress=False)
 
@@ -63,7 +63,7 @@ def test_the_shipped_pool_and_suites_name_every_expert_and_task():
     assert {n: d.text.kind for n, d in data.items() if not d.labelled} == {
         e.name: "generate" for e in S.EXPERTS if not e.has_data}
     assert len(S.EXPERTS) in range(8, 13) and {e.shape for e in S.EXPERTS} == set(S.SHAPES)
-    from wildmerge.demo.smollm2.tasks import task_names
+    from wildmerge.families.smollm2.tasks import task_names
 
     assert [t.task for t in load_suite("smollm2").tasks] == task_names()
     assert load_suite("smollm2_probe").include_path == "smollm2:probe_tasks"
@@ -82,7 +82,7 @@ def test_references_fail_with_the_valid_names(monkeypatch):
 @needs_gguf
 def test_layout_checksums_and_pool(family):
     from wildmerge.families.cache import checksums
-    from wildmerge.demo.smollm2.family import problem
+    from wildmerge.families.smollm2.family import problem
     from wildmerge.pools import load_pool
 
     root = Path(family["root"])
@@ -148,7 +148,7 @@ def test_data_files_are_in_domain_and_never_test_items(family):
 
 @needs_gguf
 def test_a_rebuild_gives_the_same_bytes_and_damage_is_detected(family, tmp_path):
-    from wildmerge.demo.smollm2.family import ensure_family, problem
+    from wildmerge.families.smollm2.family import ensure_family, problem
 
     again = ensure_family(tmp_path, quick=True, progress=False)
     files = json.loads(Path(again["manifest"]).read_text())["files"]
@@ -164,7 +164,7 @@ def test_every_publishing_shape_loads_like_a_checkpoint_in_the_wild(family, tmp_
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from wildmerge.demo.smollm2.experts import build_expert
+    from wildmerge.families.smollm2.experts import build_expert
     from wildmerge.families.train import deterministic
     from wildmerge.pools.adapters import materialise
 
@@ -192,7 +192,7 @@ def test_every_publishing_shape_loads_like_a_checkpoint_in_the_wild(family, tmp_
 
 @needs_gguf
 def test_probe_splits_have_fixed_labels_and_the_family_test_items(family):
-    from wildmerge.demo.smollm2.probe import PROBE_TASKS, probe_splits
+    from wildmerge.families.smollm2.probe import PROBE_TASKS, probe_splits
 
     splits = probe_splits(family, seed=0)
     assert list(splits) == list(PROBE_TASKS)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from wildmerge.demo.family import ensure_family, family_key
+from wildmerge.families.demo.family import ensure_family, family_key
 from wildmerge.errors import ConfigError
 
-BUILD = "import sys; from wildmerge.demo.family import ensure_family; ensure_family(sys.argv[1], quick=True, " \
+BUILD = "import sys; from wildmerge.families.demo.family import ensure_family; ensure_family(sys.argv[1], quick=True, " \
         "progress=False)"
 
 

@@ -5,7 +5,7 @@ Seven multiple-choice tasks scored by log-likelihood (``acc``) and two generatio
 and the house-style rewrite, case-sensitive). The YAMLs are written by the families' shared ``tasks.py``.
 """
 
-from wildmerge.demo.smollm2.skills import SKILLS
+from wildmerge.families.smollm2.skills import SKILLS
 from wildmerge.families import tasks as T
 
 PREFIX = "smollm2_"

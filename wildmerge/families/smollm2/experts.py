@@ -10,8 +10,8 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-from wildmerge.demo.smollm2 import spec as S
-from wildmerge.demo.smollm2.skills import Stream
+from wildmerge.families.smollm2 import spec as S
+from wildmerge.families.smollm2.skills import Stream
 
 
 def expert_tokenizer(expert: S.ExpertSpec, tokenizer):

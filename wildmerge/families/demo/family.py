@@ -9,7 +9,7 @@ import functools
 import os
 from pathlib import Path
 
-from wildmerge.demo import spec as S
+from wildmerge.families.demo import spec as S
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.families import cache as C
 
@@ -54,7 +54,7 @@ def family_key(seed: int, quick: bool) -> str:
 def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
     """Train the family into ``out``: here, or with pinned kernels in a child process (ATen reads its kernel level
     once per process, at start-up)."""
-    from wildmerge.demo.build import build_family
+    from wildmerge.families.demo.build import build_family
 
     pinned = pinned_kernels()
     if pinned is None:
@@ -72,7 +72,7 @@ def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
 
     env = {**os.environ, "ATEN_CPU_CAPABILITY": pinned,
            "MKL_CBWR": "AVX2" if pinned == "avx2" else "COMPATIBLE"}  # MKL's reproducible mode, to be safe
-    cmd = [sys.executable, "-m", "wildmerge.demo.build", str(out), str(seed), "quick" if quick else "full",
+    cmd = [sys.executable, "-m", "wildmerge.families.demo.build", str(out), str(seed), "quick" if quick else "full",
            str(threads), "progress" if progress else "quiet"]
     if subprocess.run(cmd, env=env).returncode != 0:
         raise WildmergeError(f"building the demo family with WILDMERGE_DEMO_KERNELS={pinned} failed (see above)")
@@ -97,8 +97,8 @@ def _describe(root: Path, manifest: dict) -> dict:
 def _write_derived(root: Path, info: dict) -> None:
     """Task YAMLs, the experts' items and a pool file with absolute paths for where the family is now (cheap,
     idempotent)."""
-    from wildmerge.demo.calibration import write_calibration
-    from wildmerge.demo.tasks import write_task_yamls
+    from wildmerge.families.demo.calibration import write_calibration
+    from wildmerge.families.demo.tasks import write_task_yamls
 
     write_task_yamls(root / "tasks")
     calibration = write_calibration(root, info["seed"], info["quick"])
@@ -136,13 +136,13 @@ def resolve_demo_ref(ref: str) -> str:
     experts = [e.name for e in S.experts_for(quick)]
     kind, _, expert = name.partition("/")
     if expert and kind in ("unlabelled", "calibration"):  # an expert's own data (demo/unlabelled.py, calibration.py)
-        from wildmerge.demo.calibration import calibration_file
-        from wildmerge.demo.unlabelled import unlabelled_file
+        from wildmerge.families.demo.calibration import calibration_file
+        from wildmerge.families.demo.unlabelled import unlabelled_file
 
         if expert not in experts:
             raise FAMILY.unknown(ref, expert, experts, "demo data")
         info = ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)
         return str((calibration_file if kind == "calibration" else unlabelled_file)(info, expert))
-    from wildmerge.demo.probe_data import ensure_probe_data
+    from wildmerge.families.demo.probe_data import ensure_probe_data
 
     return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data)

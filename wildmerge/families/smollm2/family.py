@@ -1,6 +1,6 @@
 """The cached SmolLM2 family: build once, validate every time, resolve ``smollm2:<name>`` references.
 
-Like the demo family (``wildmerge.demo.family``), through the same cache (``families/cache.py``): it lives in
+Like the demo family (``wildmerge.families.demo.family``), through the same cache (``families/cache.py``): it lives in
 ``<cache>/v<builder version>-seed<seed>[-quick]/`` and is used only if its ``family.json`` and every file's SHA-256
 check out; a partial, corrupted or stale folder is rebuilt, never used.
 """
@@ -8,7 +8,7 @@ check out; a partial, corrupted or stale folder is rebuilt, never used.
 import functools
 from pathlib import Path
 
-from wildmerge.demo.smollm2 import spec as S
+from wildmerge.families.smollm2 import spec as S
 from wildmerge.errors import ConfigError, did_you_mean
 from wildmerge.families import cache as C
 
@@ -60,7 +60,7 @@ def pool_entry(expert: dict, model: str, data: dict | None) -> dict:
 
 def _write_derived(root: Path, info: dict) -> None:
     """Task YAMLs and a pool file with absolute paths for where the family is now (cheap, idempotent)."""
-    from wildmerge.demo.smollm2.tasks import write_task_yamls
+    from wildmerge.families.smollm2.tasks import write_task_yamls
 
     write_task_yamls(root / "tasks")
     generate = {"data": "generate"} if any(name not in info["data"] for name in info["experts"]) else {}
@@ -69,7 +69,7 @@ def _write_derived(root: Path, info: dict) -> None:
 
 
 def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
-    from wildmerge.demo.smollm2.build import build_family
+    from wildmerge.families.smollm2.build import build_family
 
     build_family(out, seed=seed, quick=quick, threads=threads, progress=progress)
 
@@ -83,7 +83,7 @@ def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: i
     experts published with data), ``tasks`` (lm-eval include path), ``task_names``, ``pool`` (entries with
     ``smollm2:`` references), ``pool_file`` (a pool YAML with absolute paths) and ``manifest`` (``family.json``).
     """
-    from wildmerge.demo.smollm2.source import missing
+    from wildmerge.families.smollm2.source import missing
 
     quick = bool(quick) or quick_forced()
     build = functools.partial(_build, threads=threads, progress=progress)
@@ -111,6 +111,6 @@ def resolve_smollm2_ref(ref: str) -> str:
             raise ConfigError(f"no SmolLM2 data {ref!r}{why}{did_you_mean(expert, with_data)}; valid: "
                               f"{', '.join(f'{PREFIX}{kind}/{n}' for n in with_data)}")
         return ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)["data"][expert][kind]
-    from wildmerge.demo.smollm2.probe import ensure_probe_data
+    from wildmerge.families.smollm2.probe import ensure_probe_data
 
     return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data)
