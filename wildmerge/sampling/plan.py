@@ -9,7 +9,7 @@ from typing import Dict, List
 
 from wildmerge.errors import ConfigError
 from wildmerge.plugins.recipes import default_hparams, load_methods, merge_id, safe_name, split_hparams
-from wildmerge.run import PlanEntry, PoolModels, SubsetRecord
+from wildmerge.run import PlanEntry, PoolModels, RunFolder, SubsetRecord
 
 
 def build_entries(run_dir: Path, subsets: List[SubsetRecord], models: PoolModels, methods: dict,
@@ -18,6 +18,7 @@ def build_entries(run_dir: Path, subsets: List[SubsetRecord], models: PoolModels
 
     ``models`` is the pool as resolved on this machine (a dry run passes the references unresolved).
     """
+    run = RunFolder(run_dir)
     entries = [PlanEntry(model_id="base", kind="base", label="base", n=0, path=models.base.path)]
     alone = {s.experts[0]: s.subset_id for s in subsets if s.n == 1}
     for e in models.experts:
@@ -33,7 +34,7 @@ def build_entries(run_dir: Path, subsets: List[SubsetRecord], models: PoolModels
             merges[mid] = PlanEntry(model_id=mid, kind="merge", method=method.name, label=method.label, n=subset.n,
                                     subset_id=subset.subset_id, hparams={**default_hparams(method), **overrides},
                                     overrides=changed, experts=list(subset.experts),
-                                    path=str(Path(run_dir, "models", mid).resolve()), domain=subset.domain)
+                                    path=str(run.model_dir(mid)), domain=subset.domain)
         if ablation and ablation not in merges[mid].ablations:
             merges[mid].ablations.append(ablation)
 
