@@ -37,9 +37,10 @@ print(json.dumps({t: out["results"][t] for t in tasks}, default=str))
 
 def timed_eval(paths, out, **options):
     from wildmerge.eval.evaluate import evaluate_models
+    from wildmerge.eval.options import EvalOptions
 
     t0 = time.perf_counter()
-    summary = evaluate_models(paths, "demo", out, **options)
+    summary = evaluate_models(paths, "demo", out, EvalOptions(**options))
     seconds = time.perf_counter() - t0
     assert summary["ok"] == len(paths), summary
     return seconds, summary

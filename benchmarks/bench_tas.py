@@ -60,6 +60,7 @@ def study(args) -> dict:
     from wildmerge.analysis.tas.setup import load_sweep
     from wildmerge.analysis.tas.sweep import check_points, sweep
     from wildmerge.eval.evaluate import evaluate_models
+    from wildmerge.eval.options import EvalOptions
     from wildmerge.eval.store import ResultStore
     from wildmerge.recipes.method import load_method_recipe
     from wildmerge.recipes.render import render_recipe
@@ -89,8 +90,7 @@ def study(args) -> dict:
             merge_seconds += merge_to_disk(recipe, path)
             paths.append(str(path))
         start = time.perf_counter()
-        overrides = {"limit": args.limit} if args.limit else None
-        ev = evaluate_models(paths, "demo", out / "eval", overrides=overrides)
+        ev = evaluate_models(paths, "demo", out / "eval", EvalOptions(limit=args.limit or None))
         eval_wall = time.perf_counter() - start
         store = ResultStore(ev["store"])
         rows = []

@@ -23,6 +23,7 @@ def main() -> None:
     from wildmerge.analysis.tas.setup import load_sweep
     from wildmerge.analysis.tas.sweep import select, sweep
     from wildmerge.eval.evaluate import evaluate_models
+    from wildmerge.eval.options import EvalOptions
     from wildmerge.eval.store import ResultStore
     from wildmerge.analysis.tas.tune import adamerge_pool
     from wildmerge.recipes.method import load_method_recipe
@@ -69,8 +70,7 @@ def main() -> None:
         paths[f"ta_lambda{lam:g}"] = str(path)
     paths["adamerging_tas"] = str(written["model"])
     start = time.perf_counter()
-    ev = evaluate_models(list(paths.values()), "demo", out / "eval",
-                         overrides={"limit": args.limit} if args.limit else None)
+    ev = evaluate_models(list(paths.values()), "demo", out / "eval", EvalOptions(limit=args.limit or None))
     result["eval_seconds"] = time.perf_counter() - start
     store = ResultStore(ev["store"])
     accuracy = {name: float(np.mean(list(store.load(ev["index"][path])["scores"].values())))

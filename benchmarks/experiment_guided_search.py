@@ -72,7 +72,9 @@ class Universe:
     def score(self, ids) -> None:
         """Full per-item scores of every id not scored yet (merged first), in one evaluation call."""
         from wildmerge.eval.evaluate import evaluate_models
+        from wildmerge.eval.options import EvalOptions
         from wildmerge.eval.store import OK, ResultStore
+        from wildmerge.run import RunFolder
         from wildmerge.search.live import LiveEvaluator
         from wildmerge.eval.suites import load_suite
 
@@ -83,15 +85,14 @@ class Universe:
         if not todo:
             return
         if self.merger is None:  # base and experts loaded once; it merges and saves, the harness scores
-            self.merger = LiveEvaluator(self.out / "search", self.base, self.experts, self.specs,
+            self.merger = LiveEvaluator(RunFolder(self.out), self.base, self.experts, self.specs,
                                         load_suite(self.suite))
         start = time.perf_counter()
         paths = {i: self.experts[i[2:]] if i.startswith("x_") else self.merger.model_path(i) for i in todo}
         self.seconds["merge"] += time.perf_counter() - start
         start = time.perf_counter()
-        ev = evaluate_models(list(paths.values()), self.suite, self.out / "eval", executor="local",
-                             overrides={"limit": self.limit} if self.limit else None, record_items=True,
-                             workers=self.workers)
+        ev = evaluate_models(list(paths.values()), self.suite, self.out / "eval",
+                             EvalOptions(limit=self.limit or None, record_items=True, workers=self.workers))
         self.seconds["eval"] += time.perf_counter() - start
         store = ResultStore(ev["store"])
         for i, path in paths.items():

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The demo main job on a GPU: merge with mergekit on the GPU (--device cuda) and evaluate on it (the suite's device,
-# auto = the GPU when there is one), then read the device of every merge (RUN/models/*/merge_info.json) and of every
-# evaluation job (RUN/eval/demo/results/*.json) from the run's own records and fail if one is not cuda. Last, a
-# plain `wildmerge eval RUN --suite demo` must run 0 jobs: the job ids of `sample` and `eval` agree.
+# The demo main job on a GPU: merge with mergekit on the GPU (--merge-device cuda) and evaluate on it (the suite's
+# device, auto = the GPU when there is one), then read the device of every merge (RUN/models/*/merge_info.json) and
+# of every evaluation job (RUN/eval/demo/results/*.json) from the run's own records and fail if one is not cuda.
+# Last, a plain `wildmerge eval RUN --suite demo` must run 0 jobs: the job ids of `sample` and `eval` agree.
 #
 #   benchmarks/gpu_main_job.sh [--accept-cpu] [--out RUN] [-- extra `wildmerge sample` options]
 #
@@ -39,7 +39,7 @@ if [[ "$accept" == "cuda" ]]; then
 fi
 
 start=$(date +%s)
-"$py" -m wildmerge.cli sample --out "$out" --device "$merge_device" "${extra[@]}"
+"$py" -m wildmerge.cli sample --out "$out" --merge-device "$merge_device" "${extra[@]}"
 echo "sample: $(( $(date +%s) - start )) s"
 
 "$py" - "$out" "$accept" <<'EOF'

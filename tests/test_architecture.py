@@ -213,3 +213,72 @@ def test_the_helper_module_of_commands_is_no_subcommand():
 def test_the_contract_modules_import_no_package(bottom):
     targets = {_group(t) for t in _graph()[bottom] if not _excepted(bottom, t)}
     assert targets <= {"bottom"}, targets
+
+
+# --- the run-folder contract: every path under RUN/ comes from run.RunFolder -----------------------------------
+
+# Folders that are not run folders but reuse a name of its layout, with why; everything else that joins one of the
+# names below onto a path is building a run-folder path by hand.
+OWN_LAYOUTS = {
+    ("wildmerge/demo/", "calibration"): "an embedded family's cache folder holds its experts' calibration text",
+    ("wildmerge/families/", "calibration"): "the same, after the families move out of demo/",
+    ("wildmerge/analysis/tas/", "calibration"): "TAS's working folder (`wildmerge tune --out`, or RUN/tune/ whole)",
+    ("wildmerge/analysis/tas/", "models"): "TAS's working folder: the checked grid points",
+    ("wildmerge/analysis/tas/", "eval"): "TAS's working folder: the checked grid points' scores",
+    ("wildmerge/commands/analyze_mergeability.py", "mergeability"): "its own output folder, runs/analysis-<pool>/",
+    ("wildmerge/commands/analyze_mergeability.py", "calibration"): "its own output folder, runs/analysis-<pool>/",
+}
+
+
+def run_folder_names() -> set:
+    """The first name of every path a ``RunFolder`` hands out: its attributes and its path methods (called with a
+    placeholder), so a folder or file added to the layout is guarded without touching this test."""
+    import inspect
+
+    from wildmerge.run import RunFolder
+
+    run = RunFolder("/run")
+    paths = [v for v in vars(run).values() if isinstance(v, Path)]
+    for name, method in inspect.getmembers(RunFolder, inspect.isfunction):
+        signature = inspect.signature(method)
+        params = list(signature.parameters.values())[1:]
+        if signature.return_annotation is Path and all(p.annotation is str for p in params):
+            paths.append(method(run, *["PLACEHOLDER"] * len(params)))
+    return {p.relative_to(run.root).parts[0] for p in paths if p != run.root}
+
+
+def hand_built_run_paths(path: Path, source: str, names: set) -> list:
+    """``x / "models"``, ``Path(x, "report")``, ``os.path.join(x, "plan.json")``, ``x.joinpath("eval")``, and any
+    string that is exactly a run-folder file name ("plan.json", "search.json"), in one module's source."""
+    where = path.relative_to(ROOT.parent).as_posix()
+    found = []
+
+    def flag(node):
+        if isinstance(node, ast.Constant) and node.value in names and not any(
+                where.startswith(prefix) and node.value == n for prefix, n in OWN_LAYOUTS):
+            found.append(f"{where}:{node.lineno}: {node.value!r}")
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            flag(node.right)
+        elif isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            joined = node.args[1:] if func in ("Path", "pathlib.Path", "os.path.join") else \
+                node.args if func.endswith(".joinpath") else []
+            for arg in joined:
+                flag(arg)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value:
+            flag(node)  # a file of the layout, e.g. compared or formatted into a path
+    return sorted(set(found))
+
+
+def test_no_code_outside_run_py_builds_a_run_folder_path():
+    names = run_folder_names()
+    assert {"plan.json", "manifest.json", "models", "eval", "report", "search.json", "search", "probe",
+            "mergeability", "calibration"} <= names  # the names come from RunFolder itself
+    bad = "def f(run_dir, folder):\n    a = Path(run_dir) / 'models' / 'x'\n    b = Path(run_dir, 'report')\n" \
+          "    c = folder.search_dir.joinpath('eval')\n    return 'search.json'\n"
+    assert len(hand_built_run_paths(ROOT / "x.py", bad, names)) == 4  # the rule bites
+    wrong = [line for path in sorted(ROOT.rglob("*.py")) if path != ROOT / "run.py"
+             for line in hand_built_run_paths(path, path.read_text(), names)]
+    assert not wrong, "build these paths with a RunFolder attribute or method (wildmerge/run.py):\n" + "\n".join(wrong)

@@ -1,6 +1,7 @@
-"""Devices kept apart, job ids stable, overrides validated (issue 27, items 1-2): the merge device and the
-evaluation device are two settings, evaluation defaults to the suite's device, and a job's id does not change
-between ``wildmerge sample`` and a later ``wildmerge eval`` of the same run."""
+"""Devices kept apart, job ids stable, overrides validated (issue 27, items 1-2; issue 31): the merge device
+(``--merge-device``) and the evaluation device (``--device`` of ``eval``, ``--eval-device`` of ``sample``) are two
+settings, evaluation defaults to the suite's device, and a job's id does not change between ``wildmerge sample`` and
+a later ``wildmerge eval`` of the same run."""
 
 import json
 from pathlib import Path
@@ -23,13 +24,37 @@ def _parse(*argv):
     return sample_command.settings(parser.parse_args(list(argv)))
 
 
-def test_merge_device_and_eval_device_are_two_settings():
-    s = _parse("--device", "cuda", "--eval-device", "cpu")
-    assert (s.device, s.evaluation.device) == ("cuda", "cpu")
+def test_merge_device_and_eval_device_are_two_settings(capsys):
+    s = _parse("--merge-device", "cuda", "--eval-device", "cpu")
+    assert (s.merge_device, s.evaluation.device) == ("cuda", "cpu")
+    assert "deprecated" not in capsys.readouterr().err
     s = _parse("--eval-device", "cuda")
-    assert (s.device, s.evaluation.device) == ("cpu", "cuda")
+    assert (s.merge_device, s.evaluation.device) == ("cpu", "cuda")
     s = _parse()
     assert s.evaluation.device is None  # the suite's device: the accelerator when there is one
+
+
+def test_sample_device_is_the_old_name_of_the_merge_device(capsys):
+    """``sample --device`` meant the merge device before it was ``--merge-device``: it still does, with a warning."""
+    s = _parse("--device", "cuda", "--eval-device", "cpu")
+    assert (s.merge_device, s.evaluation.device) == ("cuda", "cpu")
+    err = capsys.readouterr().err
+    assert "`wildmerge sample --device` is deprecated" in err and "--merge-device cuda" in err
+
+
+def test_eval_device_is_the_evaluation_device(capsys):
+    import argparse
+
+    from wildmerge.commands import eval as eval_command
+    from wildmerge.commands.options import eval_options
+
+    parser = argparse.ArgumentParser()
+    eval_command.configure(parser)
+    options = eval_options(parser.parse_args(["RUN", "--suite", "demo", "--device", "cuda:1"]))
+    assert options.device == "cuda:1" and options.suite_overrides() == {"device": "cuda:1"}
+    assert main(["eval", "RUN", "--suite", "demo", "--device", "gpu"]) == 2
+    err = capsys.readouterr().err  # one message, from the suite's own rule, before anything is read
+    assert err.count("\n") == 1 and "the evaluation device 'gpu' is not one of auto, cpu, cuda, cuda:N, mps" in err
 
 
 def test_a_cpu_job_id_is_what_it_was_before():

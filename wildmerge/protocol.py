@@ -15,75 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from wildmerge.atomic import write_json
 from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.eval.options import EvalOptions
 from wildmerge.run import RunFolder
 
 PAPER_SIZES, PAPER_K = (1, 2, 4, 6, 8, 10), 15  # Hitit et al. 2025; n = N (the full pool) is added
 # a pool's own defaults (``protocol:`` in its YAML, e.g. the embedded families') replace these
-
-OVERRIDES = ("limit", "dtype", "batch_size", "device")
-EXECUTOR_OPTIONS = ("workers", "job_timeout", "ray_address", "gpus_per_job", "cpus_per_job", "slurm_partition",
-                    "slurm_time", "slurm_mem_gb", "slurm_array_parallelism", "slurm_cluster")
-
-
-class EvalOptions(BaseModel):
-    """How models are scored: where the jobs run, and the suite settings a command overrides (they change job ids)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    executor: Literal["local", "serial", "ray", "slurm"] = "local"
-    retry_failed: bool = False
-    record_items: bool = False
-    screen: Optional[float] = None
-    allow_pickle: bool = False
-    limit: Optional[Union[int, float, str]] = None  # checked by ``overrides`` (1.0 and 1.5 are errors)
-    dtype: Optional[str] = None
-    batch_size: Optional[str] = None
-    device: Optional[str] = None
-    workers: Optional[int] = None
-    job_timeout: Optional[float] = None
-    ray_address: Optional[str] = None
-    gpus_per_job: Optional[float] = None
-    cpus_per_job: Optional[float] = None
-    slurm_partition: Optional[str] = None
-    slurm_time: Optional[int] = None
-    slurm_mem_gb: Optional[int] = None
-    slurm_array_parallelism: Optional[int] = None
-    slurm_cluster: Optional[str] = None
-
-    def executor_kwargs(self) -> dict:
-        """The executor options that were set (an option of another executor is then an error, not ignored)."""
-        return {k: getattr(self, k) for k in EXECUTOR_OPTIONS if getattr(self, k) is not None}
-
-    def overrides(self) -> dict:
-        out = {k: getattr(self, k) for k in OVERRIDES if getattr(self, k) is not None}
-        if "limit" in out:
-            from wildmerge.eval.suites import parse_limit
-
-            try:
-                out["limit"] = parse_limit(out["limit"])
-            except ValueError as exc:
-                raise ConfigError(f"--limit {exc.args[0].split(' ', 1)[1]}") from None
-        if "batch_size" in out and out["batch_size"] != "auto":
-            try:
-                out["batch_size"] = int(out["batch_size"])
-            except ValueError:
-                raise ConfigError(f"--batch-size must be an integer or auto, got {out['batch_size']!r}") from None
-        return out
-
-    def check(self) -> None:
-        """Fail on a misplaced executor option or a bad override before any heavy work."""
-        from wildmerge.eval.executors import executor_options
-
-        executor_options(self.executor, self.executor_kwargs())
-        self.overrides()
-        if self.screen is not None and not 0 < self.screen < 1:
-            raise ConfigError(f"--screen {self.screen}: give a fraction between 0 and 1, e.g. --screen 0.2")
-
-    def kwargs(self) -> dict:
-        """Keyword arguments of ``evaluate_run`` / ``evaluate_models``."""
-        return dict(executor=self.executor, retry_failed=self.retry_failed, overrides=self.overrides(),
-                    allow_pickle=self.allow_pickle, record_items=self.record_items, **self.executor_kwargs(),
-                    **({"screen": self.screen} if self.screen is not None else {}))
 
 
 class SampleSettings(BaseModel):
@@ -115,7 +51,7 @@ class SampleSettings(BaseModel):
     keep_models: Literal["all", "none"] = "all"
     evaluate: Optional[bool] = None  # default: the pool's protocol.evaluate (the embedded families)
     suite: Optional[str] = None  # default: the pool's protocol.suite
-    device: str = "cpu"  # mergekit's math device
+    merge_device: str = "cpu"  # mergekit's math device (the evaluation's is ``evaluation.device``)
     merge_workers: Union[int, Literal["auto"], None] = None  # None: one per visible GPU on cuda, else 1
     allow_pickle: bool = False
     download: Optional[bool] = None  # False: the local hub cache only
@@ -190,9 +126,7 @@ def run_sample(s: SampleSettings) -> int:
     suite = s.suite or pool.protocol.suite
     if evaluate and not suite:
         raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
-    if evaluate:
-        s.evaluation.check()  # a misplaced option fails before any merge
-    elif s.evaluation.screen is not None:
+    if not evaluate and s.evaluation.screen is not None:
         raise ConfigError(f"--screen {s.evaluation.screen} screens the evaluation, but this run is not evaluated "
                           f"(--no-evaluate, or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --screen")
     run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
@@ -208,16 +142,16 @@ def run_sample(s: SampleSettings) -> int:
                           "--evaluate --suite NAME, or use --keep-models all")
 
     def evaluate_one(entry):
-        evaluate_run(str(run_dir), suite, model_ids=[entry.model_id], **s.evaluation.kwargs())
+        evaluate_run(str(run_dir), suite, s.evaluation, model_ids=[entry.model_id])
 
     tuned = {}
     if s.tune:
         from wildmerge.analysis.tas.tune import tune_methods
 
         methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
-                                      device=s.device, allow_pickle=s.allow_pickle, check=s.tune_check,
+                                      device=s.merge_device, allow_pickle=s.allow_pickle, check=s.tune_check,
                                       check_suite=suite or "demo", check_limit=s.evaluation.limit)
-    log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.device,
+    log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.merge_device,
                        merge_workers=s.merge_workers,
                        allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,
                        after_each=evaluate_one if s.keep_models == "none" else None)
@@ -228,9 +162,9 @@ def run_sample(s: SampleSettings) -> int:
     if evaluate:
         from wildmerge.analysis.report.write import write_report
 
-        failed = bool(evaluate_run(str(run_dir), suite, **s.evaluation.kwargs())["failed"])
+        failed = bool(evaluate_run(str(run_dir), suite, s.evaluation)["failed"])
         log["report"] = {k: str(v) for k, v in write_report(run_dir).items()}
-        print(f"report: {run_dir / 'report'}")
+        print(f"report: {folder.report_dir()}")
     log["args"] = s.model_dump(mode="json")
     write_json(folder.sample_log, log)
     return 1 if failed else 0
@@ -287,10 +221,10 @@ def evaluate(run_dir, models: List[str], suite: str, options: EvalOptions, *, ou
     if bool(run_dir) == bool(models):
         raise ConfigError("give either a RUN_DIR or one or more --model PATH, not both and not neither")
     if models:
-        summary = evaluate_models(models, suite, out, **options.kwargs())
+        summary = evaluate_models(models, suite, out, options)
         _print_scores(summary)
     else:
-        summary = evaluate_run(run_dir, suite, **options.kwargs())
+        summary = evaluate_run(run_dir, suite, options)
         if report:
             from wildmerge.analysis.report.write import write_report
 
@@ -330,7 +264,7 @@ def family_report(info: dict, out_dir=None, limit=None) -> dict:
     pool = load_pool(info["pool_file"])
     run_protocol(run_dir, pool, Sampling.of(pool, seed=info["seed"], sizes=[1], k=1), load_methods(["ta"]), {})
     suite = load_suite("demo").model_copy(update={"include_path": info["tasks"]})  # this family's own task files
-    summary = evaluate_run(run_dir, suite, overrides={"limit": limit} if limit else None)
+    summary = evaluate_run(run_dir, suite, EvalOptions(limit=limit or None))
     if summary["failed"]:
         raise WildmergeError(f"{len(summary['failed'])} model(s) could not be scored; see {summary['store']}")
     df, labels, _ = collect_scores(run_dir, suite.name)

@@ -16,6 +16,13 @@ A run folder is what ``wildmerge sample`` writes and every other command reads::
       tune/                 TAS's candidate merges (``sample --tune``)
       weight_checks.json    weight files already found free of NaN / Inf
       report.json, .csv     the demo family's table (``wildmerge demo report``)
+      probe/<suite>/        the fresh-head probe (``wildmerge analyze probe``)
+      mergeability/         the fitted mergeability predictor (``wildmerge analyze predictor``)
+      search.json           a guided search's settings, candidates and result (``wildmerge search``)
+      search_log.jsonl      its rungs, one line each
+      search/               its merged candidates (models/<id>/), their scores (eval/<suite>/), geometry.json
+
+No code outside this module joins a path under a run folder by hand (``tests/test_architecture.py``).
 
 Each JSON record is a pydantic model with a ``schema_version``. Folders written before records had a version
 (version 0) load unchanged: the fields they lack get their defaults. A record written by a newer wildmerge is
@@ -38,6 +45,7 @@ PLAN, MANIFEST, SUBSETS_CSV, SAMPLE_LOG = "plan.json", "manifest.json", "subsets
 MERGE_INFO, RECIPE = "merge_info.json", "recipe.yml"
 EVAL_INDEX = "index.json"
 CLAIMS, WEIGHT_CHECKS = "claims", "weight_checks.json"
+SEARCH, SEARCH_LOG = "search.json", "search_log.jsonl"
 
 
 class Record(BaseModel):
@@ -51,12 +59,10 @@ class Record(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _version(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            data = dict(data)
-            data.setdefault("schema_version", 0)  # written before records were versioned
-            if isinstance(data["schema_version"], int) and data["schema_version"] > SCHEMA_VERSION:
-                raise ValueError(f"schema_version {data['schema_version']} is newer than this wildmerge understands "
-                                 f"({SCHEMA_VERSION}); upgrade wildmerge")
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise ValueError(f"schema_version {version} is newer than this wildmerge understands ({SCHEMA_VERSION}); "
+                             f"upgrade wildmerge")
         return data
 
 
@@ -203,6 +209,66 @@ class WeightChecks(Record):
     finite: Dict[str, str] = Field(default_factory=dict)
 
 
+# --- search.json ----------------------------------------------------------------------------------------------
+
+
+class SearchSettings(BaseModel):
+    """What a guided search was asked to do."""
+
+    model_config = ConfigDict(extra="allow")
+
+    pool: str
+    suite: str
+    limit: Optional[int] = None
+    budget_full_evaluations: float
+    first_fraction: float
+    eta: float
+    seed: int
+    methods: List[str]
+    tuned: Dict[str, Any] = Field(default_factory=dict)  # method -> hyperparameters chosen by TAS
+    ranking: str = ""  # what ranked the subsets: the weight-only proxy or a fitted predictor
+
+
+class SearchCandidate(BaseModel):
+    """One (method, subset) the search may merge and score."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    method: str
+    experts: List[str]
+    size: int
+    rank: int
+    proxy: Optional[float] = None
+    hparams: Dict[str, Any] = Field(default_factory=dict)
+
+
+class SearchResult(BaseModel):
+    """The winner of the last rung, scored on every item, against the base."""
+
+    model_config = ConfigDict(extra="allow")
+
+    winner: str
+    method: str
+    experts: List[str]
+    hparams: Dict[str, Any] = Field(default_factory=dict)
+    suite_mean: float
+    base_suite_mean: float
+    vs_base_points: List[float]  # difference and its 95 % paired interval, in points
+    items_spent: int
+    full_evaluations_spent: Optional[float] = None
+    model: str
+    score_is: str = ""
+
+
+class Search(Record):
+    """``search.json``: written when the candidates are chosen, again with the ``result`` when the search ends."""
+
+    settings: SearchSettings
+    candidates: List[SearchCandidate]
+    result: Optional[SearchResult] = None
+
+
 # --- reading and writing ----------------------------------------------------------------------------------------
 
 R = TypeVar("R", bound=BaseModel)
@@ -214,7 +280,10 @@ def read_record(path, model: Type[R], fix: str = "", default: Any = _RAISE) -> R
     ``default``, it is that default instead (records the next command rebuilds: eval indexes, merge info, checks)."""
     path = Path(path)
     try:
-        return model.model_validate(json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and issubclass(model, Record):
+            data.setdefault("schema_version", 0)  # written before records were versioned
+        return model.model_validate(data)
     except (OSError, ValueError) as exc:  # JSONDecodeError and ValidationError are ValueErrors
         if default is not _RAISE:
             return default
@@ -248,8 +317,10 @@ class RunFolder:
         self.calibration_dir = self.root / "calibration"  # text generated by the experts (RegMean / CoM data)
         self.tune_dir = self.root / "tune"  # TAS's candidate merges and scores (``sample --tune``)
         self.search_dir = self.root / "search"  # a guided search's models and item scores (``wildmerge search``)
-        self.search_json = self.root / "search.json"  # its settings, candidates and result
-        self.search_log = self.root / "search_log.jsonl"  # one line per rung: every candidate's score and decision
+        self.search_json = self.root / SEARCH  # its settings, candidates and result
+        self.search_log = self.root / SEARCH_LOG  # one line per rung: every candidate's score and decision
+        self.search_geometry = self.search_dir / "geometry.json"  # the pool's task-vector cosines and norms, cached
+        self.mergeability_dir = self.root / "mergeability"  # the fitted predictor (``wildmerge analyze predictor``)
         self.weight_checks_path = self.root / WEIGHT_CHECKS
         self.norms_cache = self.eval_root / "norms.json"  # task-vector norms, shared by every suite's report
         self.report_claim = self.claims_dir / "report.lock"  # held while a report of the run is written
@@ -273,6 +344,18 @@ class RunFolder:
 
     def report_dir(self) -> Path:
         return self.root / "report"
+
+    def probe_dir(self, suite: str) -> Path:
+        """The fresh-head probe's tables and feature cache on ``suite`` (``wildmerge analyze probe``)."""
+        return self.root / "probe" / suite
+
+    def search_model_dir(self, candidate: str) -> Path:
+        """A search candidate's merged checkpoint."""
+        return self.search_dir / "models" / candidate
+
+    def search_eval_dir(self, suite: str) -> Path:
+        """The search's result store on ``suite`` (its rungs' item scores)."""
+        return self.search_dir / "eval" / suite
 
     def evaluated_suites(self) -> List[str]:
         root = self.eval_root
@@ -305,6 +388,13 @@ class RunFolder:
 
     def write_eval_index(self, suite: str, index: EvalIndex) -> Path:
         return write_eval_index(self.eval_dir(suite), index)
+
+    def read_search(self) -> Search:
+        return read_record(self.search_json, Search, "rerun the same `wildmerge search` command: it rewrites the "
+                                                     "record and finds every merge and score on disk")
+
+    def write_search(self, search: Search) -> Path:
+        return write_record(self.search_json, search)
 
     def read_weight_checks(self) -> WeightChecks:
         """Checked weight files; an absent or damaged record is empty (the files are checked again)."""

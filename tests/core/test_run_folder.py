@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from wildmerge.errors import WildmergeError
-from wildmerge.run import (SCHEMA_VERSION, EvalIndex, Plan, RunFolder, WeightChecks, generated_calibration_dir,
-                           merge_claim_file, read_eval_index, read_merge_info, read_record, weights_pruned,
-                           write_merge_info)
+from wildmerge.run import (SCHEMA_VERSION, EvalIndex, Plan, RunFolder, Search, WeightChecks,
+                           generated_calibration_dir, merge_claim_file, read_eval_index, read_merge_info, read_record,
+                           weights_pruned, write_merge_info)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_v0"
+SEARCH_V0 = FIXTURE.parent / "search_v0" / "search.json"
 
 
 @pytest.fixture
@@ -52,6 +53,43 @@ def test_records_round_trip_with_the_current_version(old_run, tmp_path):
     new.write_plan(plan.model_copy(update={"schema_version": SCHEMA_VERSION}))
     again = new.read_plan()
     assert again.schema_version == SCHEMA_VERSION and again.entries == plan.entries
+
+
+def test_records_made_now_carry_the_current_version(tmp_path):
+    run = RunFolder(tmp_path)
+    run.write_plan(Plan(entries=[{"model_id": "base", "kind": "base", "path": "/b"}]))
+    assert json.loads(run.plan_path.read_text())["schema_version"] == SCHEMA_VERSION == run.read_plan().schema_version
+    run.write_eval_index("demo", EvalIndex())
+    assert run.read_eval_index("demo").schema_version == SCHEMA_VERSION
+
+
+def test_a_version_0_search_record_loads(tmp_path):
+    """``search.json`` as ``wildmerge search`` wrote it before it had a typed record (tests/fixtures/search_v0: the
+    quick demo family, ``--methods ta --budget 3 --limit 8``), and as its first version did (``settings.proxy``
+    where ``settings.ranking`` is now), load with nothing lost; a record written now has the current version."""
+    run = RunFolder(tmp_path / "run")
+    run.root.mkdir()
+    shutil.copy(SEARCH_V0, run.search_json)
+    record = run.read_search()
+    assert record.schema_version == 0 and record.settings.methods == ["ta"] and record.settings.limit == 8
+    assert [c.id for c in record.candidates] == ["ta__e01_e02", "ta__e01_e02_e03"]
+    assert record.result.winner == "ta__e01_e02_e03" and record.result.items_spent == 120
+    written = json.loads(SEARCH_V0.read_text())
+    assert record.model_dump(mode="json", exclude={"schema_version"}) == written  # every key, as written
+
+    first = {"settings": {**{k: v for k, v in written["settings"].items() if k != "ranking"}, "proxy": "minus ..."},
+             "candidates": written["candidates"]}  # written when the candidates were chosen: no result yet
+    run.search_json.write_text(json.dumps(first))
+    old = run.read_search()
+    assert old.result is None and old.settings.ranking == "" and old.settings.model_extra == {"proxy": "minus ..."}
+
+    run.write_search(Search(settings=record.settings, candidates=record.candidates, result=record.result))
+    again = run.read_search()
+    assert again.schema_version == SCHEMA_VERSION and again.model_dump(exclude={"schema_version"}) == \
+        record.model_dump(exclude={"schema_version"})
+    run.search_json.write_text('{"settings": {}}')
+    with pytest.raises(WildmergeError, match=r"search.json is damaged .*rerun the same `wildmerge search` command"):
+        run.read_search()
 
 
 def test_damaged_and_future_records_are_named(old_run):
@@ -113,6 +151,13 @@ def test_every_path_of_a_run_comes_from_the_run_folder(old_run):
     assert old_run.norms_cache.parent == root / "eval" and "norms.json" not in old_run.evaluated_suites()
     assert {old_run.tune_dir.name, old_run.weight_checks_path.name, old_run.demo_report_json.name} == {
         "tune", "weight_checks.json", "report.json"}
+    # the places the commands used to build by hand: the same folders and files on disk
+    assert old_run.probe_dir("demo_probe") == root / "probe" / "demo_probe"
+    assert old_run.mergeability_dir == root / "mergeability"
+    assert (old_run.search_json, old_run.search_log) == (root / "search.json", root / "search_log.jsonl")
+    assert old_run.search_model_dir("ta__a_b") == root / "search" / "models" / "ta__a_b"
+    assert old_run.search_eval_dir("demo") == root / "search" / "eval" / "demo"
+    assert old_run.search_geometry == root / "search" / "geometry.json"
 
 
 def test_the_manifest_records_resolved_models_as_the_resolver_returns_them(old_run, tmp_path):

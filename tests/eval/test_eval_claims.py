@@ -4,6 +4,7 @@ import threading
 
 from helpers import lm_family, write_plan  # noqa: F401  (fixture)
 from wildmerge.eval.evaluate import evaluate_run
+from wildmerge.eval.options import EvalOptions
 
 
 def test_two_concurrent_evaluations_run_each_job_once(lm_family, tmp_path, monkeypatch):  # noqa: F811
@@ -24,7 +25,7 @@ def test_two_concurrent_evaluations_run_each_job_once(lm_family, tmp_path, monke
     summaries = [None, None]
 
     def evaluate(i):
-        summaries[i] = evaluate_run(run, lm_family["suite"], executor="serial")  # serial: run_job is counted
+        summaries[i] = evaluate_run(run, lm_family["suite"], EvalOptions(executor="serial"))  # run_job is counted
 
     threads = [threading.Thread(target=evaluate, args=(i,)) for i in range(2)]
     for t in threads:

@@ -13,6 +13,7 @@ import pytest
 
 from helpers import lm_family, write_plan  # noqa: F401  (fixture)
 from wildmerge.eval.evaluate import evaluate_run
+from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import ResultStore, read_result
 
 
@@ -104,7 +105,7 @@ def test_rerun_after_success_does_nothing_and_retry_failed_reruns_only_failures(
     k = killed_then_resumed
     before = {p.name: p.stat().st_mtime_ns for p in (k["store"].root / "results").glob("*.json")}
     assert evaluate_run(k["run"], lm_family["suite"])["ran"] == 0
-    again = evaluate_run(k["run"], lm_family["suite"], retry_failed=True)
+    again = evaluate_run(k["run"], lm_family["suite"], EvalOptions(retry_failed=True))
     assert again["ran"] == 1  # the crashing model; the missing one is re-checked, not run
     after = {p.name: p.stat().st_mtime_ns for p in (k["store"].root / "results").glob("*.json")}
     index = k["store"].index().models

@@ -19,6 +19,7 @@ from wildmerge.analysis.report.scores import collect_scores, protocol_rows
 from wildmerge.families.demo.family import ensure_family
 from wildmerge.errors import ConfigError
 from wildmerge.eval.evaluate import evaluate_run
+from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import ResultStore
 from wildmerge.run import PlanEntry
 
@@ -95,8 +96,8 @@ def study(tmp_path_factory):
     runs = {}
     for name in ("full", "screened", "killed"):
         runs[name] = write_plan(root / name, [PlanEntry(**e) for e in plan_entries])
-    full = evaluate_run(runs["full"], suite, executor="local", workers=1)
-    screened = evaluate_run(runs["screened"], suite, executor="local", workers=1, screen=FRACTION)
+    full = evaluate_run(runs["full"], suite, EvalOptions(workers=1))
+    screened = evaluate_run(runs["screened"], suite, EvalOptions(workers=1, screen=FRACTION))
     return {"root": root, "suite": suite, "runs": runs, "full": full, "screened": screened}
 
 
@@ -149,7 +150,7 @@ def test_killed_screened_run_resumes_to_the_same_results(study):
     store = ResultStore(Path(run) / "eval" / "screen")
     index = store.index().models
     assert store.load(index["ties__n2"])["status"] == "missing"  # killed before its final record
-    again = evaluate_run(run, suite, executor="local", workers=1, screen=FRACTION)
+    again = evaluate_run(run, suite, EvalOptions(workers=1, screen=FRACTION))
     assert not again["failed"] and again["ran"] <= 1  # the finished first stage is not run again
     reference = ResultStore(Path(study["runs"]["screened"]) / "eval" / "screen")
     for model_id, job_id in again["index"].items():
@@ -158,9 +159,9 @@ def test_killed_screened_run_resumes_to_the_same_results(study):
 
 
 def test_screen_fraction_and_ad_hoc_models_are_refused(study, tmp_path):
-    with pytest.raises(ConfigError, match="between 0 and 1"):
-        evaluate_run(study["runs"]["full"], study["suite"], screen=1.5)
+    with pytest.raises(ConfigError, match="--screen 1.5: give a fraction between 0 and 1"):
+        EvalOptions(screen=1.5)
     from wildmerge.eval.evaluate import evaluate_models
 
     with pytest.raises(ConfigError, match="needs a run"):
-        evaluate_models(["x"], study["suite"], tmp_path, screen=0.2)
+        evaluate_models(["x"], study["suite"], tmp_path, EvalOptions(screen=0.2))

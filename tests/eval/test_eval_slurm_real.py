@@ -16,6 +16,7 @@ import pytest
 
 from helpers import lm_family  # noqa: F401  (fixture)
 from wildmerge.eval.evaluate import evaluate_models
+from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import ResultStore
 
 pytest.importorskip("submitit")
@@ -59,14 +60,14 @@ def cancel_one_running(name: str, timeout: float = 300) -> str:
 def test_real_slurm_array_survives_a_cancelled_task(slurm, lm_family, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("SLURM_CONF", slurm)
     models = [lm_family["base"], *lm_family["experts"]]
-    options = dict(overrides={"limit": 3})
-    reference = evaluate_models(models, lm_family["suite"], tmp_path / "serial", executor="serial", **options)
+    reference = evaluate_models(models, lm_family["suite"], tmp_path / "serial",
+                                EvalOptions(executor="serial", limit=3))
     assert reference["ok"] == 3
 
-    slurm_opts = dict(executor="slurm", slurm_time=10, cpus_per_job=1, gpus_per_job=0, **options)
+    slurm_opts = dict(executor="slurm", slurm_time=10, cpus_per_job=1, gpus_per_job=0, limit=3)
     out = {}
     run = threading.Thread(target=lambda: out.update(
-        evaluate_models(models, lm_family["suite"], tmp_path / "slurm", **slurm_opts)))
+        evaluate_models(models, lm_family["suite"], tmp_path / "slurm", EvalOptions(**slurm_opts))))
     run.start()
     killed = cancel_one_running("wildmerge-eval")
     run.join(timeout=900)
@@ -77,6 +78,7 @@ def test_real_slurm_array_survives_a_cancelled_task(slurm, lm_family, tmp_path, 
     folder = tmp_path / "slurm" / "mini" / "slurm"
     assert len(list(folder.glob("*_submitted.pkl"))) == 3  # one real array of three tasks
 
-    again = evaluate_models(models, lm_family["suite"], tmp_path / "slurm", retry_failed=True, **slurm_opts)
+    again = evaluate_models(models, lm_family["suite"], tmp_path / "slurm",
+                            EvalOptions(retry_failed=True, **slurm_opts))
     assert again["ran"] == 1 and again["ok"] == 3 and not again["failed"]
     assert scores(again) == scores(reference)

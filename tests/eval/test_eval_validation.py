@@ -11,6 +11,7 @@ from helpers import MC_DOCS, lm_family, write_tasks  # noqa: F401  (fixture)
 from wildmerge.errors import ConfigError
 from wildmerge.eval.evaluate import check_screen, evaluate_models
 from wildmerge.eval.jobs import job_id, job_identity
+from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.suites import check_tasks, load_suite, suite_from_dict
 
 VAL_DOCS = [  # held out: neither test items nor anything else
@@ -51,7 +52,7 @@ def test_validation_split_is_scored_as_its_own_column(lm_family, val_tasks, tmp_
     from lm_eval.tasks import TaskManager
 
     suite = _suite(tmp_path, val_tasks, validation_split="validation")
-    summary = evaluate_models([lm_family["base"]], suite, tmp_path / "out", executor="serial")
+    summary = evaluate_models([lm_family["base"]], suite, tmp_path / "out", EvalOptions(executor="serial"))
     assert not summary["failed"]
     record = json.loads((summary["store"] / "results" / f"{summary['index'][lm_family['base']]}.json").read_text())
     assert set(record["scores"]) == {"mc", "mc@validation"}

@@ -14,6 +14,7 @@ from helpers import lm_family, write_plan  # noqa: F401  (fixture)
 from wildmerge.eval.evaluate import evaluate_models, evaluate_run
 from wildmerge.eval.jobs import make_job
 from wildmerge.eval.local import default_workers, run_local
+from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result
 from wildmerge.eval.suites import load_suite
 from wildmerge.eval.worker import lost_record
@@ -23,8 +24,8 @@ from wildmerge.eval.worker import lost_record
 def both_modes(lm_family, tmp_path_factory):  # noqa: F811
     models = [lm_family["base"], *lm_family["experts"]]
     root = tmp_path_factory.mktemp("modes")
-    per_process = evaluate_models(models, lm_family["suite"], root / "process", executor="serial")
-    long_lived = evaluate_models(models, lm_family["suite"], root / "long", executor="local", workers=1)
+    per_process = evaluate_models(models, lm_family["suite"], root / "process", EvalOptions(executor="serial"))
+    long_lived = evaluate_models(models, lm_family["suite"], root / "long", EvalOptions(workers=1))
     return per_process, long_lived
 
 
@@ -104,8 +105,8 @@ def test_killed_or_hanging_worker_fails_only_its_job_and_is_replaced(lm_family, 
     killed, hung = _hanging_job(lm_family, tmp_path, "killed"), _hanging_job(lm_family, tmp_path, "hung")
     good = _job(lm_family, tmp_path, Path(lm_family["base"]), "good")
     out = {}
-    thread = threading.Thread(target=lambda: out.update(records=run_local([killed, hung, good], workers=1,
-                                                                          job_timeout=60)))
+    thread = threading.Thread(target=lambda: out.update(records=run_local([killed, hung, good],
+                                                                          EvalOptions(workers=1, job_timeout=60))))
     thread.start()
     deadline = time.time() + 300
     while not (_serve_pids() and Path(killed["log_path"]).exists()) and time.time() < deadline:
@@ -148,7 +149,7 @@ def test_workers_are_reused_across_calls(lm_family, tmp_path):  # noqa: F811
     """``--keep-models none`` evaluates one model per call: the second call must not start another worker."""
     first = _job(lm_family, tmp_path, Path(lm_family["base"]), "one")
     second = _job(lm_family, tmp_path, Path(lm_family["experts"][0]), "two")
-    run_local([first], workers=1)
+    run_local([first], EvalOptions(workers=1))
     before = set(_serve_pids())
-    assert run_local([second], workers=1)[0]["status"] == OK
+    assert run_local([second], EvalOptions(workers=1))[0]["status"] == OK
     assert before and set(_serve_pids()) == before

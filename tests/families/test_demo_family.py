@@ -97,6 +97,7 @@ def score_model(path, tasks_dir, task_names, limit=None, out=None):
     import tempfile
 
     from wildmerge.eval.evaluate import evaluate_models
+    from wildmerge.eval.options import EvalOptions
     from wildmerge.eval.store import ResultStore
     from wildmerge.eval.suites import load_suite
 
@@ -104,7 +105,7 @@ def score_model(path, tasks_dir, task_names, limit=None, out=None):
     suite = demo.model_copy(update={"include_path": str(tasks_dir),
                                     "tasks": [t for t in demo.tasks if t.task in task_names]})
     with tempfile.TemporaryDirectory() as tmp:
-        summary = evaluate_models([str(path)], suite, out or tmp, overrides={"limit": limit} if limit else None)
+        summary = evaluate_models([str(path)], suite, out or tmp, EvalOptions(limit=limit or None))
         record = ResultStore(summary["store"]).load(summary["index"][str(path)])
     names = {t.name: t.task for t in suite.tasks}
     return {names.get(k, k): v for k, v in record["scores"].items()}

@@ -126,7 +126,7 @@ def test_evaluation_options_are_checked_before_any_merge(capsys, pool, tmp_path)
     run = tmp_path / "r"
     assert main(["sample", "--base", pool, "--out", str(run), "--sizes", "1", "--methods", "ta", "--evaluate",
                  "--suite", "demo", "--ray-address", "auto"]) == 2
-    assert "'ray_address' does not apply to the local executor" in capsys.readouterr().err
+    assert "--ray-address does not apply to the local executor" in capsys.readouterr().err
     assert not (run / "models").exists()
     assert main(["sample", "--base", pool, "--out", str(run), "--evaluate", "--suite", "demo",
                  "--batch-size", "many"]) == 2

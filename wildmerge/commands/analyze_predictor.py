@@ -31,6 +31,7 @@ def run(args) -> int:
     from wildmerge.analysis.mergeability.selection import pair_scores
     from wildmerge.analysis.mergeability.targets import pair_targets
     from wildmerge.atomic import write_json, write_text
+    from wildmerge.run import RunFolder
 
     metrics, side = read_metrics(args.metrics)
     targets = pair_targets(args.run, args.suite, args.target)
@@ -40,7 +41,7 @@ def run(args) -> int:
     fits["target"] = str(targets["target_kind"].iloc[0])
     fits["inputs"] = {"run": str(Path(args.run).resolve()), "metrics": str(Path(args.metrics).resolve()),
                       "metric_settings": side.get("settings")}
-    out = Path(args.out or Path(args.run) / "mergeability")
+    out = Path(args.out or RunFolder(args.run).mergeability_dir)
     written = [write_text(out / "targets.csv", targets.to_csv(index=False, float_format="%.6g")),
                write_json(out / "predictor.json", fits)]
     for name, df in tables(fits).items():

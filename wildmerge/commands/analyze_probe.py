@@ -46,7 +46,7 @@ def _run_models(args):
         if unknown:
             from wildmerge.errors import ConfigError
 
-            raise ConfigError(f"--models: not in {args.run}/plan.json: {unknown}")
+            raise ConfigError(f"--models: not in {RunFolder(args.run).plan_path}: {unknown}")
     return [ProbeModel(e.model_id, e.path, e.kind, e.method or "", e.n) for e in plan.entries
             if wanted is None or e.model_id in wanted]
 
@@ -103,6 +103,7 @@ def run(args) -> int:
     from wildmerge.errors import ConfigError
     from wildmerge.eval.suites import load_suite
     from wildmerge.hub import resolve_path
+    from wildmerge.run import RunFolder
 
     import torch
 
@@ -127,7 +128,7 @@ def run(args) -> int:
 
             add_compositions(args.run, device=args.device)  # centroids from each expert's data: (expert_data)
         models = _run_models(args)
-        out = Path(args.out or Path(args.run) / "probe" / suite.name)
+        out = Path(args.out or RunFolder(args.run).probe_dir(suite.name))
     else:
         models = [ProbeModel(ref, _full_model(ref, args.base)) for ref in args.model]
         out = Path(args.out or Path("wildmerge-probe") / suite.name)

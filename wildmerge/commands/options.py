@@ -2,7 +2,7 @@
 
 import argparse
 
-from wildmerge.protocol import EvalOptions
+from wildmerge.eval.options import EvalOptions
 
 
 def comma_list(text: str) -> list[str]:
@@ -17,7 +17,9 @@ def comma_ints(text: str) -> list[int]:
 
 
 def add_eval_options(parser, device_flag: str = "--device") -> None:
-    """The evaluation options, shared by ``wildmerge eval`` and the protocol driver ``wildmerge sample``."""
+    """The evaluation options, shared by ``wildmerge eval`` and the protocol driver ``wildmerge sample`` (where the
+    evaluation device is ``--eval-device``: its ``--device`` is an old name of ``--merge-device``). Values are
+    parsed as text and checked once, by ``EvalOptions``."""
     parser.add_argument("--executor", default="local", choices=["local", "serial", "ray", "slurm"],
                         help="where evaluation jobs run: local = long-lived workers on this machine, one per GPU; "
                              "serial = a fresh process per job (default: %(default)s)")
@@ -54,5 +56,7 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
 
 
 def eval_options(args) -> EvalOptions:
-    """The options of ``add_eval_options`` (and ``--allow-pickle``) as parsed; checked where they are used."""
-    return EvalOptions(**{name: getattr(args, name) for name in EvalOptions.model_fields})
+    """The options of ``add_eval_options`` (and ``--allow-pickle``) that were given, as one checked ``EvalOptions``:
+    a bad value is a ``ConfigError`` naming its flag."""
+    given = {name: getattr(args, name) for name in EvalOptions.model_fields}
+    return EvalOptions(**{name: value for name, value in given.items() if value is not None})

@@ -6,6 +6,7 @@ The work is ``wildmerge.protocol.run_sample``; this module only turns the argume
 """
 
 import argparse
+import sys
 
 from wildmerge.commands.options import add_eval_options, comma_ints, comma_list, eval_options
 from wildmerge.protocol import PAPER_K, PAPER_SIZES, SampleSettings, run_sample
@@ -55,15 +56,26 @@ def configure(p: argparse.ArgumentParser) -> None:
                          "demo and smollm2 families)")
     ev.add_argument("--no-evaluate", dest="evaluate", action="store_false", help="merge only")
     p.add_argument("--suite", help="evaluation suite (default: the pool's protocol.suite: demo, smollm2)")
-    p.add_argument("--device", dest="merge_device", default="cpu",
-                   help="mergekit math device for merging: cpu, cuda, auto (default: %(default)s); the evaluation "
-                        "device is --eval-device")
+    p.add_argument("--merge-device", "--device", dest="merge_device", default="cpu", action=_MergeDevice,
+                   help="mergekit math device for merging: cpu, cuda, auto (default: %(default)s); --device is its "
+                        "old name (deprecated); the evaluation device is --eval-device")
     p.add_argument("--merge-workers", type=_workers, default=None,
-                   help="merges run at once: N or 'auto' (default: one per visible GPU with --device cuda, else 1; "
-                        "auto on the CPU: as many as cores and free memory allow)")
+                   help="merges run at once: N or 'auto' (default: one per visible GPU with --merge-device cuda, "
+                        "else 1; auto on the CPU: as many as cores and free memory allow)")
     p.add_argument("--allow-pickle", action="store_true", help="accept checkpoints that ship only pickle weights")
     p.add_argument("--no-download", action="store_true", help="use only the local hub cache, even when online")
     add_eval_options(p, device_flag="--eval-device")
+
+
+class _MergeDevice(argparse.Action):
+    """``sample --device`` is the old name of ``--merge-device`` (everywhere else ``--device`` is the evaluation
+    device): it still works, with a warning."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == "--device":
+            print(f"warning: `wildmerge sample --device` is deprecated: it sets the merge device, now --merge-device "
+                  f"{values} (the evaluation device is --eval-device)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _workers(text: str):
@@ -81,7 +93,7 @@ def settings(args) -> SampleSettings:
         select=args.select, predictor=args.predictor, predictor_method=args.predictor_method,
         ablations=[n for group in args.sweep for n in group], grid=args.grid, tune=args.tune,
         tune_grid=args.tune_grid, tune_samples=args.tune_samples, tune_check=args.tune_check, dry_run=args.dry_run,
-        keep_models=args.keep_models, evaluate=args.evaluate, suite=args.suite, device=args.merge_device,
+        keep_models=args.keep_models, evaluate=args.evaluate, suite=args.suite, merge_device=args.merge_device,
         merge_workers=args.merge_workers, allow_pickle=args.allow_pickle,
         download=False if args.no_download else None, evaluation=eval_options(args))
 

@@ -18,6 +18,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
     p.add_argument("--fit-from", metavar="RUN", help="rank subsets by a predictor fitted on this evaluated run of the "
                                                      "pool (default: a weight-only proxy)")
+    p.add_argument("--merge-device", default="cpu", help="where candidates are merged: cpu, cuda, cuda:N (default "
+                                                         "%(default)s)")
     p.add_argument("--out", help="run folder (default runs/search-<pool>); rerun the same command to resume")
 
 
@@ -27,5 +29,6 @@ def run(args) -> int:
     methods = [m for m in args.methods.split(",") if m]
     search_pool(args.pool, args.budget, out=args.out, suite_name=args.suite, methods=methods,
                 first=args.first_fraction, eta=args.eta, seed=args.seed, tune=not args.no_tune,
-                tune_samples=args.tune_samples, limit=args.limit, exclude=args.exclude, fit_from=args.fit_from)
+                tune_samples=args.tune_samples, limit=args.limit, exclude=args.exclude, fit_from=args.fit_from,
+                merge_device=args.merge_device)
     return 0

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from wildmerge.atomic import atomic_dir
 from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.run import generated_calibration_dir
 
 COMPOSITION_FILE, CENTROIDS_FILE = "composition.json", "centroids.safetensors"
 MODEL_NAME = "wildmerge-composition"
@@ -99,7 +100,7 @@ def write_composition(folder, spec: CompositionSpec, device: str = "cpu") -> Pat
             from wildmerge.eval.features import last_token_features, load_causal_lm
 
             router, tok = load_causal_lm(spec.router, device)
-            generated = folder.parent.parent / "calibration"  # RUN/calibration for RUN/models/<id>
+            generated = generated_calibration_dir(folder)  # RUN/calibration for RUN/models/<id>
             centroids = torch.stack([last_token_features(router, tok, _read_prompts(
                 n, spec.calibration[n], spec.experts[n], generated)).mean(0) for n in spec.experts])
             save_file({"centroids": centroids.contiguous()}, str(tmp / CENTROIDS_FILE))

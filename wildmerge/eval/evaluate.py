@@ -1,7 +1,8 @@
 """Evaluate a run (or a few models) on a suite: fingerprint, dedupe, skip finished jobs, run the rest, summarise.
 
-``evaluate_run(run_dir, suite, executor="serial", **options)`` is what ``wildmerge eval RUN`` and
-``sample_and_merge.py --evaluate`` call. Results live in ``RUN/eval/<suite>/`` (see ``store.py``).
+``evaluate_run(run_dir, suite, options)`` is what ``wildmerge eval RUN`` and ``sample_and_merge.py --evaluate`` call,
+with the command's ``EvalOptions`` (``options.py``: checked when made). Results live in ``RUN/eval/<suite>/`` (see
+``store.py``).
 """
 
 import hashlib
@@ -15,9 +16,10 @@ from tqdm.auto import tqdm
 
 from wildmerge.atomic import write_text
 from wildmerge.errors import ConfigError, WildmergeError
-from wildmerge.eval.executors import executor_options, run_jobs
+from wildmerge.eval.executors import run_jobs
 from wildmerge.eval.jobs import make_job
 from wildmerge.eval.fingerprint import FingerprintCache, check_model_dir, fingerprint_model
+from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.screening.stages import REFERENCES, SCREEN_SEED, final_job_id, run_screened
 from wildmerge.eval.store import FAILED, OK, ResultStore, needs_run, write_result
 from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
@@ -74,10 +76,9 @@ def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[st
             "suite": suite.name, "settings": suite.settings.model_dump(mode="json"), "finished": time.time()}
 
 
-def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str, retry_failed: bool,
-              strict: bool, allow_pickle: bool, record_items: bool = False, screen: Optional[float] = None,
-              overridden: Optional[Dict[str, Any]] = None, **options) -> Dict[str, Any]:
-    executor_options(executor, options)  # a misspelled option fails here, before any model is fingerprinted
+def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalOptions, strict: bool,
+              overridden: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    executor, screen = options.executor, options.screen
     check_screen(screen, suite)
     _check_device(suite, executor)
     include_path = suite.resolved_include_path()
@@ -93,7 +94,7 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     index: Dict[str, str] = dict(previous.models)
     for e in tqdm(entries, desc="fingerprint models", unit="model"):
         try:
-            fp = fingerprint_model(e.path, cache, allow_pickle)
+            fp = fingerprint_model(e.path, cache, options.allow_pickle)
         except WildmergeError as exc:
             if strict:
                 raise
@@ -123,7 +124,7 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index, jobs=all_jobs))
     if screen:
         summary = run_screened(fingerprints, suite, include_path, include_defaults, store, screen,
-                               lambda todo: _run_claimed(todo, store, executor, options), retry_failed, SCREEN_SEED)
+                               lambda todo: _run_claimed(todo, store, options), options.retry_failed, SCREEN_SEED)
         write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index,
                                                jobs={**all_jobs, **summary["jobs"]}))
         return _summary(entries, index, store, suite, len(summary["jobs"]), summary["ran"],
@@ -131,8 +132,8 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
     todo, skipped = [], 0
     for job_id, job in jobs.items():
         status = store.load(job_id)
-        lacks_items = record_items and status["status"] == OK and "items" not in status  # asked for now: rerun
-        if not needs_run(status, retry_failed) and not lacks_items:
+        lacks_items = options.record_items and status["status"] == OK and "items" not in status  # asked for: rerun
+        if not needs_run(status, options.retry_failed) and not lacks_items:
             skipped += 1
         else:
             if status["status"] == "corrupt":
@@ -140,10 +141,10 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, executor: str,
             if status.get("killed") is not None:
                 print(f"redoing {job_id}: {status['error'].splitlines()[0]}")
             job["attempt"] = status.get("attempts", 1) + 1 if status["status"] == FAILED else 1
-            todo.append({**job, "record_items": record_items})
+            todo.append({**job, "record_items": options.record_items})
     print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
           f"({executor})")
-    _run_claimed(todo, store, executor, options)
+    _run_claimed(todo, store, options)
     return _summary(entries, index, store, suite, len(jobs), len(todo), skipped)
 
 
@@ -163,17 +164,14 @@ def _summary(entries, index, store, suite, jobs: int, ran, skipped, **extra) -> 
 
 
 def check_screen(screen: Optional[float], suite: Suite) -> None:
-    """``--screen`` is a fraction of each task's items (of its first ``limit`` items where a limit is set)."""
-    if screen is not None and not 0 < screen < 1:
-        raise ConfigError(f"--screen {screen}: the screening fraction must be between 0 and 1 (e.g. 0.2 scores "
-                          f"20 % of each task's items first)")
+    """``--screen`` (a fraction of each task's items, checked in ``EvalOptions``) scores test items only."""
     validated = [t.task for t in suite.tasks if t.validation_split]
     if screen is not None and validated:
         raise ConfigError(f"--screen scores test items only, but suite {suite.name!r} names validation splits "
                           f"({', '.join(validated)}): drop --screen, or use a suite without validation_split")
 
 
-def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, executor: str, options: Dict[str, Any]) -> None:
+def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, options: EvalOptions) -> None:
     """Run the jobs no other command on this store is running; wait for the ones it is, and run those whose
     holder died without a result. Two ``wildmerge eval`` on one run thus split the jobs instead of doubling them."""
     from wildmerge.locks import try_claim, wait_claim
@@ -190,7 +188,7 @@ def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, executor: str, 
         if not changed(job):  # another command may have finished it since we looked
             mine.append(job)
     try:
-        run_jobs(mine, executor, **options)
+        run_jobs(mine, options)
     finally:
         for claim in claims:
             claim.release()
@@ -199,48 +197,48 @@ def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, executor: str, 
     for job in busy:
         with wait_claim(store.claim_path(job["job_id"])):
             if not changed(job):  # its holder died without a result: run it here
-                run_jobs([job], executor, **options)
+                run_jobs([job], options)
 
 
-def evaluate_run(run_dir, suite, executor: str = "local", retry_failed: bool = False,
-                 overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
-                 model_ids: Optional[List[str]] = None, record_items: bool = False, screen: Optional[float] = None,
-                 **options) -> Dict[str, Any]:
+def evaluate_run(run_dir, suite, options: Optional[EvalOptions] = None, *,
+                 model_ids: Optional[List[str]] = None) -> Dict[str, Any]:
     """Score every model of ``RUN/plan.json`` (or only ``model_ids``) on ``suite``; identical models once;
     finished jobs are skipped.
 
-    A model that is missing or broken is recorded as failed and the others go on. ``options`` go to the executor
-    (``workers``, ``ray_address``, ``gpus_per_job``, ``slurm_partition``, ``slurm_time``...). ``record_items``
-    keeps every document's score in the results, for screening (``screening.py``). ``screen`` (a fraction)
-    scores every model on that fraction of each task's items first and the rest only where the outcome is open
-    (``staged.py``); the base and the experts are then always part of the evaluation, as its references.
+    A model that is missing or broken is recorded as failed and the others go on. ``options`` (default: the local
+    executor, the suite as written) say where the jobs run and which suite settings are overridden;
+    ``options.record_items`` keeps every document's score in the results, for screening (``screening/``);
+    ``options.screen`` (a fraction) scores every model on that fraction of each task's items first and the rest only
+    where the outcome is open (``screening/stages.py``); the base and the experts are then always part of the
+    evaluation, as its references.
     """
+    options = options or EvalOptions()
+    screen = options.screen
     run = RunFolder(run_dir)
-    plain = resolve_device(load_suite(suite), executor)
-    suite = resolve_device(apply_overrides(load_suite(suite), overrides), executor)
+    plain = resolve_device(load_suite(suite), options.executor)
+    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor)
     entries = run.read_plan().entries
     if model_ids is not None:
         unknown = sorted(set(model_ids) - {e.model_id for e in entries})
         if unknown:
             raise ConfigError(f"model ids not in {run.plan_path}: {unknown}")
         entries = [e for e in entries if e.model_id in set(model_ids) or (screen and e.kind in REFERENCES)]
-    return _evaluate(entries, suite, run.eval_dir(suite.name), executor, retry_failed, strict=False,
-                     allow_pickle=allow_pickle, record_items=record_items, screen=screen,
-                     overridden=overridden(suite, plain), **options)
+    return _evaluate(entries, suite, run.eval_dir(suite.name), options, strict=False,
+                     overridden=overridden(suite, plain))
 
 
-def evaluate_models(models: List[str], suite, out_dir, executor: str = "local", retry_failed: bool = False,
-                    overrides: Optional[Dict[str, Any]] = None, allow_pickle: bool = False,
-                    screen: Optional[float] = None, **options) -> Dict[str, Any]:
-    """Ad hoc: score a few models (paths, hub ids in the local cache, ``demo:<name>``); bad input fails early."""
-    if screen is not None:
+def evaluate_models(models: List[str], suite, out_dir, options: Optional[EvalOptions] = None) -> Dict[str, Any]:
+    """Ad hoc: score a few models (paths, hub ids in the local cache, ``demo:<name>``); bad input fails early.
+    Results go to ``out_dir/<suite>/`` (an evaluation store of its own, not a run folder)."""
+    options = options or EvalOptions()
+    if options.screen is not None:
         raise ConfigError("--screen needs a run (a base and experts to compare with): give RUN_DIR, not --model")
-    plain = resolve_device(load_suite(suite), executor)
-    suite = resolve_device(apply_overrides(load_suite(suite), overrides), executor)
+    plain = resolve_device(load_suite(suite), options.executor)
+    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor)
     entries = []
     for ref in models:
-        path = resolve_path(ref, download=False, allow_pickle=allow_pickle)
-        check_model_dir(path, allow_pickle)
+        path = resolve_path(ref, download=False, allow_pickle=options.allow_pickle)
+        check_model_dir(path, options.allow_pickle)
         entries.append(PlanEntry(model_id=ref, kind="expert", path=path))
-    return _evaluate(entries, suite, Path(out_dir).resolve() / suite.name, executor, retry_failed, strict=True,
-                     allow_pickle=allow_pickle, overridden=overridden(suite, plain), **options)
+    return _evaluate(entries, suite, Path(out_dir).resolve() / suite.name, options, strict=True,
+                     overridden=overridden(suite, plain))

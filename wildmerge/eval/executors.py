@@ -11,11 +11,11 @@ import socket
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tqdm.auto import tqdm
 
-from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
+from wildmerge.errors import WildmergeError
 from wildmerge.eval.local import run_local
+from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import FAILED, ResultStore, base_record, read_result, write_result
 from wildmerge.eval.worker import run_job
 
@@ -38,40 +38,7 @@ def _keep(job: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
     return record
 
 
-class SerialOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class LocalOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    workers: Optional[int] = Field(None, ge=1)  # default: one per visible GPU, else one per two CPU cores
-    job_timeout: Optional[float] = Field(3600.0, gt=0)  # seconds one model may take before its worker is replaced
-
-
-class RayOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    ray_address: Optional[str] = None
-    gpus_per_job: Optional[float] = Field(None, ge=0)
-    cpus_per_job: float = Field(1, gt=0)
-
-
-class SlurmOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    folder: Optional[str] = None
-    slurm_partition: Optional[str] = None
-    slurm_time: int = Field(240, gt=0)  # minutes per job
-    gpus_per_job: Optional[float] = Field(None, ge=0)
-    cpus_per_job: float = Field(4, gt=0)
-    slurm_mem_gb: Optional[int] = Field(None, gt=0)
-    slurm_array_parallelism: int = Field(64, gt=0)
-    slurm_cluster: Optional[str] = None  # 'local' / 'debug': submitit's stand-ins, for tests
-    slurm_extra: Optional[Dict[str, Any]] = None
-
-
-def run_serial(jobs: List[Dict[str, Any]], on_done: Callback = None) -> List[Dict[str, Any]]:
+def run_serial(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
     records = []
     for job in tqdm(jobs, desc="eval jobs", unit="job"):
         records.append(run_job(job))
@@ -79,12 +46,13 @@ def run_serial(jobs: List[Dict[str, Any]], on_done: Callback = None) -> List[Dic
     return records
 
 
-def run_ray(jobs: List[Dict[str, Any]], on_done: Callback = None, ray_address: Optional[str] = None,
-            gpus_per_job: Optional[float] = None, cpus_per_job: float = 1) -> List[Dict[str, Any]]:
+def run_ray(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
     """One Ray task per job; with GPUs, ``gpus_per_job`` (default 1) each, so Ray queues jobs on free GPUs.
 
     ``ray_address``: ``auto`` or ``ray://host:10001`` joins a cluster; none starts (or reuses) a local one.
     """
+    ray_address, gpus_per_job = options.ray_address, options.gpus_per_job
+    cpus_per_job = 1 if options.cpus_per_job is None else options.cpus_per_job
     try:
         import ray
     except ImportError:
@@ -117,28 +85,25 @@ def run_ray(jobs: List[Dict[str, Any]], on_done: Callback = None, ray_address: O
             ray.shutdown()
 
 
-def run_slurm(jobs: List[Dict[str, Any]], on_done: Callback = None, folder: Optional[str] = None,
-              slurm_partition: Optional[str] = None, slurm_time: int = 240, gpus_per_job: Optional[float] = None,
-              cpus_per_job: float = 4, slurm_mem_gb: Optional[int] = None, slurm_array_parallelism: int = 64,
-              slurm_cluster: Optional[str] = None,
-              slurm_extra: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
-    """One Slurm array task per job via submitit (``slurm_cluster='local'`` runs them here, for tests)."""
+def run_slurm(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
+    """One Slurm array task per job via submitit (``slurm_cluster='local'`` runs them here, for tests); its logs go
+    to the result store's ``slurm/`` folder."""
     try:
         import submitit
     except ImportError:
         raise WildmergeError("--executor slurm needs submitit: pip install 'wildmerge[slurm]'") from None
     if not jobs:
         return []
-    folder = folder or str(ResultStore.of_result(jobs[0]["result_path"]).slurm_dir)
-    executor = submitit.AutoExecutor(folder=folder, cluster=slurm_cluster)
-    params = {"timeout_min": int(slurm_time), "cpus_per_task": int(cpus_per_job),
-              "slurm_array_parallelism": int(slurm_array_parallelism), "name": "wildmerge-eval"}
+    folder = str(ResultStore.of_result(jobs[0]["result_path"]).slurm_dir)
+    executor = submitit.AutoExecutor(folder=folder, cluster=options.slurm_cluster)
+    cpus_per_job = 4 if options.cpus_per_job is None else options.cpus_per_job
+    params = {"timeout_min": int(options.slurm_time), "cpus_per_task": int(cpus_per_job),
+              "slurm_array_parallelism": int(options.slurm_array_parallelism), "name": "wildmerge-eval"}
     if executor.cluster == "slurm":
-        params["gpus_per_node"] = int(1 if gpus_per_job is None else gpus_per_job)
-        params["slurm_partition"] = slurm_partition
-        if slurm_mem_gb:
-            params["mem_gb"] = slurm_mem_gb
-        params.update(slurm_extra or {})
+        params["gpus_per_node"] = int(1 if options.gpus_per_job is None else options.gpus_per_job)
+        params["slurm_partition"] = options.slurm_partition
+        if options.slurm_mem_gb:
+            params["mem_gb"] = options.slurm_mem_gb
     executor.update_parameters(**{k: v for k, v in params.items() if v is not None})
     submitted = executor.map_array(run_job, jobs)
     print(f"submitted {len(submitted)} Slurm job(s) to {executor.cluster}; logs in {folder}")
@@ -171,30 +136,9 @@ def _slurm_result(sub, poll: float = 2.0):
     return sub.result()
 
 
-EXECUTORS = {"local": (run_local, LocalOptions), "serial": (run_serial, SerialOptions), "ray": (run_ray, RayOptions), "slurm": (run_slurm, SlurmOptions)}
+EXECUTORS = {"local": run_local, "serial": run_serial, "ray": run_ray, "slurm": run_slurm}
 
 
-def executor_options(executor: str, options: Dict[str, Any]) -> Dict[str, Any]:
-    """``options`` checked against the executor's (unset ones, None, dropped): a misspelled or misplaced option is
-    an error that names the valid ones, never silently ignored."""
-    if executor not in EXECUTORS:
-        raise ConfigError(f"unknown executor {executor!r}{did_you_mean(executor, EXECUTORS)}; valid executors: "
-                          f"{', '.join(EXECUTORS)}")
-    schema = EXECUTORS[executor][1]
-    given = {k: v for k, v in options.items() if v is not None}
-    unknown = sorted(set(given) - set(schema.model_fields))
-    if unknown:
-        valid = ", ".join(schema.model_fields) or "none"
-        raise ConfigError(f"option {unknown[0]!r}{did_you_mean(unknown[0], schema.model_fields)} does not apply to the "
-                          f"{executor} executor (its options: {valid})")
-    try:
-        return schema.model_validate(given).model_dump()
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(f"{executor} executor option {first['loc'][0]!r}: {first['msg']}") from None
-
-
-def run_jobs(jobs: List[Dict[str, Any]], executor: str = "serial", on_done: Callback = None,
-             **options) -> List[Dict[str, Any]]:
-    checked = executor_options(executor, options)
-    return EXECUTORS[executor][0](jobs, on_done, **checked)
+def run_jobs(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
+    """Run ``jobs`` on ``options.executor`` with its options (checked when the options were made)."""
+    return EXECUTORS[options.executor](jobs, options, on_done)

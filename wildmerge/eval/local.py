@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 from tqdm.auto import tqdm
 
 from wildmerge.atomic import write_json
+from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result
 from wildmerge.eval.worker import lost_record
 from wildmerge.resources import thread_share, usable_cores, visible_gpus
@@ -151,12 +152,13 @@ def close_idle_workers() -> None:
             _IDLE.pop().close()
 
 
-def run_local(jobs: List[Dict[str, Any]], on_done: Optional[Callable] = None, workers: Optional[int] = None,
-              job_timeout: Optional[float] = 3600.0) -> List[Dict[str, Any]]:
-    """Run ``jobs`` on long-lived local workers; returns their result records (in completion order)."""
+def run_local(jobs: List[Dict[str, Any]], options: EvalOptions,
+              on_done: Optional[Callable] = None) -> List[Dict[str, Any]]:
+    """Run ``jobs`` on long-lived local workers (``options.workers``, ``options.job_timeout``); returns their result
+    records (in completion order)."""
     if not jobs:
         return []
-    envs = worker_envs(workers)[: len(jobs)]
+    envs = worker_envs(options.workers)[: len(jobs)]
     logs = ResultStore.of_result(jobs[0]["result_path"]).logs_dir
     todo: "queue.Queue" = queue.Queue()
     for job in jobs:
@@ -173,7 +175,7 @@ def run_local(jobs: List[Dict[str, Any]], on_done: Optional[Callable] = None, wo
                 except queue.Empty:
                     return
                 try:
-                    record = worker.run(job, job_timeout)
+                    record = worker.run(job, options.job_timeout)
                 except Exception as exc:  # the worker could not start: this job fails, the next tries again
                     worker.stop()
                     record = lost_record(job, time.time(), f"{type(exc).__name__}: {exc}")

@@ -9,7 +9,7 @@ from typing import Dict, List
 
 from wildmerge.errors import ConfigError
 from wildmerge.recipes.method import check_hparams, default_hparams, merge_id, safe_name
-from wildmerge.run import PlanEntry, PoolModels, SubsetRecord
+from wildmerge.run import PlanEntry, PoolModels, RunFolder, SubsetRecord
 
 
 def build_entries(run_dir: Path, subsets: List[SubsetRecord], models: PoolModels, methods: dict,
@@ -20,6 +20,7 @@ def build_entries(run_dir: Path, subsets: List[SubsetRecord], models: PoolModels
     are ``recipes.sweeps.Sweep`` objects, each with its method's recipe. A merge records the sweeps it is a point
     of in ``ablations`` (the run folder's name for them).
     """
+    run = RunFolder(run_dir)
     entries = [PlanEntry(model_id="base", kind="base", label="base", n=0, path=models.base.path)]
     alone = {s.experts[0]: s.subset_id for s in subsets if s.n == 1}
     for e in models.experts:
@@ -36,7 +37,7 @@ def build_entries(run_dir: Path, subsets: List[SubsetRecord], models: PoolModels
             merges[mid] = PlanEntry(model_id=mid, kind="merge", method=method.name, label=method.label, n=subset.n,
                                     subset_id=subset.subset_id, hparams={**defaults, **overrides},
                                     overrides=changed, experts=list(subset.experts),
-                                    path=str(Path(run_dir, "models", mid).resolve()), domain=subset.domain)
+                                    path=str(run.model_dir(mid)), domain=subset.domain)
         if sweep and sweep not in merges[mid].ablations:
             merges[mid].ablations.append(sweep)
 

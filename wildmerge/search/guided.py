@@ -10,12 +10,14 @@ Everything is written to the run folder (``search.json``, ``search_log.jsonl``, 
 finds every merge and score on disk and ends with the same result.
 """
 
+import re
 from pathlib import Path
 from typing import List, Optional
 
 from wildmerge.atomic import write_json
 from wildmerge.errors import ConfigError
-from wildmerge.run import RunFolder
+from wildmerge.eval.options import EvalOptions
+from wildmerge.run import RunFolder, Search, SearchCandidate, SearchResult, SearchSettings
 from wildmerge.search.candidates import candidate_id, interleave, ranked_subsets
 from wildmerge.search.halving import candidates_for, fractions, halve
 from wildmerge.search.live import LiveEvaluator, subset_recipe
@@ -25,7 +27,7 @@ DEFAULT_METHODS = ("ta", "ties")
 PROXY = "proxy: minus mean pairwise task-vector cosine minus the coefficient of variation of the norms"
 
 
-def check_settings(budget: float, first: float, eta: float, methods: List[str]) -> None:
+def check_settings(budget: float, first: float, eta: float, methods: List[str], merge_device: str = "cpu") -> None:
     if budget < 2:
         raise ConfigError(f"--budget {budget}: give at least 2 full evaluations of the suite (the winner and the base "
                           f"are each scored on every item)")
@@ -35,12 +37,16 @@ def check_settings(budget: float, first: float, eta: float, methods: List[str]) 
         raise ConfigError(str(exc)) from None
     if not methods:
         raise ConfigError("--methods is empty: give at least one merge method (e.g. ta,ties)")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", merge_device):
+        raise ConfigError(f"--merge-device {merge_device!r}: give cpu, cuda or cuda:N")
 
 
 def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo", methods=DEFAULT_METHODS,
                 first: float = 0.125, eta: float = 2.0, seed: int = 0, tune: bool = True, tune_samples: int = 32,
-                limit: Optional[int] = None, executor: str = "local", exclude=(), fit_from=None) -> dict:
-    """Run (or resume) the search; returns what ``search.json`` records."""
+                limit: Optional[int] = None, exclude=(), fit_from=None, merge_device: str = "cpu",
+                evaluation: Optional[EvalOptions] = None) -> dict:
+    """Run (or resume) the search; returns the result ``search.json`` records. ``merge_device``: where candidates
+    are merged; ``evaluation``: how they are scored (default: one local worker)."""
     from wildmerge.analysis.pool.geometry import task_vector_geometry
     from wildmerge.eval.evaluate import apply_overrides
     from wildmerge.eval.suites import check_tasks, load_suite
@@ -48,7 +54,7 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     from wildmerge.recipes.method import default_hparams, load_methods
 
     methods = list(methods)
-    check_settings(budget, first, eta, methods)
+    check_settings(budget, first, eta, methods, merge_device)
     recipes = load_methods(methods)
     suite = apply_overrides(load_suite(suite_name), {"limit": limit})
     check_tasks(suite)
@@ -84,26 +90,27 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     specs = {candidate_id(c): {**c, "hparams": default_hparams(recipes[c["method"]]),
                                "recipe": subset_recipe(recipes[c["method"]], "base", c["experts"], experts)}
              for c in chosen}
-    settings = {"pool": pool.name, "suite": suite.name, "limit": limit, "budget_full_evaluations": budget,
-                "first_fraction": first, "eta": eta, "seed": seed, "methods": methods, "tuned": tuned,
-                "ranking": ranking}
-    plan = {"settings": settings, "candidates": [{"id": k, **{f: v[f] for f in ("method", "experts", "size", "rank",
-                                                                            "proxy", "hparams")}}
-                                                 for k, v in specs.items()]}
-    write_json(folder.search_json, plan)
+    settings = SearchSettings(pool=pool.name, suite=suite.name, limit=limit, budget_full_evaluations=budget,
+                              first_fraction=first, eta=eta, seed=seed, methods=methods, tuned=tuned, ranking=ranking)
+    record = Search(settings=settings, candidates=[
+        SearchCandidate(id=k, **{f: v[f] for f in ("method", "experts", "size", "rank", "proxy", "hparams")})
+        for k, v in specs.items()])
+    folder.write_search(record)
     print(f"search: {len(specs)} candidates ({', '.join(methods)}; sizes 2..{len(names)}) for a budget of "
           f"{budget:g} full evaluations; rungs at {fractions(first, eta)} of the items")
-    evaluator = LiveEvaluator(folder.search_dir, base, experts, specs, suite, seed=seed, executor=executor)
+    evaluator = LiveEvaluator(folder, base, experts, specs, suite, seed=seed, options=evaluation,
+                              merge_device=merge_device)
     result = halve(list(specs), evaluator.evaluate, first=first, eta=eta, seed=seed, log=SearchLog(folder.search_log))
     per_model = result["items_per_model"]
     winner = specs[result["winner"]]
-    summary = {"winner": result["winner"], "method": winner["method"], "experts": winner["experts"],
-               "hparams": winner["hparams"], "suite_mean": result["score"], "base_suite_mean": result["base_score"],
-               "vs_base_points": result["vs_base"], "items_spent": result["items_spent"],
-               "full_evaluations_spent": result["items_spent"] / per_model if per_model else None,
-               "model": str(folder.search_dir / "models" / result["winner"]),
-               "score_is": "a full evaluation (every item of the suite)"}
-    write_json(folder.search_json, {**plan, "result": summary})
+    summary = SearchResult(winner=result["winner"], method=winner["method"], experts=winner["experts"],
+                           hparams=winner["hparams"], suite_mean=result["score"], base_suite_mean=result["base_score"],
+                           vs_base_points=result["vs_base"], items_spent=result["items_spent"],
+                           full_evaluations_spent=result["items_spent"] / per_model if per_model else None,
+                           model=str(folder.search_model_dir(result["winner"])),
+                           score_is="a full evaluation (every item of the suite)")
+    folder.write_search(record.model_copy(update={"result": summary}))
+    summary = summary.model_dump(mode="json")
     d, lo, hi = result["vs_base"]
     print(f"best merge: {result['winner']} suite mean {result['score']:.4f} (base {result['base_score']:.4f}; "
           f"difference {d:+.2f} points, 95 % paired interval [{lo:+.2f}, {hi:+.2f}]); "
@@ -116,7 +123,7 @@ def _geometry(folder: RunFolder, base: str, experts: dict, compute) -> dict:
     """The pool's pairwise task-vector cosines and norms, computed once per run folder."""
     import json
 
-    path = folder.search_dir / "geometry.json"
+    path = folder.search_geometry
     if path.is_file():
         cached = json.loads(path.read_text())
         if cached.get("paths") == {"base": base, **experts}:

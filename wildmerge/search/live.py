@@ -2,25 +2,27 @@
 
 A candidate (method with its TAS-tuned hyperparameters, subset of experts) is merged in memory by the recipe's own
 mergekit method (``merging.inmemory.CandidateMerger``, base and experts loaded once) and written once as a
-checkpoint under the search folder. Every rung scores it through the evaluation harness as a screening part
-(lm-eval ``samples=``: the first ``fraction`` of a seeded permutation of each task's documents, so the rungs'
-subsets are nested and every model sees the same items). Results live in the search folder's result store: a
-rerun after a kill finds them and scores nothing twice.
+checkpoint in the run's search folder (``RunFolder.search_model_dir``). Every rung scores it through the evaluation
+harness as a screening part (lm-eval ``samples=``: the first ``fraction`` of a seeded permutation of each task's
+documents, so the rungs' subsets are nested and every model sees the same items). Results live in the search's
+result store (``RunFolder.search_eval_dir``): a rerun after a kill finds them and scores nothing twice.
 """
 
 import copy
 import json
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from wildmerge.atomic import atomic_dir
+from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.screening.parts import SCREEN, counted, item_vector
 from wildmerge.eval.screening.stats import Items
 from wildmerge.eval.fingerprint import FingerprintCache
 from wildmerge.eval.store import OK
 from wildmerge.errors import WildmergeError
+from wildmerge.run import RunFolder
 
 
 RECIPE_STAMP = "search_recipe.json"  # written last into a candidate's folder: the recipe it was merged from
@@ -29,21 +31,21 @@ RECIPE_STAMP = "search_recipe.json"  # written last into a candidate's folder: t
 class LiveEvaluator:
     """``evaluate([candidate ids or "base"], fraction)`` for ``halving.halve``: one executor call per rung."""
 
-    def __init__(self, folder, base_path: str, experts: Dict[str, str], candidates: Dict[str, dict], suite,
-                 seed: int = 0, executor: str = "local", **options):
+    def __init__(self, run: RunFolder, base_path: str, experts: Dict[str, str], candidates: Dict[str, dict], suite,
+                 seed: int = 0, options: Optional[EvalOptions] = None, merge_device: str = "cpu"):
         from wildmerge.eval.store import ResultStore
 
-        self.folder, self.base_path, self.experts = Path(folder), base_path, experts
-        self.candidates, self.suite, self.seed, self.executor = candidates, suite, seed, executor
-        self.options = options or ({"workers": 1} if executor == "local" else {})
-        self.store = ResultStore(self.folder / "eval" / suite.name).prepare()
+        self.run, self.base_path, self.experts = run, base_path, experts
+        self.candidates, self.suite, self.seed, self.merge_device = candidates, suite, seed, merge_device
+        self.options = options or EvalOptions(workers=1)  # one worker: a rung's few models, each loaded once
+        self.store = ResultStore(run.search_eval_dir(suite.name)).prepare()
         self._merger = self._model = None  # loaded on the first merge: a resumed search may need none
-        self.fingerprints = FingerprintCache(self.store.root / "fingerprints.json")
+        self.fingerprints = FingerprintCache(self.store.fingerprints_file)
 
     def model_path(self, candidate: str) -> str:
         if candidate == "base":
             return self.base_path
-        path = self.folder / "models" / candidate
+        path = self.run.search_model_dir(candidate)
         recipe = json.dumps(self.candidates[candidate]["recipe"], sort_keys=True)
         stamp = path / RECIPE_STAMP
         if not stamp.is_file() or stamp.read_text() != recipe:  # absent, or merged from other settings
@@ -58,7 +60,7 @@ class LiveEvaluator:
         from wildmerge.merging.inmemory import CandidateMerger
 
         if self._merger is None:
-            self._merger = CandidateMerger(self.base_path, self.experts)
+            self._merger = CandidateMerger(self.base_path, self.experts, device=self.merge_device)
             self._model = AutoModelForCausalLM.from_pretrained(self.base_path, dtype=torch.float32).eval()
         spec = self.candidates[candidate]
         merger = copy.copy(self._merger)
@@ -92,7 +94,7 @@ class LiveEvaluator:
         self.fingerprints.save()
         todo = [j for j in jobs.values() if self.store.load(j["job_id"])["status"] != OK]
         if todo:
-            run_jobs(todo, self.executor, **self.options)
+            run_jobs(todo, self.options)
         out = {}
         for c, job in jobs.items():
             record = self.store.load(job["job_id"])

@@ -104,13 +104,13 @@ def check_grid(tas, method, records: List[dict], k: int, out_dir, suite: str = "
     """Evaluate ``k`` of the sweep's points (merged in memory, saved under ``out_dir/models``); write
     ``check.json`` and the plots; returns the summary with the evaluated rows."""
     from wildmerge.eval.evaluate import evaluate_models
+    from wildmerge.eval.options import EvalOptions
     from wildmerge.eval.store import OK, ResultStore
 
     out = Path(out_dir)
     picked = spread(records, k, distance)
     paths = [save_candidate(tas, method, r, out / "models" / r["candidate"]) for r in picked]
-    ev = evaluate_models(paths, suite, out / "eval", executor=executor,
-                         overrides={"limit": limit} if limit else None)
+    ev = evaluate_models(paths, suite, out / "eval", EvalOptions(executor=executor, limit=limit or None))
     store = ResultStore(ev["store"])
     rows = []
     for r, path in zip(picked, paths):

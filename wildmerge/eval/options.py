@@ -1,0 +1,101 @@
+"""How models are scored: the one typed set of evaluation options, from the command line to the executors.
+
+``wildmerge eval`` and ``wildmerge sample`` build it from their flags (``commands/options.py``), library callers
+directly; ``evaluate_run`` / ``evaluate_models`` and the executors take it as it is. Every value is checked once,
+when the options are made, and a bad one is a ``ConfigError`` that names its flag; nothing downstream checks again.
+The suite overrides are checked by the suite's own rules (``SuiteSettings``), so a value a suite file would refuse
+is refused here with the same reason.
+"""
+
+from typing import Any, Dict, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from wildmerge.errors import ConfigError, did_you_mean
+from wildmerge.eval.suites import SuiteSettings
+
+# the options each executor reads: setting another executor's option is an error, never silently ignored
+EXECUTOR_OPTIONS = {"local": ("workers", "job_timeout"), "serial": (),
+                    "ray": ("ray_address", "gpus_per_job", "cpus_per_job"),
+                    "slurm": ("slurm_partition", "slurm_time", "gpus_per_job", "cpus_per_job", "slurm_mem_gb",
+                              "slurm_array_parallelism", "slurm_cluster")}
+SUITE_OVERRIDES = ("limit", "dtype", "batch_size", "device")  # replace the suite's settings (and so the job ids)
+MESSAGES = {"batch_size": "{flag} must be an integer or auto, got {value!r}",
+            "screen": "{flag} {value}: give a fraction between 0 and 1, e.g. --screen 0.2"}
+
+
+def flag(name: str) -> str:
+    """How a message names an option: its flag (the device's differs: ``eval --device``, ``sample --eval-device``)."""
+    return "the evaluation device" if name == "device" else "--" + name.replace("_", "-")
+
+
+class EvalOptions(BaseModel):
+    """Where the jobs run, what is redone or kept, and the suite settings a command overrides. Executor options
+    left unset take the executor's default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    executor: Literal["local", "serial", "ray", "slurm"] = "local"
+    retry_failed: bool = False
+    record_items: bool = False  # every document's score in the results (screening, the guided search)
+    screen: Optional[float] = Field(None, gt=0, lt=1)  # score this fraction of the items first (``screening/``)
+    allow_pickle: bool = False
+    limit: Optional[Union[int, float]] = None
+    dtype: Optional[str] = None
+    batch_size: Optional[Union[int, Literal["auto"]]] = None
+    device: Optional[str] = None  # the evaluation device; the suite's when unset
+    workers: Optional[int] = Field(None, ge=1)  # local: default one per visible GPU, else one per two CPU cores
+    job_timeout: float = Field(3600.0, gt=0)  # local: seconds one model may take before its worker is replaced
+    ray_address: Optional[str] = None  # ray: auto or ray://host:10001 joins a cluster; unset starts a local one
+    gpus_per_job: Optional[float] = Field(None, ge=0)  # ray, slurm: default 1 where GPUs exist
+    cpus_per_job: Optional[float] = Field(None, gt=0)  # default: Ray 1, Slurm 4
+    slurm_partition: Optional[str] = None
+    slurm_time: int = Field(240, gt=0)  # minutes per job
+    slurm_mem_gb: Optional[int] = Field(None, gt=0)
+    slurm_array_parallelism: int = Field(64, gt=0)
+    slurm_cluster: Optional[str] = None  # 'local' / 'debug': submitit's stand-ins, for tests
+
+    def __init__(self, **values: Any):
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigError(_message(exc, values)) from None
+
+    @field_validator(*SUITE_OVERRIDES, mode="before")
+    @classmethod
+    def _by_the_suite_rules(cls, value, info: ValidationInfo):
+        if value is None:
+            return None
+        try:
+            return getattr(SuiteSettings.model_validate({info.field_name: value}), info.field_name)
+        except ValidationError as exc:
+            raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
+    @model_validator(mode="after")
+    def _options_of_this_executor(self) -> "EvalOptions":
+        own = EXECUTOR_OPTIONS[self.executor]
+        for name in sorted(self.model_fields_set):
+            if name not in own and any(name in names for names in EXECUTOR_OPTIONS.values()) \
+                    and getattr(self, name) is not None:
+                valid = ", ".join(map(flag, own)) or "none"
+                raise ValueError(f"{flag(name)} does not apply to the {self.executor} executor (its options: {valid})")
+        return self
+
+    def suite_overrides(self) -> Dict[str, Any]:
+        """The suite settings this evaluation replaces (they change the job ids)."""
+        return {k: getattr(self, k) for k in SUITE_OVERRIDES if getattr(self, k) is not None}
+
+
+def _message(exc: ValidationError, values: dict) -> str:
+    """One line for the first bad value, naming its flag."""
+    error = exc.errors()[0]
+    msg = error["msg"].removeprefix("Value error, ")
+    if not error["loc"]:  # a rule over several options
+        return msg
+    name = str(error["loc"][0])
+    if error["type"] == "extra_forbidden":
+        return f"unknown evaluation option {name!r}{did_you_mean(name, EvalOptions.model_fields)}"
+    if msg.startswith(f"{name} "):  # the suite's rules name the setting: "limit 1.5 must be ..."
+        return flag(name) + msg[len(name):]
+    template = MESSAGES.get(name, "{flag} {value!r}: {msg}")
+    return template.format(flag=flag(name), value=values.get(name), msg=msg[:1].lower() + msg[1:])
