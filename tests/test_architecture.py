@@ -220,8 +220,7 @@ def test_the_contract_modules_import_no_package(bottom):
 # Folders that are not run folders but reuse a name of its layout, with why; everything else that joins one of the
 # names below onto a path is building a run-folder path by hand.
 OWN_LAYOUTS = {
-    ("wildmerge/demo/", "calibration"): "an embedded family's cache folder holds its experts' calibration text",
-    ("wildmerge/families/", "calibration"): "the same, after the families move out of demo/",
+    ("wildmerge/families/", "calibration"): "an embedded family's cache folder holds its experts' calibration text",
     ("wildmerge/analysis/tas/", "calibration"): "TAS's working folder (`wildmerge tune --out`, or RUN/tune/ whole)",
     ("wildmerge/analysis/tas/", "models"): "TAS's working folder: the checked grid points",
     ("wildmerge/analysis/tas/", "eval"): "TAS's working folder: the checked grid points' scores",
