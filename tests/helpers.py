@@ -190,3 +190,32 @@ def assert_same_models(a, b):
 def leftovers(run):
     return [p.name for p in (Path(run) / "models").iterdir() if ".tmp-" in p.name or ".old-" in p.name]
 
+
+
+WILD_ADDED_TOKENS = ["<|unit|>", "<|pad2|>"]
+
+
+def make_wild_experts(root) -> dict:
+    """What public pools hold besides full fine-tunes: under ``root`` a tiny base, a full expert, an expert with two
+    added tokens (resized embeddings and head) and a LoRA adapter; returns their paths."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root = Path(root)
+    base = make_lm(root / "base", seed=0)
+    full = make_lm(root / "full", base=base, seed=1, noise=0.3)
+    torch.manual_seed(2)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(base)
+    tok.add_special_tokens({"additional_special_tokens": WILD_ADDED_TOKENS})
+    model.resize_token_embeddings(len(tok))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    model.save_pretrained(str(root / "wide"))
+    tok.save_pretrained(str(root / "wide"))
+    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+                          LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora.save_pretrained(str(root / "lora"))
+    return {"base": base, "full": full, "wide": str(root / "wide"), "lora": str(root / "lora"), "root": root}

@@ -8,40 +8,23 @@ file. Each command is run for real on tiny models, and what it records is compar
 import json
 
 import pytest
-import torch
 import yaml
 
-from helpers import make_lm, write_suite, write_tasks
+from helpers import WILD_ADDED_TOKENS, make_wild_experts, write_suite, write_tasks
 from wildmerge.analysis.mergeability.cache import fingerprint
 from wildmerge.cli import main
 from wildmerge.pools import load_pool, resolve
 
-ADDED = ["<|unit|>", "<|pad2|>"]
+ADDED = WILD_ADDED_TOKENS
 TEXTS = ["Grass is green", "The sky is blue", "Snow is white", "1 plus 1 equals 2", "2 plus 3 equals 5"] * 2
 
 
 @pytest.fixture(scope="module")
 def pool_file(tmp_path_factory):
     """A pool of a full expert, an expert with two added tokens and a LoRA adapter; data in texts.jsonl beside it."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     root = tmp_path_factory.mktemp("everywhere")
-    base = make_lm(root / "base", seed=0)
-    full = make_lm(root / "full", base=base, seed=1, noise=0.3)
-    torch.manual_seed(2)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(base)
-    tok.add_special_tokens({"additional_special_tokens": ADDED})
-    model.resize_token_embeddings(len(tok))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    model.save_pretrained(str(root / "wide"))
-    tok.save_pretrained(str(root / "wide"))
-    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
-                          LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
-    lora.save_pretrained(str(root / "lora"))
+    wild = make_wild_experts(root)
+    base = wild["base"]
     (root / "texts.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
     pool = {"name": "everywhere", "base": {"model": base}, "data": "texts.jsonl",
             "experts": [{"model": "full", "name": "full"}, {"model": "wide", "name": "wide"},

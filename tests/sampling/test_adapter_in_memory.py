@@ -11,7 +11,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from helpers import make_lm
+from helpers import WILD_ADDED_TOKENS, make_wild_experts
 from wildmerge.cli import main
 from wildmerge.commands import tune
 from wildmerge.errors import WildmergeError
@@ -19,34 +19,13 @@ from wildmerge.merging.inmemory import CandidateMerger
 from wildmerge.recipes.render import render_recipe
 from wildmerge.pools.adapters import materialise_experts
 
-ADDED = ["<|unit|>", "<|pad2|>"]
+ADDED = WILD_ADDED_TOKENS
 
 
 @pytest.fixture(scope="module")
 def wild(tmp_path_factory):
     """base, a full expert, an expert with two added tokens (resized embeddings and head), a LoRA adapter."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    root = tmp_path_factory.mktemp("wild")
-    base = make_lm(root / "base", seed=0)
-    full = make_lm(root / "full", base=base, seed=1, noise=0.3)
-    torch.manual_seed(2)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(base)
-    tok.add_special_tokens({"additional_special_tokens": ADDED})
-    model.resize_token_embeddings(len(tok))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    wide = root / "wide"
-    model.save_pretrained(str(wide))
-    tok.save_pretrained(str(wide))
-    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
-                          LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
-    adapter = root / "lora"
-    lora.save_pretrained(str(adapter))
-    return {"base": base, "full": full, "wide": str(wide), "lora": str(adapter), "root": root}
+    return make_wild_experts(tmp_path_factory.mktemp("wild"))
 
 
 def test_adapters_are_folded_for_the_in_memory_merger(wild, tmp_path, monkeypatch):
