@@ -13,8 +13,10 @@ from wildmerge.plugins import baselines, linalg, spectral
 
 @pytest.fixture
 def four_cores(monkeypatch):
-    """The policy's view of a quiet 4-core machine (the kernels then run up to four matrices at once)."""
+    """The policy's view of a quiet 4-core machine (the kernels then run up to four matrices at once, small ones
+    included)."""
     monkeypatch.delenv(resources.THREADS_ENV, raising=False)
+    monkeypatch.setattr(linalg, "POOL_MIN_SIDE", 1)
     monkeypatch.setattr(resources, "usable_cores", lambda root=resources.CGROUP: 4)
     monkeypatch.setattr(resources, "others_running", lambda: 0)
 
@@ -105,6 +107,12 @@ def test_few_large_matrices_run_one_after_another_on_the_threads(four_cores, mon
     linalg.each_matrix(lambda i, m: seen.append((threading.current_thread().name, torch.get_num_threads())),
                        deltas((8, 8), 2))
     assert seen == [(threading.current_thread().name, 4)] * 2
+
+
+def test_small_matrices_stay_on_the_calling_thread(four_cores, monkeypatch):
+    monkeypatch.setattr(linalg, "POOL_MIN_SIDE", 9)
+    names = linalg.each_matrix(lambda i, m: threading.current_thread().name, deltas((8, 20), 3))
+    assert names == [threading.current_thread().name] * 3
 
 
 def test_a_bad_override_is_a_clear_error_from_a_kernel(monkeypatch):

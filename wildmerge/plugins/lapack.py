@@ -35,16 +35,8 @@ def _routine(module: str, name: str, n_args: int):
     return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)  # CFUNCTYPE: the GIL is released
 
 
-def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
-    return ctypes.c_void_p(t.data_ptr())
-
-
-def _ref(value) -> ctypes.c_void_p:
-    return ctypes.cast(ctypes.pointer(value), ctypes.c_void_p)
-
-
-def _chars(text: bytes) -> ctypes.c_void_p:
-    return ctypes.cast(ctypes.c_char_p(text), ctypes.c_void_p)
+def _int(value: int):
+    return ctypes.byref(_INT(value))
 
 
 def syrk_upper(x: torch.Tensor) -> torch.Tensor:
@@ -60,8 +52,8 @@ def syrk_upper(x: torch.Tensor) -> torch.Tensor:
         trans, lda = b"T", max(1, m)
     scalar = _DOUBLE if x.dtype == torch.float64 else ctypes.c_float
     routine = _routine("cython_blas", "dsyrk" if x.dtype == torch.float64 else "ssyrk", 10)
-    routine(_chars(b"U"), _chars(trans), _ref(_INT(n)), _ref(_INT(m)), _ref(scalar(1.0)), _ptr(x), _ref(_INT(lda)),
-            _ref(scalar(0.0)), _ptr(c), _ref(_INT(max(1, n))))
+    routine(b"U", trans, _int(n), _int(m), ctypes.byref(scalar(1.0)), x.data_ptr(), _int(lda),
+            ctypes.byref(scalar(0.0)), c.data_ptr(), _int(max(1, n)))
     return c.T
 
 
@@ -75,14 +67,13 @@ def syevr_top(gram: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
     w = torch.empty(max(1, n), dtype=torch.float64)
     z = torch.empty(max(1, k), max(1, n), dtype=torch.float64)  # column-major n x k
     isuppz = torch.empty(2 * max(1, k), dtype=torch.int32)
-    found, info = _INT(0), _INT(0)
+    found, info, zero = _INT(0), _INT(0), ctypes.byref(_DOUBLE(0.0))
     routine = _routine("cython_lapack", "dsyevr", 21)
 
     def call(work, lwork, iwork, liwork):
-        routine(_chars(b"V"), _chars(b"I"), _chars(b"U"), _ref(_INT(n)), _ptr(a), _ref(_INT(max(1, n))),
-                _ref(_DOUBLE(0.0)), _ref(_DOUBLE(0.0)), _ref(_INT(n - k + 1)), _ref(_INT(n)), _ref(_DOUBLE(0.0)),
-                _ref(found), _ptr(w), _ptr(z), _ref(_INT(max(1, n))), _ptr(isuppz), _ptr(work), _ref(_INT(lwork)),
-                _ptr(iwork), _ref(_INT(liwork)), _ref(info))
+        routine(b"V", b"I", b"U", _int(n), a.data_ptr(), _int(max(1, n)), zero, zero, _int(n - k + 1), _int(n),
+                zero, ctypes.byref(found), w.data_ptr(), z.data_ptr(), _int(max(1, n)), isuppz.data_ptr(),
+                work.data_ptr(), _int(lwork), iwork.data_ptr(), _int(liwork), ctypes.byref(info))
 
     work, iwork = torch.empty(1, dtype=torch.float64), torch.empty(1, dtype=torch.int32)
     call(work, -1, iwork, -1)  # workspace query
