@@ -168,7 +168,8 @@ def bench_kernels(hidden, n_tasks, rounds, warmup):
     for name in ours:
         m = measure({"ours": run(ours[name]), "naive, 1 thread": run(naive[name], 1),
                      "naive, torch's threads": run(naive[name])}, rounds, warmup)
-        print_table(m, baseline="ours", title=f"## kernel {name}: {n_tasks} task vectors of {shapes} (ratio: case / ours)")
+        print_table(m, baseline="ours",
+                    title=f"## kernel {name}: {n_tasks} task vectors of {shapes} (ratio: case / ours)")
 
 
 def bench_floor(hidden, layers, n_tasks):
@@ -255,7 +256,8 @@ def main():
     results = {}
     try:
         for k in args.experts:
-            cases = {m: merge_process(m, base, experts[:k], work, args.cuda) for m in ["task_arithmetic", *args.methods]}
+            cases = {method: merge_process(method, base, experts[:k], work, args.cuda)
+                     for method in ["task_arithmetic", *args.methods]}
             m = measure(cases, args.rounds, args.warmup)
             print_table(m, baseline="task_arithmetic", keys=("wall", "run_merge"),
                         title=f"## K = {k} experts: the whole mergekit-yaml process (wall) and its merge alone "

@@ -148,7 +148,8 @@ def kernel_threads(cap: int = 0) -> int:
 def decomposition_threads(side: int) -> int:
     """Threads for one decomposition whose Gram matrix is ``side`` x ``side``: the override, else one below
     ``THREADS_MIN_SIDE`` (threads do not pay there, and every call on several threads risks a barrier stall),
-    else ``kernel_threads`` capped at one thread per ``SIDE_PER_THREAD`` columns."""
+    else ``kernel_threads`` capped at one thread per ``SIDE_PER_THREAD`` columns. Decided per call: a load that
+    starts during a call on several threads can still slow that one call; the next one sees it."""
     wanted = threads_override()
     if wanted is not None:
         return wanted

@@ -90,7 +90,7 @@ def lapack_threads(device: torch.device, side: int = 0):
     core another process holds stalls them all (on a shared 2-core machine a 1024 x 1024 float32 SVD took 0.47 s
     on one thread and 15.8 s on two). Measured in benchmarks/bench_thread_policy.py.
     """
-    if device.type != "cpu":
+    if device.type != "cpu" or getattr(_pool, "in_pool", False):
         yield
         return
     with blas_threads(decomposition_threads(side)):
