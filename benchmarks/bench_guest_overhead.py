@@ -3,26 +3,28 @@ task_arithmetic merge through mergekit alone (hook off), through the stock path 
 one read of the output for NaN/Inf) and inside ``wildmerge_checks`` (what ``wildmerge merge`` does).
 
 A random Llama of 45M parameters and two noisy experts are built locally (no hub). Each merge runs in its own
-subprocess (its peak RSS is its own); the best of ``--repeat`` runs is reported, as a ratio to mergekit alone.
+process (its peak RSS is its own), the three modes interleaved round after round (``paired.py``): the median time
+of ``run_merge`` per mode and its ratio to mergekit alone (median of the per-round ratios, min, max), with the load
+of other processes (LOADED figures marked).
 
-    python benchmarks/bench_guest_overhead.py [--repeat 3]
+    python benchmarks/bench_guest_overhead.py [--rounds 5]
 """
 
 import argparse
 import json
-import os
-import subprocess
-import sys
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
+from paired import Process, measure, print_table
+
 MODES = ("mergekit alone", "with wildmerge (stock path)", "wildmerge_checks")
 
 CHILD = r"""
-import json, sys, time
-from wildmerge.resources import peak_rss_mib
+import sys, time
 import yaml
+from paired import report_seconds
 from mergekit.config import MergeConfiguration
 from mergekit.merge import run_merge
 from mergekit.options import MergeOptions
@@ -36,7 +38,7 @@ if mode == "wildmerge_checks":
         run_merge(config, out, options)
 else:
     run_merge(config, out, options)
-print(json.dumps({"seconds": time.perf_counter() - start, "peak_mib": peak_rss_mib()}))
+report_seconds("run_merge", time.perf_counter() - start)
 """
 
 
@@ -62,30 +64,20 @@ def build(root: Path) -> Path:
     return recipe
 
 
-def run(recipe: Path, out: Path, mode: str) -> dict:
-    env = dict(os.environ, WILDMERGE_AUTOLOAD="0" if mode == MODES[0] else "1")
-    done = subprocess.run([sys.executable, "-c", CHILD, str(recipe), str(out), mode], env=env, capture_output=True,
-                          text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         recipe = build(root)
-        best = {m: None for m in MODES}
-        for r in range(args.repeat):
-            for i, mode in enumerate(MODES):
-                result = run(recipe, root / f"out{r}{i}", mode)
-                if best[mode] is None or result["seconds"] < best[mode]["seconds"]:
-                    best[mode] = result
-    base = best[MODES[0]]["seconds"]
-    for mode in MODES:
-        b = best[mode]
-        print(f"{mode:30s} {b['seconds']:7.2f} s  x{b['seconds'] / base:.2f}  peak RSS {b['peak_mib']:.0f} MiB")
+        cases = {mode: Process(["-c", CHILD, str(recipe), str(root / f"out{i}"), mode],
+                               env={"WILDMERGE_AUTOLOAD": "0" if mode == MODES[0] else "1"},
+                               before=lambda out=root / f"out{i}": shutil.rmtree(out, ignore_errors=True))
+                 for i, mode in enumerate(MODES)}
+        m = measure(cases, args.rounds, args.warmup)
+    print_table(m, baseline=MODES[0], keys=("run_merge",))
 
 
 if __name__ == "__main__":

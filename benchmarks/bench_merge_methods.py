@@ -1,78 +1,87 @@
-"""Wall time and peak memory of every merge method against mergekit's built-in task_arithmetic, same inputs.
+"""Merge methods against mergekit's own ``task_arithmetic`` (TA) on issue 32's anchor: every merge a stock
+``mergekit-yaml`` in its own process, TA in the same run, ratios from interleaved pairs (``paired.py``).
 
-Builds a Llama of about 57M parameters (hidden 640, 10 layers) and K noisy "experts" of it locally, then merges
-K = 2, 6, 12 of them with each method, each merge in a fresh process (so peak RSS is that merge's own), and prints
-the ratio to task_arithmetic. ``--kernels`` also times the spectral kernels against a straightforward
-implementation of the papers (full float32 SVDs, polar factors by SVD): the "before" of our Gram-route kernels.
-
-    python benchmarks/bench_merge_methods.py [--experts 2 6 12] [--repeat 3] [--kernels] [--cuda]
+The anchor is built once and cached in ``--workdir``: a Llama of 55.7M parameters (hidden 640, intermediate 1728,
+10 layers, 10 heads / 5 KV heads, vocab 8000, untied head) in float32 safetensors, and K experts, each the base
+plus Gaussian noise of standard deviation 0.01 (seeded). For each K in ``--experts`` (default 12) TA and the methods
+(default: Iso-C, TA+SB, TSV-M, Iso-CTS) run in turn, round after round; the table gives each method's median time,
+of the whole process and of mergekit's ``run_merge`` alone (the process without the interpreter's start and the
+imports), its ratio to TA (median of the per-round ratios, with min and max), its peak RSS (the merge process's own
+VmHWM) and the load of other processes (figures taken under more than half a core of it are printed LOADED).
+FusionBench's implementations are not in this repository, so there is no FusionBench row.
 
 A method written ``name:float32`` runs with ``svd_precision: float32``, ``name:randomized`` with ``topk_solver:
-randomized`` (the opt-in approximate routes; ``name:float32+randomized`` both). With ``--repeat N`` every merge runs
-N times and the median is printed (the CPU is shared: compare within one run).
+randomized`` (the opt-in approximate routes; ``name:float32+randomized`` both). ``--kernels`` times the spectral
+kernels against a straightforward implementation of the papers (full float32 SVDs, polar factors by SVD), in this
+process, paired the same way; ``--floor`` times the exact route's unavoidable LAPACK / BLAS calls alone.
+
+    python benchmarks/bench_merge_methods.py [--experts 12] [--methods iso_c ta_sb tsv_m iso_cts] [--rounds 5]
 """
 
 import argparse
-import multiprocessing as mp
+import json
 import os
-import statistics
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from wildmerge.resources import peak_rss_mib
+from paired import Call, Process, measure, print_table
 
-METHODS = ["task_arithmetic", "ta", "ties", "model_stock", "tsv_m", "iso_c", "iso_cts", "ta_sb", "ties_sb"]
+METHODS = ["iso_c", "ta_sb", "tsv_m", "iso_cts"]  # issue 32's four; any shipped recipe name works
+ANCHOR = {"vocab_size": 8000, "num_attention_heads": 10, "num_key_value_heads": 5, "tie_word_embeddings": False}
+NOISE = 0.01
 
 
-def build_models(root: Path, n_experts: int, hidden: int, layers: int):
+# ---------------------------------------------------------------- the anchor
+
+
+def build_anchor(root: Path, n_experts: int, hidden: int, layers: int):
+    """The base and ``n_experts`` experts under ``root`` (kept; rebuilt if its spec differs)."""
     import torch
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, LlamaConfig
 
+    spec = {**ANCHOR, "hidden_size": hidden, "intermediate_size": round(hidden * 2.7), "num_hidden_layers": layers,
+            "noise": NOISE, "dtype": "float32"}
+    stamp = root / "anchor.json"
+    if stamp.exists() and json.loads(stamp.read_text()) != spec:
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
     base_dir = root / "base"
-    if not base_dir.exists():
+    if not (base_dir / "config.json").exists():
         torch.manual_seed(0)
-        cfg = LlamaConfig(vocab_size=8000, hidden_size=hidden, intermediate_size=int(hidden * 2.7),
-                          num_hidden_layers=layers, num_attention_heads=10, num_key_value_heads=5,
-                          tie_word_embeddings=False)
-        AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(base_dir)
-    model = None
+        cfg = LlamaConfig(**{k: v for k, v in spec.items() if k not in ("noise", "dtype")})
+        AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(base_dir)
+        stamp.write_text(json.dumps(spec))
+    state = None
     for i in range(n_experts):
         out = root / f"expert{i:02d}"
-        if out.exists():
+        if (out / "model.safetensors").exists():
             continue
-        model = model or AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-        expert = {k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()}
-        from safetensors.torch import save_file
-
-        out.mkdir()
-        save_file({k: v.to(torch.bfloat16).contiguous() for k, v in expert.items()}, out / "model.safetensors",
-                  metadata={"format": "pt"})
+        if state is None:
+            state = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).state_dict()
+        gen = torch.Generator().manual_seed(1 + i)
+        out.mkdir(exist_ok=True)
+        save_file({k: (v + NOISE * torch.randn(v.shape, generator=gen)).contiguous() for k, v in state.items()},
+                  out / "model.safetensors", metadata={"format": "pt"})
         (out / "config.json").write_text((base_dir / "config.json").read_text())
-    n_params = sum(p.numel() for p in (model or AutoModelForCausalLM.from_pretrained(base_dir)).parameters())
+    n_params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(base_dir).parameters())
     return str(base_dir), [str(root / f"expert{i:02d}") for i in range(n_experts)], n_params
 
 
-def _merge_worker(method, base, experts, out, cuda, queue):
-    import yaml
-    from mergekit.config import MergeConfiguration
-    from mergekit.merge import run_merge
-    from mergekit.options import MergeOptions
+# ---------------------------------------------------------------- merges through stock mergekit-yaml
 
+
+def recipe(method: str, base: str, experts: list) -> dict:
+    if method == "task_arithmetic":  # mergekit's own, plain: the baseline
+        return {"merge_method": "task_arithmetic", "base_model": base, "dtype": "float32",
+                "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts]}
     from wildmerge.recipes.render import render_recipe
 
-    if method == "task_arithmetic":  # mergekit's own, plain: the baseline
-        config = {"merge_method": "task_arithmetic", "base_model": base, "dtype": "float32",
-                  "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts]}
-    else:
-        name, _, variant = method.partition(":")
-        config = render_recipe(name, base, experts, variant_overrides(variant))
-    options = MergeOptions(copy_tokenizer=False, quiet=True, cuda=cuda, write_model_card=False)
-    start = time.perf_counter()
-    run_merge(MergeConfiguration.model_validate(config), out, options=options, config_source=yaml.safe_dump(config))
-    seconds = time.perf_counter() - start
-    queue.put((seconds, peak_rss_mib()))
+    name, _, variant = method.partition(":")
+    return render_recipe(name, base, experts, variant_overrides(variant))
 
 
 def variant_overrides(variant):
@@ -85,15 +94,20 @@ def variant_overrides(variant):
     return dict(known[v] for v in parts) or None
 
 
-def time_merge(method, base, experts, cuda):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    with tempfile.TemporaryDirectory() as out:
-        p = ctx.Process(target=_merge_worker, args=(method, base, experts, out, cuda, queue))
-        p.start()
-        result = queue.get()
-        p.join()
-    return result
+def merge_process(method: str, base: str, experts: list, work: Path, cuda: bool) -> Process:
+    """``mergekit-yaml RECIPE OUT`` for ``method``, its output folder emptied before each run."""
+    import yaml
+
+    slug = method.replace(":", "-").replace("+", "-")
+    path = work / f"{slug}-k{len(experts)}.yml"
+    path.write_text(yaml.safe_dump(recipe(method, base, experts)))
+    out = work / f"out-{slug}"
+    mergekit_yaml = shutil.which("mergekit-yaml") or str(Path(sys.executable).with_name("mergekit-yaml"))
+    return Process([mergekit_yaml, str(path), str(out), *(["--cuda"] if cuda else [])],
+                   before=lambda: shutil.rmtree(out, ignore_errors=True), time_call="mergekit.merge:run_merge")
+
+
+# ---------------------------------------------------------------- kernels and the exact route's floor
 
 
 def naive_kernels():
@@ -129,10 +143,8 @@ def naive_kernels():
     return {"tsv_m": tsv, "iso_c": iso, "boost": lambda ds: boost(sum(ds))}
 
 
-def bench_kernels(hidden, n_tasks):
-    """Our kernels against the naive ones, both with our LAPACK threading, and the naive ones with torch's."""
-    import contextlib
-
+def bench_kernels(hidden, n_tasks, rounds, warmup):
+    """Our kernels (default thread policy) against the naive ones on one thread and on torch's threads."""
     import torch
 
     from wildmerge.plugins import linalg, spectral
@@ -142,44 +154,43 @@ def bench_kernels(hidden, n_tasks):
     ours = {"tsv_m": TSVMParams.with_defaults(spectral.tsv_m), "iso_c": IsoCParams.with_defaults(spectral.iso_c),
             "boost": lambda ds: boost(sum(ds), 0.2)}
     naive = naive_kernels()
-    shapes = [(hidden, hidden), (int(hidden * 2.7), hidden)]
-    cpu = torch.device("cpu")
-    variants = {"naive, torch threads": (naive, contextlib.nullcontext),
-                "naive, 1 LAPACK thread": (naive, lambda: linalg.lapack_threads(cpu)),
-                "ours": (ours, contextlib.nullcontext)}
-    print(f"\nkernels, {n_tasks} task vectors, shapes {shapes}, best of 3 (torch threads: {torch.get_num_threads()})")
-    print(f"{'kernel':8} " + " ".join(f"{v:>23}" for v in variants) + f" {'naive/ours':>11}")
+    shapes = [(hidden, hidden), (round(hidden * 2.7), hidden)]
+    inputs = [[torch.randn(*s) for _ in range(n_tasks)] for s in shapes]
+
+    def run(fn, threads=None):
+        def call():
+            if threads is None:
+                for ds in inputs:
+                    fn(ds)
+                return
+            with linalg.blas_threads(threads):
+                for ds in inputs:
+                    fn(ds)
+        return Call(call)
+
     for name in ours:
-        times = {}
-        for label, (fns, ctx) in variants.items():
-            best = float("inf")
-            for _ in range(3):
-                deltas_per_shape = [[torch.randn(*s) for _ in range(n_tasks)] for s in shapes]
-                with ctx():
-                    t = time.perf_counter()
-                    for ds in deltas_per_shape:
-                        fns[name](ds)
-                    best = min(best, time.perf_counter() - t)
-            times[label] = best
-        print(f"{name:8} " + " ".join(f"{t:23.3f}" for t in times.values())
-              + f" {times['naive, 1 LAPACK thread'] / times['ours']:10.2f}x")
+        m = measure({"ours": run(ours[name]), "naive, 1 thread": run(naive[name], 1),
+                     "naive, torch's threads": run(naive[name])}, rounds, warmup)
+        print_table(m, baseline="ours",
+                    title=f"## kernel {name}: {n_tasks} task vectors of {shapes} (ratio: case / ours)")
 
 
-def bench_floor(hidden, layers, n_tasks, ta_seconds):
-    """The exact kernels' unavoidable LAPACK/BLAS calls over the benchmark model's matrices, timed alone.
+def bench_floor(hidden, layers, n_tasks):
+    """The exact kernels' unavoidable LAPACK/BLAS calls over the benchmark model's matrices, timed alone on one
+    thread (best of 3).
 
     Per matrix (r = min(m, n), k = r / T): TSV-M needs T Gram matrices (syrk) and T partial eigensolves (top k)
     for the per-task triplets, then two r x r eigensolves for the polar factors; Iso-C and Subspace Boosting one
     Gram and one full eigensolve. Whatever else a kernel does comes on top: this is the floor of the exact route.
+    Side by side on c free cores, TSV-M's per-task part divides by up to c.
     """
     import torch
 
-    from wildmerge.plugins import linalg
+    from wildmerge.plugins import lapack, linalg
 
-    inter = int(hidden * 2.7)
+    inter = round(hidden * 2.7)
     shapes = [(hidden, hidden), (hidden // 2, hidden), (hidden // 2, hidden), (hidden, hidden),
               (inter, hidden), (inter, hidden), (hidden, inter)]  # q, k, v, o, gate, up, down
-    cpu = torch.device("cpu")
 
     def tall(shape):
         return torch.randn(max(shape), min(shape), dtype=torch.float64)
@@ -187,7 +198,7 @@ def bench_floor(hidden, layers, n_tasks, ta_seconds):
     def per_task(shape):
         k = max(1, min(shape) // n_tasks)
         gram = linalg.upper_gram(tall(shape))
-        return lambda: linalg.top_eigh(gram, k) if 4 * k <= min(shape) else torch.linalg.eigh(gram, UPLO="U")
+        return lambda: lapack.syevr_top(gram, k) if 4 * k <= min(shape) else torch.linalg.eigh(gram, UPLO="U")
 
     def full_eigh(shape):
         gram = linalg.upper_gram(tall(shape))
@@ -205,53 +216,64 @@ def bench_floor(hidden, layers, n_tasks, ta_seconds):
             times.append(time.perf_counter() - t)
         return min(times)
 
-    with linalg.lapack_threads(cpu):
+    with linalg.blas_threads(1):
         one = {"Gram (syrk)": sum(best(syrk(s)) for s in shapes),
                "partial eigensolve (top r/T)": sum(best(per_task(s)) for s in shapes),
                "full eigensolve (r x r)": sum(best(full_eigh(s)) for s in shapes)}
     floors = {"iso_c / SB": one["Gram (syrk)"] + one["full eigensolve (r x r)"],
-              "tsv_m": n_tasks * (one["Gram (syrk)"] + one["partial eigensolve (top r/T)"])
-              + 2 * (one["Gram (syrk)"] + one["full eigensolve (r x r)"])}
-    print(f"\nfloor of the exact route, {layers} layers x {len(shapes)} matrices, K = {n_tasks}, 1 BLAS thread "
-          f"(task_arithmetic took {ta_seconds:.2f} s)")
+              "tsv_m, per-task part": n_tasks * (one["Gram (syrk)"] + one["partial eigensolve (top r/T)"]),
+              "tsv_m, polar part": 2 * (one["Gram (syrk)"] + one["full eigensolve (r x r)"])}
+    print(f"\n## floor of the exact route, {layers} layers x {len(shapes)} matrices, K = {n_tasks}, one thread, "
+          f"best of 3 (load average {os.getloadavg()[0]:.2f}: seconds, compare with TA's median above)")
     for name, seconds in one.items():
         print(f"  one {name} per matrix: {layers * seconds:.2f} s for the model")
     for name, seconds in floors.items():
-        print(f"  {name}: at least {layers * seconds:.2f} s = {layers * seconds / ta_seconds:.1f}x task_arithmetic")
+        print(f"  {name}: at least {layers * seconds:.2f} s on one thread")
+
+
+# ---------------------------------------------------------------- main
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experts", type=int, nargs="+", default=[2, 6, 12])
+    parser.add_argument("--experts", type=int, nargs="+", default=[12])
     parser.add_argument("--methods", nargs="+", default=METHODS)
     parser.add_argument("--hidden", type=int, default=640)
     parser.add_argument("--layers", type=int, default=10)
-    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "wildmerge-bench-models"))
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "wildmerge-bench-anchor"),
+                        help="where the anchor is kept between runs (and merges are written)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (at least 5 for a figure)")
+    parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--kernels", action="store_true", help="also time kernels against the naive version")
-    parser.add_argument("--cuda", action="store_true")
     parser.add_argument("--floor", action="store_true", help="also time the exact route's unavoidable calls")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per merge; the median is printed")
+    parser.add_argument("--cuda", action="store_true")
+    parser.add_argument("--json", help="write every run (times, peak RSS, load samples) to this file")
     args = parser.parse_args()
 
     root = Path(args.workdir)
-    root.mkdir(parents=True, exist_ok=True)
-    base, experts, n_params = build_models(root, max(args.experts), args.hidden, args.layers)
-    print(f"model: Llama, {n_params / 1e6:.1f}M parameters (bf16 on disk); torch threads: "
-          f"{__import__('torch').get_num_threads()}; device: {'cuda' if args.cuda else 'cpu'}")
-    for k in args.experts:
-        print(f"\nK = {k} experts")
-        print(f"{'method':16} {'wall s':>8} {'x TA':>7} {'peak RSS MiB':>13}")
-        baseline = None
-        time_merge(args.methods[0], base, experts[:k], args.cuda)  # warm-up: page cache, imports
-        for method in args.methods:
-            runs = [time_merge(method, base, experts[:k], args.cuda) for _ in range(args.repeat)]
-            seconds, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
-            baseline = baseline or seconds
-            print(f"{method:16} {seconds:8.2f} {seconds / baseline:7.2f} {rss:13.0f}", flush=True)
-        if args.floor and not args.cuda:
-            bench_floor(args.hidden, args.layers, k, baseline)
+    base, experts, n_params = build_anchor(root, max(args.experts), args.hidden, args.layers)
+    work = root / "merges"
+    work.mkdir(exist_ok=True)
+    print(f"# model: Llama, {n_params / 1e6:.1f}M parameters, float32 on disk ({root}); "
+          f"device: {'cuda' if args.cuda else 'cpu'}; every merge a stock mergekit-yaml process")
+    results = {}
+    try:
+        for k in args.experts:
+            cases = {method: merge_process(method, base, experts[:k], work, args.cuda)
+                     for method in ["task_arithmetic", *args.methods]}
+            m = measure(cases, args.rounds, args.warmup)
+            print_table(m, baseline="task_arithmetic", keys=("wall", "run_merge"),
+                        title=f"## K = {k} experts: the whole mergekit-yaml process (wall) and its merge alone "
+                              f"(run_merge: without the interpreter's start and the imports)")
+            results[f"K={k}"] = m.as_dict()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.floor and not args.cuda:
+        bench_floor(args.hidden, args.layers, max(args.experts))
     if args.kernels:
-        bench_kernels(args.hidden, 6)
+        bench_kernels(args.hidden, 6, args.rounds, args.warmup)
     return 0
 
 

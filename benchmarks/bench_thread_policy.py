@@ -1,109 +1,110 @@
-"""The CPU thread policy (wildmerge/resources.py) against the old default (one thread), quiet and loaded, in one run.
+"""The CPU thread policy (wildmerge/resources.py, plugins/linalg.py) against one thread, quiet, busy, and with a load
+that starts during the call: the policy must never be more than 5 % slower than one thread, and faster where
+threads pay.
 
-Each case runs in a fresh process (OpenMP reads its wait policy when torch loads): TSV-M and Iso-CTS on T task
-vectors of one square matrix, and Iso-C's one SVD, repeated ``--reps`` times (best time kept). Cases:
-- ``old``: ``WILDMERGE_LAPACK_THREADS=1`` (the old default);
-- ``policy``: the new default (no override; ``OMP_WAIT_POLICY=PASSIVE``, as wildmerge's own processes set it);
-- ``all cores``: the policy's choice on a quiet machine forced (``WILDMERGE_LAPACK_THREADS=<usable cores>``,
-  passive wait), to show what a quiet machine gains;
-- ``all cores, spinning``: the same with OpenMP's default (spinning) wait: why the policy is needed.
-Conditions: as found (``quiet``: other users' load is printed; on a shared machine it is approximate) and
-``loaded`` (one busy-loop process per usable core but one, at least one). Prints seconds, the ratio
-old / case (above 1: faster than the old default), peak RSS and the threads the policy chose.
+Each run is a fresh process (OpenMP reads its wait policy when torch loads; wildmerge's processes ask for a passive
+wait, and so do these) that times TSV-M, Iso-CTS and Iso-C on T task vectors of one square matrix, one kernel after
+another, and reports each kernel's own time; runs are paired and interleaved by ``paired.py`` (ratios to ``one
+thread`` within each round, medians with min and max, the load of other processes, LOADED figures marked). Cases:
+- ``policy``: the default (no override);
+- ``one thread``: ``WILDMERGE_LAPACK_THREADS=1``, the old default;
+- ``all cores``: ``WILDMERGE_LAPACK_THREADS=<usable cores>``: what forcing threads gives (where threads pay at all;
+  ``THREADS_MIN_SIDE`` in resources.py is set from it).
+Conditions (``--conditions``): ``quiet`` (as found), ``busy`` (one busy-loop process per usable core, started before
+the runs) and ``starting`` (the same loops started ``--start-after`` seconds into each kernel call, from inside the
+run). The busy loops are this benchmark's own: they do not make a figure LOADED; other processes' work does.
 
-    python benchmarks/bench_thread_policy.py [--size 768] [--tasks 6] [--reps 3]
+    python benchmarks/bench_thread_policy.py [--sizes 256 512 1024 2048 4096] [--tasks 6] [--rounds 5]
 """
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
 
+from paired import Process, measure, print_table
+
 CHILD = r"""
-import json, sys, time
-from wildmerge.resources import kernel_threads, peak_rss_mib
+import subprocess, sys, threading, time
+from wildmerge.resources import prefer_passive_wait
+prefer_passive_wait()
 import torch
+from paired import report_seconds
 from wildmerge.plugins import spectral
 from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TSVMParams
 iso_c, iso_cts, tsv_m = (IsoCParams.with_defaults(spectral.iso_c), IsoCTSParams.with_defaults(spectral.iso_cts),
                          TSVMParams.with_defaults(spectral.tsv_m))
-size, tasks, reps = map(int, sys.argv[1:4])
+size, tasks, busy, start_after = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 g = torch.Generator().manual_seed(0)
 deltas = [torch.randn(size, size, generator=g) * 0.01 for _ in range(tasks)]
-threads = kernel_threads()
-best = {}
-for name, run in (("tsv_m", lambda: tsv_m(deltas)), ("iso_cts", lambda: iso_cts(deltas, 0.8)),
-                  ("iso_c", lambda: iso_c(deltas))):
-    for _ in range(reps):
-        t = time.perf_counter(); run(); dt = time.perf_counter() - t
-        best[name] = min(best.get(name, dt), dt)
-print(json.dumps({"seconds": best, "threads": threads, "peak_rss_mib": round(peak_rss_mib())}))
+loops = []
+def load():
+    loops.extend(subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy))
+try:
+    for name, run in (("tsv_m", lambda: tsv_m(deltas)), ("iso_cts", lambda: iso_cts(deltas, 0.8)),
+                      ("iso_c", lambda: iso_c(deltas))):
+        timer = threading.Timer(start_after, load) if busy else None
+        timer and timer.start()
+        t = time.perf_counter()
+        run()
+        report_seconds(name, time.perf_counter() - t)
+        if timer:
+            timer.cancel()
+            timer.join()  # a load being started is complete before it is stopped
+        while loops:
+            loops.pop().kill()
+finally:
+    for p in loops:
+        p.kill()
 """
 
-BUSY = "import time\nwhile True: pass\n"
+BUSY = "while True: pass\n"
+KERNELS = ("tsv_m", "iso_cts", "iso_c")
 
 
-def case_env(name: str, cores: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("WILDMERGE_LAPACK_THREADS", "OMP_WAIT_POLICY")}
-    if name == "old":
-        env["WILDMERGE_LAPACK_THREADS"] = "1"
-    elif name == "policy":
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
-    elif name == "all cores":
-        env.update(WILDMERGE_LAPACK_THREADS=str(cores), OMP_WAIT_POLICY="PASSIVE")
-    elif name == "all cores, spinning":
-        env["WILDMERGE_LAPACK_THREADS"] = str(cores)
-    return env
-
-
-def run_case(name, cores, args, timeout):
-    try:
-        out = subprocess.run([sys.executable, "-c", CHILD, str(args.size), str(args.tasks), str(args.reps)],
-                             env=case_env(name, cores), capture_output=True, text=True, timeout=timeout, check=True)
-    except subprocess.TimeoutExpired:
-        return None
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def cases(size, args, cores, starting_load):
+    child = ["-c", CHILD, str(size), str(args.tasks), str(cores if starting_load else 0), str(args.start_after)]
+    passive = {"OMP_WAIT_POLICY": "PASSIVE"}
+    return {"policy": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive}, timeout=args.timeout),
+            "one thread": Process(child, env={"WILDMERGE_LAPACK_THREADS": "1", **passive}, timeout=args.timeout),
+            "all cores": Process(child, env={"WILDMERGE_LAPACK_THREADS": str(cores), **passive},
+                                 timeout=args.timeout)}
 
 
 def main():
-    from wildmerge.resources import usable_cores
+    from wildmerge.resources import THREADS_MIN_SIDE, usable_cores
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=768)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048])
     ap.add_argument("--tasks", type=int, default=6)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--timeout", type=float, default=240, help="seconds a case may take (a stalled case is cut)")
+    ap.add_argument("--conditions", nargs="+", default=["quiet", "busy", "starting"],
+                    choices=["quiet", "busy", "starting"])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--start-after", type=float, default=0.05, help="seconds into each call the load starts")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds a run may take (a stalled run is cut)")
     args = ap.parse_args()
     cores = usable_cores()
-    print(f"usable cores {cores}; {args.tasks} task vectors of {args.size} x {args.size} float32; best of {args.reps}")
-    cases = ["old", "policy", "all cores", "all cores, spinning"]
-    for condition in ("quiet", "loaded"):
-        busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(max(1, cores - 1))] \
-            if condition == "loaded" else []
-        try:
-            time.sleep(1 if busy else 0)
-            load = os.getloadavg()[0]
-            print(f"\n## {condition}: load average {load:.2f} on {cores} cores"
-                  + (f" ({len(busy)} busy-loop process(es) of ours)" if busy else " (other users' work only)"))
-            print("| case | threads | tsv_m s | iso_cts s | iso_c s | old / case (tsv_m, iso_cts, iso_c) | peak RSS MiB |")
-            print("|---|---|---|---|---|---|---|")
-            results = {c: run_case(c, cores, args, args.timeout) for c in cases}
-            old = results["old"]
-            for c, r in results.items():
-                if r is None:
-                    print(f"| {c} | - | > {args.timeout:.0f} s (cut) | | | | |")
-                    continue
-                s = r["seconds"]
-                ratios = ", ".join(f"{old['seconds'][k] / s[k]:.2f}x" for k in ("tsv_m", "iso_cts", "iso_c"))
-                print(f"| {c} | {r['threads']} | {s['tsv_m']:.2f} | {s['iso_cts']:.2f} | {s['iso_c']:.2f} | {ratios} "
-                      f"| {r['peak_rss_mib']} |")
-        finally:
-            for p in busy:
-                p.kill()
-                p.wait()
+    print(f"# thread policy: {cores} usable cores, THREADS_MIN_SIDE {THREADS_MIN_SIDE}; {args.tasks} task vectors "
+          f"of each size, float32; per-kernel times reported by each run; ratios to one thread (target: policy "
+          f"<= 1.05x everywhere, below 1 where threads pay)")
+    for condition in args.conditions:
+        for size in args.sizes:
+            busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(cores)] \
+                if condition == "busy" else []
+            try:
+                time.sleep(0.5 if busy else 0)
+                m = measure(cases(size, args, cores, condition == "starting"), args.rounds, args.warmup)
+            finally:
+                for p in busy:
+                    p.kill()
+                    p.wait()
+            load = {"quiet": "no load of ours", "busy": f"{cores} busy loops of ours running",
+                    "starting": f"{cores} busy loops of ours starting {args.start_after} s into each call"}[condition]
+            print_table(m, baseline="one thread", keys=KERNELS, title=f"## {condition} ({load}), {size} x {size}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,12 +15,17 @@ can use it before torch loads.
 - ``cuda_available`` and ``checked_device``: a requested device (``auto``, ``cpu``, ``cuda``, ``cuda:N``) made
   concrete, with one message when the GPU asked for is not there; ``free_device_memory``: free bytes on it.
 - ``thread_share``: a worker among N gets the usable cores // N threads (at least 1).
-- ``kernel_threads``: the threads a CPU kernel should use now: ``WILDMERGE_LAPACK_THREADS`` when set (the
-  override), else the usable cores not busy with other processes (the 1-minute load average less this process's
-  own CPU use). Why not always every core: a multi-threaded LAPACK call waits at a barrier for every thread, and a
-  thread whose core another process holds stalls all of them (measured on a loaded 2-core machine: four 512 x 512
-  float64 eigh took 0.3 s on one thread, 5-40 s on two with OpenMP's default spinning wait, 0.4-0.5 s on two with
-  a passive wait).
+- ``kernel_threads``, ``decomposition_threads``, ``pool_threads``: the CPU kernels' thread policy, decided per call
+  from the instantaneous run queue (``others_running``), not the 1-minute load average, which lags a load that
+  starts by a minute. ``WILDMERGE_LAPACK_THREADS`` overrides all three (``threads_override``: a whole number from
+  1 to the usable cores, else one clear ``ConfigError``). Why not always every core: a multi-threaded LAPACK call
+  waits at a barrier for every thread, and a thread whose core another process holds stalls all of them
+  (measured on a loaded 2-core machine: four 512 x 512 float64 eigh took 0.3 s on one thread, 5-40 s on two with
+  OpenMP's default spinning wait; on a 16-core host a 1024 x 1024 case with 15 busy processes that had just
+  started was cut after 20 s against 1.57 s on one thread). So independent decompositions run side by side on
+  one thread each (``pool_threads``; no barrier between them: a busy core delays one matrix, never all), and a
+  single decomposition uses several threads only when it is large (``THREADS_MIN_SIDE``) and cores are free now
+  (``decomposition_threads``).
 - ``prefer_passive_wait``: where wildmerge owns the process (the CLI, its worker processes), OpenMP threads sleep
   at barriers instead of spinning (``OMP_WAIT_POLICY=PASSIVE``); it only works before torch is imported.
 """
@@ -30,7 +35,6 @@ import os
 import re
 import resource
 import sys
-import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -39,7 +43,6 @@ from wildmerge.errors import ConfigError
 THREADS_ENV = "WILDMERGE_LAPACK_THREADS"
 CGROUP = Path("/sys/fs/cgroup")
 MEMINFO = Path("/proc/meminfo")
-_own = {"wall": None, "cpu": None, "rate": 0.0}
 
 
 # ---------------------------------------------------------------- cores
@@ -77,40 +80,90 @@ def thread_share(workers: int, root: Path = CGROUP) -> int:
     return max(1, usable_cores(root) // max(1, workers))
 
 
-def _own_cpu_rate() -> float:
-    """This process's CPU use (cores) since the last call, smoothed; it is part of the load average."""
-    now, cpu = time.monotonic(), time.process_time()
-    if _own["wall"] is not None and now - _own["wall"] > 0.5:
-        rate = (cpu - _own["cpu"]) / (now - _own["wall"])
-        _own["rate"] = 0.5 * _own["rate"] + 0.5 * rate
-        _own["wall"], _own["cpu"] = now, cpu
-    elif _own["wall"] is None:
-        _own["wall"], _own["cpu"] = now, cpu
-    return _own["rate"]
+# Below this matrix side (the smaller one: the Gram matrix's) a decomposition runs on one thread: on the 16-core
+# host of issue 32, 16 threads were 0.69-1.06x one thread at 768 x 768 and 1.6-1.8x at 1024 x 1024 (quiet). To be
+# re-measured with benchmarks/bench_thread_policy.py (sizes 256..4096) on a quiet machine.
+THREADS_MIN_SIDE = 1024
+# At most one thread per this many columns: a thread with a thinner panel spends its time at barriers.
+SIDE_PER_THREAD = 256
+LOADAVG = Path("/proc/loadavg")
 
 
-def others_load() -> float:
-    """Runnable work of other processes, in cores: the 1-minute load average less this process's own use."""
+def threads_override() -> Optional[int]:
+    """``WILDMERGE_LAPACK_THREADS`` as a thread count, None when unset; a value that is not a whole number from 1 to
+    the usable cores is a ``ConfigError`` (``abc`` was a ValueError traceback, ``99999`` libgomp out of memory)."""
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return None
+    cores = usable_cores()
     try:
-        load = os.getloadavg()[0]
+        wanted = int(text)
+    except ValueError:
+        wanted = 0
+    if not 1 <= wanted <= cores:
+        raise ConfigError(f"{THREADS_ENV}={text!r} is not a thread count for this machine: set a whole number from "
+                          f"1 to {cores} (its usable cores; more threads than cores only wait for each other), or "
+                          f"unset it to let wildmerge decide")
+    return wanted
+
+
+def _own_running_threads() -> int:
+    """Threads of this process that are running or runnable now (state R in ``/proc/self/task/*/stat``)."""
+    count = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
     except OSError:
-        return 0.0
-    return max(0.0, load - _own_cpu_rate())
+        return 1
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                count += f.read().rpartition(")")[2].split()[0] == "R"
+        except (OSError, IndexError):
+            pass
+    return max(1, count)  # the reading thread runs
 
 
-def free_threads(cores: int, load: float) -> int:
-    """Of ``cores``, those that ``load`` cores of other work leave free (rounded to the nearest, at least 1)."""
-    return max(1, min(cores, math.floor(cores - load + 0.5)))
+def others_running(loadavg: Path = LOADAVG) -> int:
+    """Threads of other processes running or waiting for a core right now: the kernel's run queue (the first
+    number of ``/proc/loadavg``'s fourth field, the count ``/proc/stat`` calls ``procs_running``) less this
+    process's own running threads. Instantaneous, so a load that has just started counts; 0 when unknown. On a
+    host whose cores are shared by a container's quota the queue counts the whole host: fewer threads, never more."""
+    try:
+        running = int(loadavg.read_text().split()[3].partition("/")[0])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return max(0, running - _own_running_threads())
 
 
 def kernel_threads(cap: int = 0) -> int:
-    """Threads for a CPU kernel now: the override, else the usable cores (at most ``cap`` when given) that other
-    processes leave free (at least 1)."""
-    wanted = os.environ.get(THREADS_ENV)
-    if wanted:
-        return max(1, int(wanted))
-    cores = min(usable_cores(), cap) if cap > 0 else usable_cores()
-    return free_threads(cores, others_load())
+    """Threads for a multi-threaded CPU call now: the override, else the usable cores (at most ``cap`` when given)
+    that other processes leave free by the run queue now (at least 1)."""
+    wanted = threads_override()
+    if wanted is not None:
+        return wanted
+    cores = usable_cores()
+    return max(1, min(cap if cap > 0 else cores, cores - others_running()))
+
+
+def decomposition_threads(side: int) -> int:
+    """Threads for one decomposition whose Gram matrix is ``side`` x ``side``: the override, else one below
+    ``THREADS_MIN_SIDE`` (threads do not pay there, and every call on several threads risks a barrier stall),
+    else ``kernel_threads`` capped at one thread per ``SIDE_PER_THREAD`` columns. Decided per call: a load that
+    starts during a call on several threads can still slow that one call; the next one sees it."""
+    wanted = threads_override()
+    if wanted is not None:
+        return wanted
+    if side < THREADS_MIN_SIDE:
+        return 1
+    return kernel_threads(cap=side // SIDE_PER_THREAD)
+
+
+def pool_threads() -> int:
+    """Python threads that run independent decompositions side by side, each on one BLAS thread: the override,
+    else every usable core. Not reduced for load: with no barrier between them, a busy core delays only the
+    matrix on it, and one thread alone would run all of them at that pace."""
+    wanted = threads_override()
+    return usable_cores() if wanted is None else wanted
 
 
 def prefer_passive_wait() -> bool:

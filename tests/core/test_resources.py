@@ -3,6 +3,7 @@ kernel thread policy, free memory under a cgroup limit, peak RSS, visible GPUs, 
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -67,17 +68,50 @@ def test_a_worker_share_of_a_quota(tmp_path):
     assert resources.usable_cores(tmp_path) == 1 and resources.thread_share(3, tmp_path) == 1
 
 
-def test_kernel_threads_override_cap_and_load_rule(monkeypatch):
-    monkeypatch.setenv(resources.THREADS_ENV, "3")
-    assert resources.kernel_threads() == resources.kernel_threads(cap=1) == 3  # the override wins
-    monkeypatch.delenv(resources.THREADS_ENV)
-    assert resources.kernel_threads(cap=1) == 1
-    assert 1 <= resources.kernel_threads() <= resources.usable_cores()
-    assert resources.others_load() >= 0.0
-    assert resources.free_threads(8, 0.2) == 8  # quiet: every core
-    assert resources.free_threads(8, 5.7) == 2  # what the other processes leave
-    assert resources.free_threads(8, 30.0) == 1
-    assert resources.free_threads(2, 0.5) == 2 and resources.free_threads(2, 0.6) == 1  # rounded to the nearest
+def test_the_override_wins_and_a_bad_one_is_one_clear_error(monkeypatch):
+    monkeypatch.setattr(resources, "usable_cores", lambda root=resources.CGROUP: 4)
+    monkeypatch.setenv(resources.THREADS_ENV, " 3 ")
+    assert resources.threads_override() == 3
+    assert resources.kernel_threads() == resources.kernel_threads(cap=1) == 3
+    assert resources.decomposition_threads(16) == resources.pool_threads() == 3
+    for bad in ("abc", "0", "-1", "1.5", "99999", "5"):  # 5: more than the 4 usable cores
+        monkeypatch.setenv(resources.THREADS_ENV, bad)
+        with pytest.raises(ConfigError, match=rf"{resources.THREADS_ENV}='{re.escape(bad)}' .* from 1 to 4"):
+            resources.kernel_threads()
+    monkeypatch.setenv(resources.THREADS_ENV, "")
+    assert resources.threads_override() is None
+
+
+def test_threads_follow_the_run_queue_now_and_the_matrix_size(monkeypatch):
+    monkeypatch.delenv(resources.THREADS_ENV, raising=False)
+    monkeypatch.setattr(resources, "usable_cores", lambda root=resources.CGROUP: 32)
+    others = {"now": 0}
+    monkeypatch.setattr(resources, "others_running", lambda: others["now"])
+    assert resources.kernel_threads() == 32 and resources.kernel_threads(cap=4) == 4  # quiet: every core
+    others["now"] = 29
+    assert resources.kernel_threads() == 3 and resources.kernel_threads(cap=2) == 2  # what the others leave
+    others["now"] = 40
+    assert resources.kernel_threads() == 1
+    others["now"] = 0
+    assert resources.decomposition_threads(resources.THREADS_MIN_SIDE - 1) == 1  # small: one thread, always
+    assert resources.decomposition_threads(4096) == 4096 // resources.SIDE_PER_THREAD  # one per 256 columns
+    assert resources.decomposition_threads(100000) == 32
+    others["now"] = 31
+    assert resources.decomposition_threads(4096) == 1  # a load that has just started counts at once
+    assert resources.pool_threads() == 32  # side by side, no barrier: not reduced for load
+
+
+def test_the_run_queue_less_this_process(tmp_path, monkeypatch):
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.52 0.58 0.59 7/467 12345\n")  # the 1-minute average says little; 7 threads run now
+    monkeypatch.setattr(resources, "_own_running_threads", lambda: 2)
+    assert resources.others_running(loadavg) == 5
+    loadavg.write_text("9.0 9.0 9.0 1/467 12345\n")  # a load that has just ended: nothing runs now
+    assert resources.others_running(loadavg) == 0
+    assert resources.others_running(tmp_path / "missing") == 0
+    monkeypatch.undo()
+    assert resources._own_running_threads() >= 1  # the thread that reads runs
+    assert resources.others_running() >= 0
 
 
 def test_passive_wait_only_before_torch_and_never_over_the_users_choice():

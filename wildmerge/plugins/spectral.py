@@ -32,9 +32,13 @@ def _randomized(topk_solver: str):
 @on_kernel_threads
 def iso_c(deltas: Sequence[torch.Tensor], rank_tol: Optional[float], svd_precision: str) -> torch.Tensor:
     """Iso-C (Marczak et al. 2025): keep the singular vectors of the summed task vectors and set every singular
-    value (within the rank) to their mean. The tasks are summed one by one: no stacked copy of all of them."""
-    return spectral_map(sum(deltas), lambda s, rank: torch.where(s > 0, s.sum() / rank, 0.0), rank_tol,
-                        svd_precision)
+    value (within the rank) to their mean. The tasks are summed in place, one by one (as ``sum`` adds them, one
+    buffer instead of one per task; no stacked copy of all of them)."""
+    deltas = list(deltas)
+    total = deltas[0].clone()
+    for d in deltas[1:]:
+        total += d
+    return spectral_map(total, lambda s, rank: torch.where(s > 0, s.sum() / rank, 0.0), rank_tol, svd_precision)
 
 
 @on_kernel_threads
