@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tqdm.auto import tqdm
 
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
-from wildmerge.eval.local import run_local
+from wildmerge.eval.local import check_workers, run_local
 from wildmerge.eval.store import FAILED, ResultStore, read_result, write_result
 from wildmerge.eval.worker import base_record, run_job
 
@@ -188,10 +188,13 @@ def executor_options(executor: str, options: Dict[str, Any]) -> Dict[str, Any]:
         raise ConfigError(f"option {unknown[0]!r}{did_you_mean(unknown[0], schema.model_fields)} does not apply to the "
                           f"{executor} executor (its options: {valid})")
     try:
-        return schema.model_validate(given).model_dump()
+        checked = schema.model_validate(given).model_dump()
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(f"{executor} executor option {first['loc'][0]!r}: {first['msg']}") from None
+    if executor == "local":
+        check_workers(checked["workers"])  # cores and memory, before any model (run_local checks the models too)
+    return checked
 
 
 def run_jobs(jobs: List[Dict[str, Any]], executor: str = "serial", on_done: Callback = None,
