@@ -1,19 +1,26 @@
 """Atomic writes: a file or a directory is complete or absent, so a killed run never leaves half an output.
 
-Write into a temporary sibling, then ``os.replace`` it into place (atomic on POSIX within one filesystem).
+Write into a temporary sibling, then ``os.replace`` it into place (atomic on POSIX within one filesystem). A
+sibling's name records its writer (``.NAME.tmp-PID-HOST-*``, HOST a hash of the host name), so that a later run
+removes what a killed writer left (``clean_stale_tmp``) and keeps what a live one is still writing.
 """
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
+import re
+import secrets
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Optional
 
 from wildmerge.errors import WildmergeError
 
+OWNED = re.compile(r"\.(?:tmp|old)-(\d+)-([0-9a-f]{8})-[^.]*$")  # the writer of a temporary sibling
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 READ_ONLY = (errno.EROFS,)
 NO_PERMISSION = (errno.EACCES, errno.EPERM)
@@ -57,12 +64,39 @@ def _tmp_sibling(path: Path, kind: str) -> Path:
     make = tempfile.mkdtemp if kind == "dir" else tempfile.mkstemp
     with named_storage_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        made = make(prefix=f".{path.name}.tmp-", dir=path.parent)
+        made = make(prefix=f".{path.name}.tmp-{_owner()}-", dir=path.parent)
     if kind == "file":
         os.close(made[0])
         made = made[1]
     os.chmod(made, (0o777 if kind == "dir" else 0o666) & ~_umask())
     return Path(made)
+
+
+def _host() -> str:
+    return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _owner() -> str:
+    """``PID-HOST`` of this process: written into its temporary siblings' names."""
+    return f"{os.getpid()}-{_host()}"
+
+
+def writer_alive(name: str) -> bool:
+    """Whether the process that made the temporary sibling ``name`` may still be writing it: yes for a live process
+    of this machine or one of another machine (unknowable from here); no for a dead one, or a name that records no
+    writer (made by hand or by an older version)."""
+    match = OWNED.search(name)
+    if match is None:
+        return False
+    if match.group(2) != _host():
+        return True
+    try:
+        os.kill(int(match.group(1)), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def _umask() -> int:
@@ -101,7 +135,7 @@ def atomic_dir(path):
         with named_storage_errors(path):  # also what the block writes (mergekit's shards): a full disk names ``path``
             yield tmp
         if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            old = path.with_name(f".{path.name}.old-{_owner()}-{secrets.token_hex(4)}")
             os.replace(path, old)
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
@@ -113,12 +147,13 @@ def atomic_dir(path):
 
 
 def clean_stale_tmp(parent) -> int:
-    """Remove temporary siblings (``.NAME.tmp-*``, ``.NAME.old-*``) that a killed run left behind."""
+    """Remove the temporary siblings (``.NAME.tmp-*``, ``.NAME.old-*``) in ``parent`` that a killed writer left
+    behind; those of a live writer (another command on the same folder) stay. Returns how many were removed."""
     parent, removed = Path(parent), 0
     if not parent.is_dir():
         return 0
     for p in parent.iterdir():
-        if p.name.startswith(".") and (".tmp-" in p.name or ".old-" in p.name):
+        if p.name.startswith(".") and (".tmp-" in p.name or ".old-" in p.name) and not writer_alive(p.name):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
             removed += 1
     return removed

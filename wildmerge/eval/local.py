@@ -4,7 +4,8 @@ Each worker (``serve.py``) imports lm-eval and builds the suite's tasks once, th
 A thread per worker hands it the next job and waits for its answer, with a timeout: a worker that hangs is killed
 and its job fails; a worker that dies (a segfault, the out-of-memory killer) fails only the job it held, recorded
 as killed, and is replaced by a fresh one for the jobs that remain. Workers outlive one call (until this
-process exits), so evaluating one model at a time pays the start-up once.
+process exits), so evaluating one model at a time pays the start-up once, and die with this process however it ends
+(``wildmerge.lifeline``), ``kill -9`` included.
 """
 
 import atexit
@@ -19,13 +20,23 @@ from typing import Any, Callable, Dict, List, Optional
 
 from tqdm.auto import tqdm
 
+from wildmerge import lifeline
 from wildmerge.atomic import write_json
+from wildmerge.errors import ConfigError
 from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result
 from wildmerge.eval.worker import lost_record
-from wildmerge.resources import thread_share, usable_cores, visible_gpus
+from wildmerge.resources import free_memory, thread_share, usable_cores, visible_gpus
 
 STARTUP_TIMEOUT = 600.0  # importing lm-eval on a busy node
+# What one worker holds besides the model it scores: the interpreter with torch, transformers, datasets and lm-eval
+# imported (``serve.py`` imports them before it says ready). Measured as the resident memory (VmHWM) of a worker
+# once ready (``measure_worker_memory``): 378 MiB on Linux x86-64, Python 3.11, torch 2.13 (CPU build),
+# transformers 5.24, lm-eval 0.4.13; 522 MiB after scoring a tiny model on a two-task suite (tests/helpers.py), so
+# rounded up to leave room for a suite's tasks and other versions.
+# Re-measure: python -c "from wildmerge.eval.local import measure_worker_memory as m; print(m() >> 20, 'MiB')"
+# (tests/eval/test_eval_lifeline.py fails when a real worker outgrows it.)
+WORKER_MEMORY = 640 << 20
 
 
 def default_workers(cpus: Optional[int] = None) -> int:
@@ -33,6 +44,44 @@ def default_workers(cpus: Optional[int] = None) -> int:
     Python overhead overlapping the first one's matrix products, large ones from threads (benchmarks/)."""
     cpus = cpus or usable_cores()
     return max(1, min(4, cpus // 2))
+
+
+def weights_bytes(path) -> int:
+    """The size of a model folder's weight files (safetensors, else pickles); 0 for one without (a composition)."""
+    files = list(Path(path).glob("*.safetensors")) or list(Path(path).glob("*.bin"))
+    return sum(f.stat().st_size for f in files)
+
+
+def check_workers(workers: Optional[int], model_bytes: int = 0) -> None:
+    """Refuse an explicit worker count this machine cannot hold, before any worker starts: more than the usable
+    cores on a CPU, or more than free memory holds at ``WORKER_MEMORY`` + twice the largest model a worker (its
+    weights, and the file read into them)."""
+    if workers is None:
+        return
+    gpus, cores, free = visible_gpus(), usable_cores(), free_memory()
+    each = WORKER_MEMORY + 2 * model_bytes
+    fits = workers if gpus else cores  # on GPUs several workers may share one (round robin)
+    if free is not None:
+        fits = max(1, min(fits, free // each))
+    if workers <= fits:
+        return
+    memory = "unknown free memory" if free is None else f"{free / 2**30:.1f} GiB free memory"
+    raise ConfigError(f"--workers {workers}: this machine holds at most {fits} evaluation worker(s): {cores} usable "
+                      f"core(s){f', {len(gpus)} GPU(s)' if gpus else ''}, {memory}, about {each / 2**30:.2f} GiB a "
+                      f"worker ({WORKER_MEMORY >> 20} MiB for Python with torch and lm-eval + twice the largest "
+                      f"model, {model_bytes / 2**30:.2f} GiB); use --workers {fits}, or leave --workers out for the "
+                      f"default")
+
+
+def measure_worker_memory() -> int:
+    """Bytes of resident memory a fresh worker holds once ready (the source of ``WORKER_MEMORY``)."""
+    worker = Worker({**os.environ, "TOKENIZERS_PARALLELISM": "false"}, Path(os.devnull))
+    worker.start()
+    try:
+        status = Path(f"/proc/{worker.proc.pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) * 1024
+    finally:
+        worker.stop()
 
 
 def worker_envs(workers: Optional[int]) -> List[Dict[str, str]]:
@@ -57,8 +106,8 @@ class Worker:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "wildmerge.eval.serve"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=log, env=self.env, text=True, bufsize=1)
+        self.proc = lifeline.popen([sys.executable, "-m", "wildmerge.eval.serve"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=log, env=self.env, text=True, bufsize=1)
         log.close()
         self.lines = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
@@ -79,10 +128,9 @@ class Worker:
             return TimeoutError
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
+        """Kill the worker and whatever it started (a hung worker's own subprocesses too)."""
         if self.proc:
-            self.proc.wait()
+            lifeline.kill(self.proc)
         self.proc = None
 
     def close(self) -> None:
@@ -113,7 +161,7 @@ class Worker:
             self.stop()
             return lost_record(job, started, f"timed out after {timeout:.0f} s (--job-timeout); the worker was "
                                              f"stopped and replaced")
-        rc = self.proc.wait()
+        rc = lifeline.reap(self.proc)  # and what it left running
         self.proc = None
         record = read_result(job["result_path"])
         if record["status"] in (OK, FAILED) and record.get("started", 0) >= started:
@@ -158,6 +206,7 @@ def run_local(jobs: List[Dict[str, Any]], options: EvalOptions,
     records (in completion order)."""
     if not jobs:
         return []
+    check_workers(options.workers, max(weights_bytes(job["model_path"]) for job in jobs))
     envs = worker_envs(options.workers)[: len(jobs)]
     logs = ResultStore.of_result(jobs[0]["result_path"]).logs_dir
     todo: "queue.Queue" = queue.Queue()

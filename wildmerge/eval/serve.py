@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from wildmerge.lifeline import hold
 from wildmerge.resources import cuda_available, kernel_threads, prefer_passive_wait, thread_share
 
 
@@ -64,11 +65,13 @@ def job_threads(share: int) -> None:
 
 
 def main() -> int:
+    hold()  # first: this worker and what it starts die with the process that started it
     prefer_passive_wait()  # before torch loads: OpenMP threads sleep at barriers instead of spinning
     share = int(os.environ.get("OMP_NUM_THREADS") or thread_share(1))
     control = os.fdopen(os.dup(1), "w", buffering=1)  # job ids go here; fd 1 itself follows each job's log
     os.dup2(2, 1)
-    import lm_eval  # noqa: F401  (paid once per worker, before the first job's timeout starts)
+    import lm_eval.evaluator  # noqa: F401  (paid once per worker, before the first job's timeout starts)
+    import lm_eval.models.huggingface  # noqa: F401
 
     from wildmerge.eval.worker import score_job
 

@@ -5,7 +5,7 @@ in turn. ``run_job`` is the per-process mode: a fresh Python process per job, wh
 and crashes at the price of importing lm-eval and building the tasks every time. Either way a job that raises is
 recorded as ``failed`` with its error; a worker killed by a signal (the out-of-memory killer) is recorded as
 ``killed``, which the next run of the same command redoes once (``store.needs_run``). The child is
-``python -m wildmerge.eval.worker JOB.json``.
+``python -m wildmerge.eval.worker JOB.json``; it dies with the process that started it (``wildmerge.lifeline``).
 """
 
 import functools
@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from wildmerge import lifeline
 from wildmerge.atomic import write_json
 from wildmerge.eval.splits import derived_config, derived_name, score_key
 from wildmerge.eval.store import FAILED, OK, ResultStore, base_record, read_result, write_result
@@ -290,7 +291,7 @@ def run_job(job: Dict[str, Any], job_file: str = "") -> Dict[str, Any]:
     try:
         Path(job["log_path"]).parent.mkdir(parents=True, exist_ok=True)
         with open(job["log_path"], "w") as log:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+            rc = lifeline.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     except OSError as exc:
         rc, why = None, f"could not start the worker: {exc}"
     record = read_result(job["result_path"])
@@ -304,4 +305,5 @@ def run_job(job: Dict[str, Any], job_file: str = "") -> Dict[str, Any]:
 
 
 if __name__ == "__main__":
+    lifeline.hold()  # first: this job's process and what it starts die with the process that started it
     sys.exit(child_main(sys.argv[1]))

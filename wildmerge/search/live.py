@@ -5,7 +5,8 @@ mergekit method (``merging.inmemory.CandidateMerger``, base and experts loaded o
 checkpoint in the run's search folder (``RunFolder.search_model_dir``). Every rung scores it through the evaluation
 harness as a screening part (lm-eval ``samples=``: the first ``fraction`` of a seeded permutation of each task's
 documents, so the rungs' subsets are nested and every model sees the same items). Results live in the search's
-result store (``RunFolder.search_eval_dir``): a rerun after a kill finds them and scores nothing twice.
+result store (``RunFolder.search_eval_dir``): a rerun after a kill finds them and scores nothing twice, and removes the candidate folder the killed search
+was writing.
 """
 
 import copy
@@ -15,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from wildmerge.atomic import atomic_dir
+from wildmerge.atomic import atomic_dir, clean_stale_tmp
 from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.screening.parts import SCREEN, counted, item_vector
 from wildmerge.eval.screening.stats import Items
@@ -41,6 +42,7 @@ class LiveEvaluator:
         self.store = ResultStore(run.search_eval_dir(suite.name)).prepare()
         self._merger = self._model = None  # loaded on the first merge: a resumed search may need none
         self.fingerprints = FingerprintCache(self.store.fingerprints_file)
+        clean_stale_tmp(self.folder / "models")  # what a killed search was writing (a live one's stays)
 
     def model_path(self, candidate: str) -> str:
         if candidate == "base":

@@ -102,5 +102,9 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
 if __name__ == "__main__":  # the child process of a pinned-kernel build (demo.family._build)
     import sys
 
+    from wildmerge.lifeline import hold
+
+    hold()  # dies with the process that started it
+
     _out, _seed, _size, _threads, _progress = sys.argv[1:6]
     build_family(_out, seed=int(_seed), quick=_size == "quick", threads=int(_threads), progress=_progress == "progress")

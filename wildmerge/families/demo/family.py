@@ -67,14 +67,15 @@ def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
                   "will differ from them (README: 'The demo family across machines')", flush=True)
         build_family(out, seed=seed, quick=quick, threads=threads, progress=progress)
         return
-    import subprocess
     import sys
+
+    from wildmerge import lifeline
 
     env = {**os.environ, "ATEN_CPU_CAPABILITY": pinned,
            "MKL_CBWR": "AVX2" if pinned == "avx2" else "COMPATIBLE"}  # MKL's reproducible mode, to be safe
     cmd = [sys.executable, "-m", "wildmerge.families.demo.build", str(out), str(seed), "quick" if quick else "full",
            str(threads), "progress" if progress else "quiet"]
-    if subprocess.run(cmd, env=env).returncode != 0:
+    if lifeline.run(cmd, env=env) != 0:  # the child dies with this process
         raise WildmergeError(f"building the demo family with WILDMERGE_DEMO_KERNELS={pinned} failed (see above)")
 
 
