@@ -320,6 +320,7 @@ class RunFolder:
         self.search_json = self.root / SEARCH  # its settings, candidates and result
         self.search_log = self.root / SEARCH_LOG  # one line per rung: every candidate's score and decision
         self.search_geometry = self.search_dir / "geometry.json"  # the pool's task-vector cosines and norms, cached
+        self.search_models_dir = self.search_dir / "models"  # its merged candidates, one folder each
         self.mergeability_dir = self.root / "mergeability"  # the fitted predictor (``wildmerge analyze predictor``)
         self.weight_checks_path = self.root / WEIGHT_CHECKS
         self.norms_cache = self.eval_root / "norms.json"  # task-vector norms, shared by every suite's report
@@ -351,7 +352,7 @@ class RunFolder:
 
     def search_model_dir(self, candidate: str) -> Path:
         """A search candidate's merged checkpoint."""
-        return self.search_dir / "models" / candidate
+        return self.search_models_dir / candidate
 
     def search_eval_dir(self, suite: str) -> Path:
         """The search's result store on ``suite`` (its rungs' item scores)."""

@@ -16,6 +16,7 @@ from helpers import lm_family, write_plan  # noqa: F401  (fixture)
 from process_tree import children, cmdline, kill_marked, marked_env, new_tag, wait_for, wait_gone
 from wildmerge.cli import main as cli
 from wildmerge.eval.evaluate import evaluate_run
+from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.local import WORKER_MEMORY, measure_worker_memory
 from wildmerge.eval.store import OK, ResultStore
 
@@ -93,8 +94,8 @@ def test_sigkill_of_eval_ends_its_workers_and_the_rerun_finishes(blocking, execu
     assert not [j for j in store.index().jobs if store.load(j)["status"] == OK]  # killed inside the first job
     if executor == "serial":
         return  # the rerun is the same for both executors
-    again = evaluate_run(run, blocking["suite"], executor="local", workers=1)
-    reference = evaluate_run(blocking["reference"], blocking["suite"], executor="local", workers=1)
+    again = evaluate_run(run, blocking["suite"], EvalOptions(executor="local", workers=1))
+    reference = evaluate_run(blocking["reference"], blocking["suite"], EvalOptions(executor="local", workers=1))
     assert again["ok"] == reference["ok"] == 3 and again["index"] == reference["index"]
     ours, theirs = ResultStore(again["store"]), ResultStore(reference["store"])
     assert {j: ours.load(j)["scores"] for j in again["index"].values()} == \

@@ -18,6 +18,7 @@ from wildmerge.atomic import write_text
 from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.eval.executors import run_jobs
 from wildmerge.eval.jobs import make_job
+from wildmerge.eval.local import check_workers
 from wildmerge.eval.fingerprint import FingerprintCache, check_model_dir, fingerprint_model
 from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.screening.stages import REFERENCES, SCREEN_SEED, final_job_id, run_screened
@@ -81,6 +82,8 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalO
     executor, screen = options.executor, options.screen
     check_screen(screen, suite)
     _check_device(suite, executor)
+    if executor == "local":
+        check_workers(options.workers)  # cores and memory, before any store, fingerprint or worker
     include_path = suite.resolved_include_path()
     include_defaults = check_tasks(suite)  # unknown task names fail here, before any model is loaded
     store = ResultStore(store_root).prepare()

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 from tqdm.auto import tqdm
 
 from wildmerge.errors import WildmergeError
-from wildmerge.eval.local import check_workers, run_local
+from wildmerge.eval.local import run_local
 from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import FAILED, ResultStore, base_record, read_result, write_result
 from wildmerge.eval.worker import run_job
@@ -140,8 +140,5 @@ EXECUTORS = {"local": run_local, "serial": run_serial, "ray": run_ray, "slurm": 
 
 
 def run_jobs(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
-    """Run ``jobs`` on ``options.executor`` with its options (checked when the options were made; the local
-    executor's worker count against this machine's cores and memory before any worker starts)."""
-    if options.executor == "local":
-        check_workers(options.workers)
+    """Run ``jobs`` on ``options.executor`` with its options (checked when the options were made)."""
     return EXECUTORS[options.executor](jobs, options, on_done)

@@ -42,7 +42,7 @@ class LiveEvaluator:
         self.store = ResultStore(run.search_eval_dir(suite.name)).prepare()
         self._merger = self._model = None  # loaded on the first merge: a resumed search may need none
         self.fingerprints = FingerprintCache(self.store.fingerprints_file)
-        clean_stale_tmp(self.folder / "models")  # what a killed search was writing (a live one's stays)
+        clean_stale_tmp(run.search_models_dir)  # what a killed search was writing (a live one's stays)
 
     def model_path(self, candidate: str) -> str:
         if candidate == "base":
