@@ -122,6 +122,9 @@ def run_sample(s: SampleSettings) -> int:
                           f"use sizes between 1 and {len(pool.experts)}")
     methods = load_methods(_method_names(pool.protocol.methods if s.methods is None else s.methods))
     sweeps = load_sweeps(s.ablations, s.grid)  # each with its method's recipe loaded
+    from wildmerge.merging.workers import worker_count
+
+    worker_count(s.merge_workers, s.merge_device, None, 0)  # cores and helper memory now; the models' share later
     evaluate = pool.protocol.evaluate if s.evaluate is None else s.evaluate
     suite = s.suite or pool.protocol.suite
     if evaluate and not suite:

@@ -60,10 +60,11 @@ def worker_count(requested: Union[int, str, None], device: str, base_path, max_e
     if requested == "auto" or requested <= fits:
         return fits if requested == "auto" else requested
     memory = "unknown free memory" if free is None else f"{free / 2**30:.1f} GiB free memory"
+    merge = (f" + {peak / 2**30:.2f} GiB for the merge: the base's size x {max_experts + 2}" if base_path is not None
+             else "; the merge's own memory comes on top")
     raise ConfigError(f"--merge-workers {requested}: this machine holds at most {fits} merge worker(s): {cores} usable "
                       f"core(s), {memory}, about {each / 2**30:.2f} GiB a worker ({HELPER_MEMORY >> 20} MiB for Python "
-                      f"with torch and mergekit + {peak / 2**30:.2f} GiB for the merge: the base's size x "
-                      f"{max_experts + 2}); use --merge-workers {fits} or --merge-workers auto")
+                      f"with torch and mergekit{merge}); use --merge-workers {fits} or --merge-workers auto")
 
 
 def measure_helper_memory() -> int:
