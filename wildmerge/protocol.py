@@ -48,6 +48,7 @@ class SampleSettings(BaseModel):
     tune_samples: int = 128
     tune_check: int = 0  # evaluate this many grid points per tuned method: does TAS track accuracy? (manifest)
     dry_run: bool = False
+    calibrate_from: Optional[str] = None  # --dry-run's cost plan: per-unit costs from this earlier run folder
     keep_models: Literal["all", "none"] = "all"
     evaluate: Optional[bool] = None  # default: the pool's protocol.evaluate (the embedded families)
     suite: Optional[str] = None  # default: the pool's protocol.suite
@@ -133,7 +134,9 @@ def run_sample(s: SampleSettings) -> int:
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run
 
-        return print_dry_run(run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune)
+        return print_dry_run(run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune,
+                             suite=suite if evaluate else None, evaluation=s.evaluation,
+                             merge_device=s.merge_device, calibrate_from=s.calibrate_from)
     from wildmerge.sampling.preflight import check_expert_data
 
     check_expert_data(pool, methods, sweeps, s.tune)  # RegMean / CoM / --tune data, before any model is resolved
