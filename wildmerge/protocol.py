@@ -105,6 +105,16 @@ def _predicted(s: SampleSettings, pool=None):
     return record, scorer
 
 
+def _scoring(suite: str, options: EvalOptions):
+    """What the dry run's cost plan needs of the evaluation: the suite's tasks, its items per task, the array."""
+    from wildmerge.eval.suites import load_suite
+    from wildmerge.sampling.cost import Scoring
+
+    loaded = load_suite(suite)
+    limit = options.limit if options.limit is not None else loaded.settings.limit
+    return Scoring([t.task for t in loaded.tasks], limit, options.slurm_array_parallelism)
+
+
 def run_sample(s: SampleSettings) -> int:
     """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; 1 if a score failed."""
     from wildmerge.eval.evaluate import evaluate_run
@@ -135,7 +145,7 @@ def run_sample(s: SampleSettings) -> int:
         from wildmerge.sampling.dryrun import print_dry_run
 
         return print_dry_run(run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune,
-                             suite=suite if evaluate else None, evaluation=s.evaluation,
+                             scoring=_scoring(suite, s.evaluation) if evaluate else None,
                              merge_device=s.merge_device, calibrate_from=s.calibrate_from)
     from wildmerge.sampling.preflight import check_expert_data
 

@@ -10,7 +10,6 @@ is here, in small functions; ``dryrun.py`` prints it.
 import json
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 GB, HOUR = 1e9, 3600.0
@@ -107,6 +106,15 @@ def eval_peak_bytes(parameters: int, bytes_per_param: int = 2) -> int:
 
 
 @dataclass(frozen=True)
+class Scoring:
+    """What the dry run needs of the evaluation (the caller reads the suite and options: sampling knows no eval)."""
+
+    tasks: List[str]
+    limit: Optional[float] = None  # items per task: a number, or a fraction of each task
+    slurm_tasks: int = 64  # --slurm-array-parallelism
+
+
+@dataclass(frozen=True)
 class Study:
     """What the plan asks for: the units the rates multiply."""
 
@@ -150,19 +158,21 @@ def calibrate_from(run_dir) -> Calibration:
     tokens). The device is the one its evaluations ran on."""
     from wildmerge.errors import ConfigError
 
-    run = Path(run_dir)
-    config = _first_config(run)
-    if config is None:
-        raise ConfigError(f"--calibrate-from {run_dir}: no merged model with a config.json under {run / 'models'}; "
+    from wildmerge.run import RunFolder, read_merge_info
+
+    run = RunFolder(run_dir)
+    models = sorted(p for p in run.models_dir.glob("*") if (p / "config.json").is_file()) \
+        if run.models_dir.is_dir() else []
+    if not models:
+        raise ConfigError(f"--calibrate-from {run_dir}: no merged model with a config.json under {run.models_dir}; "
                           f"give the folder of a run that merged at least one model")
-    params = parameters_from_config(config)
+    params = parameters_from_config(json.loads((models[0] / "config.json").read_text()))
     read, merge_s = 0, 0.0
-    for info in sorted(run.glob("models/*/merge_info.json")):
-        record = json.loads(info.read_text())
-        if record.get("seconds") is not None:
-            read += params * (len(record.get("experts") or []) + 1)
-            merge_s += float(record["seconds"])
-    results = [json.loads(p.read_text()) for p in sorted(run.glob("eval/*/results/*.json"))]
+    for info in filter(None, map(read_merge_info, models)):
+        if info.seconds is not None:
+            read += params * (len(info.experts) + 1)
+            merge_s += info.seconds
+    results = [json.loads(p.read_text()) for p in sorted(run.eval_root.glob("*/results/*.json"))]
     results = [r for r in results if r.get("status") == "ok" and r.get("seconds") is not None]
     device = "cuda" if any(str(r.get("device", "")).startswith("cuda") for r in results) else "cpu"
     base = DEFAULTS[device]
@@ -178,14 +188,8 @@ def calibrate_from(run_dir) -> Calibration:
         if tokens and left > 0:
             token_rate = left / (params * tokens / 1e12)
     return replace(base, merge_s_per_gparam_read=merge_rate, eval_start_s=start, eval_s_per_tparam_token=token_rate,
-                   source=f"--calibrate-from {run}: {len(results)} timed evaluation(s), merges reading "
+                   source=f"--calibrate-from {run.root}: {len(results)} timed evaluation(s), merges reading "
                           f"{read / GB:.3g} G parameters ({params / 1e6:.4g}M each)", error=1.5)
-
-
-def _first_config(run: Path) -> Optional[dict]:
-    for config in sorted(run.glob("models/*/config.json")):
-        return json.loads(config.read_text())
-    return None
 
 
 def _record_tokens(record: dict) -> List[int]:

@@ -47,11 +47,10 @@ def _base_config(pool) -> dict | None:
         return None
 
 
-def print_cost(merges, models_evaluated: int, pool, suite=None, evaluation=None, merge_device: str = "cpu",
+def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: str = "cpu",
                keep_models: str = "all", calibrate_from=None) -> None:
-    """The cost plan: merges, evaluations, disk, and wall time / GPU-hours per executor (``cost.py``)."""
-    from wildmerge.eval.options import EvalOptions
-    from wildmerge.eval.suites import load_suite
+    """The cost plan: merges, evaluations, disk, and wall time / GPU-hours per executor (``cost.py``);
+    ``scoring``: the suite's tasks and limit (``cost.Scoring``), None when the run is not evaluated."""
     from wildmerge.resources import visible_gpus
     from wildmerge.sampling import cost
 
@@ -63,12 +62,9 @@ def print_cost(merges, models_evaluated: int, pool, suite=None, evaluation=None,
         return
     where = "the pool's base.parameters" if pool.base.parameters else "the base's config.json"
     largest = config["vocab_size"] * config["hidden_size"] if config else params // 10
-    evaluation = evaluation or EvalOptions()
-    tasks, limit = [], None
-    if suite is not None:
-        s = load_suite(suite)
-        tasks, limit = [t.task for t in s.tasks], evaluation.limit if evaluation.limit is not None else s.settings.limit
-    scored = cost.suite_tokens(tasks, limit)
+    scoring = scoring or cost.Scoring([])
+    tasks = scoring.tasks
+    scored = cost.suite_tokens(tasks, scoring.limit)
     items, tokens = sum(i for i, _ in scored.values()), sum(t for _, t in scored.values())
     inputs = [len(e.experts) + 1 for e in merges]
     study = cost.Study(params, inputs, models_evaluated if tasks else 0, tokens, items, len(tasks))
@@ -89,8 +85,7 @@ def print_cost(merges, models_evaluated: int, pool, suite=None, evaluation=None,
     gpus = max(len(visible_gpus()), 8)
     executors = [cost.Executor("one GPU", 1), cost.Executor(f"a node, {gpus} GPUs (local)", gpus),
                  cost.Executor(f"Ray, {gpus} GPUs", gpus),
-                 cost.Executor(f"Slurm array, {evaluation.slurm_array_parallelism} tasks",
-                               evaluation.slurm_array_parallelism, evaluation.slurm_array_parallelism)]
+                 cost.Executor(f"Slurm array, {scoring.slurm_tasks} tasks", scoring.slurm_tasks, scoring.slurm_tasks)]
     gpu_cal = own if own is not None and own.device == "cuda" else cost.DEFAULTS["cuda"]
     cpu_cal = own if own is not None and own.device == "cpu" else cost.DEFAULTS["cpu"]
     for ex in executors:
@@ -111,8 +106,7 @@ def _duration(seconds: float) -> str:
 
 
 def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "all", scorer=None,
-                  tune: bool = False, suite=None, evaluation=None, merge_device: str = "cpu",
-                  calibrate_from=None) -> int:
+                  tune: bool = False, scoring=None, merge_device: str = "cpu", calibrate_from=None) -> int:
     from wildmerge.sampling.plan import build_entries
     from wildmerge.sampling.preflight import missing_expert_data
 
@@ -141,8 +135,8 @@ def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "
         print(f"  disk: {size / 1e9:.3g} GB per merged model, {need / 1e9:.3g} GB needed for the merges to do "
               f"(--keep-models {keep_models})")
     print(f"  models evaluated: {len(entries)} (base, {len(pool.experts)} experts, {len(merges)} merges)")
-    print_cost([e for e in merges if read_merge_info(e.path) is None], len(entries), pool, suite, evaluation,
-               merge_device, keep_models, calibrate_from)
+    print_cost([e for e in merges if read_merge_info(e.path) is None], len(entries), pool, scoring, merge_device,
+               keep_models, calibrate_from)
     missing = missing_expert_data(pool, methods, sweeps, tune)  # said before the plan: a real run stops on it
     for line in missing:
         print(f"  MISSING DATA: {line}")
