@@ -94,3 +94,21 @@ def test_a_hub_pool_is_costed_from_its_declared_size(tmp_path, capsys):
     assert "cost plan (4.02 B parameters" in out and "545 models x 16 tasks" in out
     for line in ("one GPU:", "a node, 8 GPUs (local):", "Ray, 8 GPUs:", "Slurm array, 64 tasks:"):
         assert line in out
+
+
+def test_the_four_base_study_in_the_docs_is_what_the_dry_runs_print(tmp_path, capsys):
+    """docs/evaluation.md's table of the paper's four bases comes from these commands, number for number."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "evaluation.md").read_text()
+    rows = [line.strip("|").split("|") for line in doc.splitlines()
+            if line.startswith(("| llama-3", "| qwen3-"))]
+    assert [r[0].strip() for r in rows] == ["llama-3.2-3b", "qwen3-4b", "llama-3.1-8b", "qwen3-8b"]
+    for base, params, disk, node, slurm in ([c.strip() for c in r] for r in rows):
+        assert main(["sample", "--base", base, "--evaluate", "--suite", "paper16", "--dry-run",
+                     "--out", str(tmp_path / base)]) == 0
+        out = capsys.readouterr().out
+        lines = {line.split(":")[0].strip(): line.split(":", 1)[1].strip() for line in out.splitlines() if ":" in line}
+        assert f"cost plan ({params.replace(' B', '')} B parameters" in out
+        assert f"disk: {disk} of merged checkpoints" in out
+        assert lines["a node, 8 GPUs (local)"] == node and lines["Slurm array, 64 tasks"] == slurm

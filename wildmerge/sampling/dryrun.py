@@ -72,7 +72,8 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     print(f"  cost plan ({params / 1e9:.3g} B parameters, from {where}):")
     print(f"    merges: {len(merges)} to do, reading {min(inputs, default=0)}-{max(inputs, default=0)} models each; "
           f"peak {cost.merge_peak_bytes(largest, max(inputs, default=1), params * 2) / cost.GB:.3g} GB "
-          f"{'GPU memory' if merge_device != 'cpu' else 'RAM'} (--merge-device {merge_device})")
+          f"{'GPU memory' if merge_device != 'cpu' else 'RAM'} (--merge-device {merge_device}; the GPU plans below "
+          f"merge with --merge-device cuda)")
     if tasks:
         print(f"    evaluations: {study.models_evaluated} models x {len(tasks)} tasks x {items} items "
               f"(~{tokens / 1e6:.3g}M tokens per model); {cost.eval_peak_bytes(params) / cost.GB:.3g} GB GPU memory each")
@@ -91,8 +92,9 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     for ex in executors:
         t = cost.executor_time(study, gpu_cal, ex)
         print(f"    {ex.name + ':':<32} {_duration(t['wall_s']):>10} wall, {t['gpu_hours']:,.1f} GPU-hours")
-    t = cost.executor_time(study, cpu_cal, cost.Executor("cpu", 1))
-    print(f"    {'this machine, CPU, one worker:':<32} {_duration(t['wall_s']):>10} wall")
+    if params < 1e9:  # a CPU plan of a billion-parameter study is years
+        t = cost.executor_time(study, cpu_cal, cost.Executor("cpu", 1))
+        print(f"    {'this machine, CPU, one worker:':<32} {_duration(t['wall_s']):>10} wall")
     for cal in dict.fromkeys((gpu_cal, cpu_cal)):
         print(f"    rates ({cal.device}): {cal.source}; good to about x{cal.error:g} either way")
 
