@@ -32,12 +32,12 @@ def test_unit_costs():
     assert cost.eval_seconds(4_000_000_000, 50_000_000, gpu) == pytest.approx(10 + 2.0 * 4 + 0.01 * 4e9 * 5e7 / 1e12)
     assert cost.merge_peak_bytes(100, 3, 10_000) == 100 * (3 * 4 + 2) + 10_000
     assert cost.eval_peak_bytes(1000) == 2400
+    assert cost.record_bytes(2) == 2400
 
 
 def test_executor_times():
     cal = cost.Calibration("cuda", 1.0, 10.0, 1.0, "by hand", 2.0)
-    study = cost.Study(parameters=1_000_000_000, merge_inputs=[3, 5], models_evaluated=4, tokens_per_model=1_000_000,
-                       items_per_model=100, tasks=1)
+    study = cost.Study(parameters=1_000_000_000, merge_inputs=[3, 5], models_evaluated=4, tokens_per_model=1_000_000)
     per_model = 10 + 1 + 1000  # start, reading 1 G parameters at 1 s per G, 1e9 x 1e6 tokens at 1 s per 1e12
     one = cost.executor_time(study, cal, cost.Executor("one", 1))
     assert one["wall_s"] == pytest.approx(8 + 4 * per_model) and one["gpu_hours"] == pytest.approx(one["wall_s"] / 3600)
@@ -49,7 +49,7 @@ def test_executor_times():
     assert slurm["gpu_hours"] == pytest.approx((8 + 4 * (per_model + 60)) / 3600)
 
 
-def test_calibrate_from_an_earlier_run(tmp_path):
+def test_calibrate_from_an_earlier_run(tmp_path, capsys):
     model = tmp_path / "models" / "ta__n02_s00"
     model.mkdir(parents=True)
     (model / "config.json").write_text(json.dumps(TINY))
@@ -64,6 +64,9 @@ def test_calibrate_from_an_earlier_run(tmp_path):
     assert cal.merge_s_per_gparam_read == pytest.approx(3.0 / (212 * 3 / 1e9))
     assert cal.eval_start_s == 2.0  # the fastest job
     assert cal.eval_s_per_tparam_token == pytest.approx((6.0 - 2 * 2.0) / (212 * 20_000 / 1e12))
+    # and through the dry run: the CPU plan uses the run's rates, and says so
+    assert main(["sample", "--dry-run", "--out", str(tmp_path / "new"), "--calibrate-from", str(tmp_path)]) == 0
+    assert f"rates (cpu): --calibrate-from {tmp_path}: 2 timed evaluation(s)" in capsys.readouterr().out
 
 
 def test_calibrate_from_an_empty_folder_says_what_to_give(tmp_path):

@@ -67,7 +67,7 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     scored = cost.suite_tokens(tasks, scoring.limit)
     items, tokens = sum(i for i, _ in scored.values()), sum(t for _, t in scored.values())
     inputs = [len(e.experts) + 1 for e in merges]
-    study = cost.Study(params, inputs, models_evaluated if tasks else 0, tokens, items, len(tasks))
+    study = cost.Study(params, inputs, models_evaluated if tasks else 0, tokens)
     own = cost.calibrate_from(calibrate_from) if calibrate_from else None
     print(f"  cost plan ({params / 1e9:.3g} B parameters, from {where}):")
     print(f"    merges: {len(merges)} to do, reading {min(inputs, default=0)}-{max(inputs, default=0)} models each; "
@@ -82,7 +82,7 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     per_model = params * 2
     kept = per_model * (min(len(merges), 1) if keep_models == "none" else len(merges))
     print(f"    disk: {kept / cost.GB:.4g} GB of merged checkpoints (--keep-models {keep_models}), "
-          f"~{study.models_evaluated * 0.05:.3g} MB of evaluation records")
+          f"~{study.models_evaluated * cost.record_bytes(len(tasks)) / 1e6:.3g} MB of evaluation records")
     gpus = max(len(visible_gpus()), 8)
     executors = [cost.Executor("one GPU", 1), cost.Executor(f"a node, {gpus} GPUs (local)", gpus),
                  cost.Executor(f"Ray, {gpus} GPUs", gpus),
@@ -92,7 +92,7 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     for ex in executors:
         t = cost.executor_time(study, gpu_cal, ex)
         print(f"    {ex.name + ':':<32} {_duration(t['wall_s']):>10} wall, {t['gpu_hours']:,.1f} GPU-hours")
-    if params < 1e9:  # a CPU plan of a billion-parameter study is years
+    if params < 1e9:  # a billion-parameter study on a CPU: tens of thousands of hours, not a plan
         t = cost.executor_time(study, cpu_cal, cost.Executor("cpu", 1))
         print(f"    {'this machine, CPU, one worker:':<32} {_duration(t['wall_s']):>10} wall")
     for cal in dict.fromkeys((gpu_cal, cpu_cal)):
@@ -129,13 +129,13 @@ def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "
           + ", ".join(f"{m} {c}" for m, c in Counter(e.method for e in merges).items()))
     size = _one_model_bytes(pool, methods)
     todo = len(merges) - done
-    if size is None:
-        print("  disk: unknown (the base is not on this machine yet, or is an embedded family (demo:, smollm2:), built "
-              "on first use)")
-    else:
+    if size is not None:
         need = size * (min(todo, 1) if keep_models == "none" else todo)
         print(f"  disk: {size / 1e9:.3g} GB per merged model, {need / 1e9:.3g} GB needed for the merges to do "
               f"(--keep-models {keep_models})")
+    elif not pool.base.parameters:  # a declared size: the cost plan below says the disk
+        print("  disk: unknown (the base is not on this machine yet, or is an embedded family (demo:, smollm2:), built "
+              "on first use)")
     print(f"  models evaluated: {len(entries)} (base, {len(pool.experts)} experts, {len(merges)} merges)")
     print_cost([e for e in merges if read_merge_info(e.path) is None], len(entries), pool, scoring, merge_device,
                keep_models, calibrate_from)
