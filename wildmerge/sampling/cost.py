@@ -140,16 +140,15 @@ class Executor:
 
 
 def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: float = 60.0) -> Dict[str, float]:
-    """Wall seconds and GPU-hours on ``ex``: merges run one per GPU on the submitting machine (the sampler's merge
-    workers), evaluations one per GPU (local / Ray) or one array task each (Slurm: each also pays ``job_start_s``
-    to start Python, import lm-eval and wait for its node)."""
+    """Wall seconds and GPU-hours on ``ex``: the merges first, one per GPU (the sampler's merge workers; under Slurm
+    on one GPU of the submitting machine), then the evaluations one per GPU (local / Ray) or one array task each
+    (Slurm: each also pays ``job_start_s`` to start Python, import lm-eval and wait for its node)."""
     merges = sum(merge_seconds(study.parameters, n, cal) for n in study.merge_inputs)
     per_model = eval_seconds(study.parameters, study.tokens_per_model, cal)
     if ex.slurm_tasks:
         evals = study.models_evaluated * (per_model + job_start_s)
         eval_wall = math.ceil(study.models_evaluated / ex.slurm_tasks) * (per_model + job_start_s)
-        merge_wall = merges / max(ex.gpus // ex.slurm_tasks or 1, 1)
-        return {"wall_s": merge_wall + eval_wall, "gpu_hours": (merges + evals) / HOUR,
+        return {"wall_s": merges + eval_wall, "gpu_hours": (merges + evals) / HOUR,
                 "merge_s": merges, "eval_s": evals}
     evals = study.models_evaluated * per_model
     wall = merges / ex.gpus + math.ceil(study.models_evaluated / ex.gpus) * per_model
@@ -158,10 +157,9 @@ def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: flo
 
 def calibrate_from(run_dir) -> Calibration:
     """Rates from an earlier run: its merges' seconds per parameter read (``models/*/merge_info.json``) and its
-    result records' seconds per model (the start: its fastest job) and per parameter-token (what is left, spread by
-    tokens). The device is the one its evaluations ran on."""
+    result records' seconds per model (the start: its fastest job less reading the model) and per parameter-token
+    (what the others took beyond the fastest, spread by tokens). The device is the one its evaluations ran on."""
     from wildmerge.errors import ConfigError
-
     from wildmerge.run import RunFolder, read_merge_info
 
     run = RunFolder(run_dir)
@@ -186,9 +184,9 @@ def calibrate_from(run_dir) -> Calibration:
     start, token_rate = base.eval_start_s, base.eval_s_per_tparam_token
     if results:
         seconds = sorted(float(r["seconds"]) for r in results)
-        start = seconds[0]  # the fastest job: mostly start
+        start = max(seconds[0] - merge_rate * params / GB, 0.0)  # the fastest job, less reading the model
         tokens = sum(t for r in results for t in _record_tokens(r))
-        left = sum(seconds) - start * len(seconds)
+        left = sum(seconds) - seconds[0] * len(seconds)
         if tokens and left > 0:
             token_rate = left / (params * tokens / 1e12)
     return replace(base, merge_s_per_gparam_read=merge_rate, eval_start_s=start, eval_s_per_tparam_token=token_rate,
