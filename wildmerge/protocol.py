@@ -48,6 +48,7 @@ class SampleSettings(BaseModel):
     tune_samples: int = 128
     tune_check: int = 0  # evaluate this many grid points per tuned method: does TAS track accuracy? (manifest)
     dry_run: bool = False
+    calibrate_from: Optional[str] = None  # --dry-run's cost plan: per-unit costs from this earlier run folder
     keep_models: Literal["all", "none"] = "all"
     evaluate: Optional[bool] = None  # default: the pool's protocol.evaluate (the embedded families)
     suite: Optional[str] = None  # default: the pool's protocol.suite
@@ -104,6 +105,16 @@ def _predicted(s: SampleSettings, pool=None):
     return record, scorer
 
 
+def _scoring(suite: str, options: EvalOptions):
+    """What the dry run's cost plan needs of the evaluation: the suite's tasks, its items per task, the array."""
+    from wildmerge.eval.suites import load_suite
+    from wildmerge.sampling.cost import Scoring
+
+    loaded = load_suite(suite)
+    limit = options.limit if options.limit is not None else loaded.settings.limit
+    return Scoring([t.task for t in loaded.tasks], limit, options.slurm_array_parallelism)
+
+
 def run_sample(s: SampleSettings) -> int:
     """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; 1 if a score failed."""
     from wildmerge.eval.evaluate import evaluate_run
@@ -136,7 +147,9 @@ def run_sample(s: SampleSettings) -> int:
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run
 
-        return print_dry_run(run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune)
+        return print_dry_run(run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune,
+                             scoring=_scoring(suite, s.evaluation) if evaluate else None,
+                             merge_device=s.merge_device, calibrate_from=s.calibrate_from)
     from wildmerge.sampling.preflight import check_expert_data
 
     check_expert_data(pool, methods, sweeps, s.tune)  # RegMean / CoM / --tune data, before any model is resolved

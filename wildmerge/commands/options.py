@@ -31,6 +31,10 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
                         help="score every model on this fraction of each task's items first (the same items for "
                              "all); finish only models whose result vs the base / best expert is still open "
                              "(paired bootstrap intervals); base and experts are always scored in full")
+    parser.add_argument("--wandb-args", metavar="KEY=VALUE,...",
+                        help="log every scored model to Weights & Biases through lm-eval's own logger, with the run's "
+                             "manifest as its config: wandb.init's arguments, e.g. project=merging,entity=team "
+                             "(needs `pip install wandb`; WANDB_MODE=offline writes the runs locally)")
     w = parser.add_argument_group("local executor (long-lived workers)")
     w.add_argument("--workers", type=int, help="worker processes (default: one per visible GPU, else one per two "
                                                "CPU cores, at most four)")

@@ -11,6 +11,9 @@ def configure(parser) -> None:
     parser.add_argument("--combine", nargs="+", metavar="RUN",
                         help="several evaluated runs (one per base model): write their Tables 1-3 side by side with "
                              "the paper's Average rows")
+    parser.add_argument("--hf-dataset", metavar="OUT",
+                        help="also write the leaderboard as a Hugging Face dataset folder (the CSVs and a dataset "
+                             "card) ready for `huggingface-cli upload USER/NAME OUT --repo-type dataset`")
 
 
 def run(args) -> int:
@@ -30,4 +33,10 @@ def run(args) -> int:
         if name.endswith(("leaderboard_md", "scores_csv", "index_html")):
             print(f"{name}: {path}")
     print(f"{len(written)} file(s) written")
+    if args.hf_dataset:
+        from wildmerge.analysis.report.hf_dataset import write_hf_dataset
+        from wildmerge.run import RunFolder
+
+        out = write_hf_dataset(written, RunFolder(args.run_dir).name, args.hf_dataset)
+        print(f"Hugging Face dataset folder: {out} (upload: huggingface-cli upload USER/NAME {out} --repo-type dataset)")
     return 0

@@ -48,6 +48,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predictor-method", help="score subsets with this method's fit (default: all methods, z-scored)")
     p.add_argument("--exclude", action="append", default=[], type=comma_list, help="leave these experts (names) out")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its cost; merge nothing")
+    p.add_argument("--calibrate-from", metavar="RUN",
+                   help="with --dry-run: cost the plan at the per-unit costs of this earlier run folder (its merge and "
+                        "result records) instead of the built-in calibration")
     p.add_argument("--keep-models", choices=("all", "none"), default="all",
                    help="'none' deletes each merged model's weights once it is evaluated (keeps recipe and info)")
     ev = p.add_mutually_exclusive_group()
@@ -93,6 +96,7 @@ def settings(args) -> SampleSettings:
         select=args.select, predictor=args.predictor, predictor_method=args.predictor_method,
         ablations=[n for group in args.sweep for n in group], grid=args.grid, tune=args.tune,
         tune_grid=args.tune_grid, tune_samples=args.tune_samples, tune_check=args.tune_check, dry_run=args.dry_run,
+        calibrate_from=args.calibrate_from,
         keep_models=args.keep_models, evaluate=args.evaluate, suite=args.suite, merge_device=args.merge_device,
         merge_workers=args.merge_workers, allow_pickle=args.allow_pickle,
         download=False if args.no_download else None, evaluation=eval_options(args))

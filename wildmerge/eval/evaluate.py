@@ -24,6 +24,7 @@ from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.screening.stages import REFERENCES, SCREEN_SEED, final_job_id, run_screened
 from wildmerge.eval.store import FAILED, OK, ResultStore, needs_run, write_result
 from wildmerge.eval.suites import Suite, SuiteSettings, check_tasks, load_suite
+from wildmerge.eval.wandb_log import wandb_spec
 from wildmerge.hub import resolve_path
 from wildmerge.resources import checked_device, cuda_available
 from wildmerge.run import EvalIndex, PlanEntry, RunFolder, weights_pruned, write_eval_index
@@ -78,7 +79,8 @@ def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[st
 
 
 def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalOptions, strict: bool,
-              overridden: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+              overridden: Optional[Dict[str, Any]] = None, run_config: Optional[Dict[str, Any]] = None,
+              run_name: Optional[str] = None) -> Dict[str, Any]:
     executor, screen = options.executor, options.screen
     check_screen(screen, suite)
     _check_device(suite, executor)
@@ -145,6 +147,9 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalO
                 print(f"redoing {job_id}: {status['error'].splitlines()[0]}")
             job["attempt"] = status.get("attempts", 1) + 1 if status["status"] == FAILED else 1
             todo.append({**job, "record_items": options.record_items})
+            spec = wandb_spec(options.wandb_args, run_config or {}, job, run_name)
+            if spec:
+                todo[-1]["wandb"] = spec
     print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
           f"({executor})")
     _run_claimed(todo, store, options)
@@ -226,8 +231,10 @@ def evaluate_run(run_dir, suite, options: Optional[EvalOptions] = None, *,
         if unknown:
             raise ConfigError(f"model ids not in {run.plan_path}: {unknown}")
         entries = [e for e in entries if e.model_id in set(model_ids) or (screen and e.kind in REFERENCES)]
+    manifest = run.read_manifest() if options.wandb_args else None
     return _evaluate(entries, suite, run.eval_dir(suite.name), options, strict=False,
-                     overridden=overridden(suite, plain))
+                     overridden=overridden(suite, plain), run_name=run.name,
+                     run_config=manifest.model_dump(mode="json") if manifest else {"run": str(run.root)})
 
 
 def evaluate_models(models: List[str], suite, out_dir, options: Optional[EvalOptions] = None) -> Dict[str, Any]:
@@ -244,4 +251,4 @@ def evaluate_models(models: List[str], suite, out_dir, options: Optional[EvalOpt
         check_model_dir(path, options.allow_pickle)
         entries.append(PlanEntry(model_id=ref, kind="expert", path=path))
     return _evaluate(entries, suite, Path(out_dir).resolve() / suite.name, options, strict=True,
-                     overridden=overridden(suite, plain))
+                     overridden=overridden(suite, plain), run_config={"models": list(models), "suite": suite.name})

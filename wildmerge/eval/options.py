@@ -54,6 +54,9 @@ class EvalOptions(BaseModel):
     slurm_mem_gb: Optional[int] = Field(None, gt=0)
     slurm_array_parallelism: int = Field(64, gt=0)
     slurm_cluster: Optional[str] = None  # 'local' / 'debug': submitit's stand-ins, for tests
+    # lm-eval's Weights & Biases logger (its ``wandb_args``: wandb.init's arguments, e.g. project, entity, group):
+    # every scored job is one W&B run with the run's manifest as its config (``wandb_log.py``); no effect on job ids
+    wandb_args: Optional[Dict[str, str]] = None
 
     def __init__(self, **values: Any):
         try:
@@ -70,6 +73,18 @@ class EvalOptions(BaseModel):
             return getattr(SuiteSettings.model_validate({info.field_name: value}), info.field_name)
         except ValidationError as exc:
             raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
+    @field_validator("wandb_args", mode="before")
+    @classmethod
+    def _key_values(cls, value):
+        """``project=merging,group=qwen3`` (lm-eval's own form, commas between pairs) or a mapping."""
+        if not isinstance(value, str):
+            return value
+        pairs = [p.strip() for p in value.split(",") if p.strip()]
+        bad = [p for p in pairs if "=" not in p or not p.split("=", 1)[0].strip()]
+        if bad or not pairs:
+            raise ValueError(f"expected key=value pairs separated by commas (project=NAME,entity=TEAM), got {value!r}")
+        return {k.strip(): v.strip() for k, v in (p.split("=", 1) for p in pairs)}
 
     @model_validator(mode="after")
     def _options_of_this_executor(self) -> "EvalOptions":

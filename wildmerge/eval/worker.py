@@ -163,7 +163,7 @@ def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
     tm = task_manager(job["include_path"], job["include_defaults"])
     if job.get("screen"):
         return evaluate_part_job(job, lm, tm)
-    scores, outputs, items = {}, {}, {}
+    scores, outputs, items, logged = {}, {}, {}, []
     for batch in _batches(job["tasks"], set(tm.all_tags)):
         out = lm_eval.simple_evaluate(
             model=lm, tasks=_specs(batch, tm), num_fewshot=batch[0]["num_fewshot"], task_manager=tm,
@@ -171,6 +171,7 @@ def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
             log_samples=bool(job.get("record_items")),
         )
         outputs[",".join(t["task"] for t in batch)] = {k: out.get(k) for k in LM_EVAL_KEYS if k in out}
+        logged.append(out)
         for t in batch:
             scores[t["label"] or t["task"]] = task_score(out, t["task"], t["metric"])
             if t.get("validation_split"):
@@ -178,6 +179,10 @@ def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
                     out, derived_name(t["task"], t["validation_split"]), t["metric"])
             if job.get("record_items"):
                 items[t["label"] or t["task"]] = item_scores(out.get("samples") or {}, t["task"], t["metric"])
+    if job.get("wandb"):
+        from wildmerge.eval.wandb_log import log_to_wandb
+
+        log_to_wandb(job["wandb"], logged)
     return {"scores": scores, "lm_eval": outputs, **({"items": items} if job.get("record_items") else {})}
 
 

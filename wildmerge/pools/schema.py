@@ -34,6 +34,12 @@ class ModelRef(BaseModel):
         return (self.model, self.revision)
 
 
+class BaseRef(ModelRef):
+    """The pool's base; ``parameters`` (optional) lets a dry run cost the study before the weights are here."""
+
+    parameters: int | None = Field(None, gt=0)
+
+
 class Expert(ModelRef):
     name: str | None = None
     domain: str | None = None
@@ -92,7 +98,7 @@ class Pool(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     description: str = ""
-    base: ModelRef
+    base: BaseRef
     experts: list[Expert]
     protocol: ProtocolDefaults = Field(default_factory=ProtocolDefaults)
     quick: Optional[QuickVariant] = None

@@ -32,8 +32,83 @@ def _unresolved(name, ref, domain=None) -> ResolvedModel:
     return ResolvedModel(name=name, model=ref, kind="unresolved", path=ref, domain=domain)
 
 
+def _base_config(pool) -> dict | None:
+    """The base's config.json when it is on this machine (a folder or the hub cache); never downloads or builds."""
+    from wildmerge.checkpoints import read_config
+    from wildmerge.errors import WildmergeError
+    from wildmerge.hub import FAMILY_PREFIXES, resolve
+
+    if pool.base.model.startswith(FAMILY_PREFIXES):
+        return None
+    try:
+        return read_config(resolve(pool.base.model, pool.base.revision, download=False,
+                                   relative_to=Path(pool.source).parent if pool.source else None).path)
+    except WildmergeError:
+        return None
+
+
+def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: str = "cpu",
+               keep_models: str = "all", calibrate_from=None) -> None:
+    """The cost plan: merges, evaluations, disk, and wall time / GPU-hours per executor (``cost.py``);
+    ``scoring``: the suite's tasks and limit (``cost.Scoring``), None when the run is not evaluated."""
+    from wildmerge.resources import visible_gpus
+    from wildmerge.sampling import cost
+
+    config = _base_config(pool)
+    params = pool.base.parameters or (config and cost.parameters_from_config(config))
+    if not params:
+        print(f"  cost: unknown (the base is not on this machine and {pool.source or 'the pool'} declares no size: "
+              f"add `parameters: N` to its base)")
+        return
+    where = "the pool's base.parameters" if pool.base.parameters else "the base's config.json"
+    largest = config["vocab_size"] * config["hidden_size"] if config else params // 10
+    scoring = scoring or cost.Scoring([])
+    tasks = scoring.tasks
+    scored = cost.suite_tokens(tasks, scoring.limit)
+    items, tokens = sum(i for i, _ in scored.values()), sum(t for _, t in scored.values())
+    inputs = [len(e.experts) + 1 for e in merges]
+    study = cost.Study(params, inputs, models_evaluated if tasks else 0, tokens)
+    own = cost.calibrate_from(calibrate_from) if calibrate_from else None
+    print(f"  cost plan ({params / 1e9:.3g} B parameters, from {where}):")
+    print(f"    merges: {len(merges)} to do, reading {min(inputs, default=0)}-{max(inputs, default=0)} models each; "
+          f"peak {cost.merge_peak_bytes(largest, max(inputs, default=1), params * 2) / cost.GB:.3g} GB "
+          f"{'GPU memory' if merge_device != 'cpu' else 'RAM'} (--merge-device {merge_device}; the GPU plans below "
+          f"merge with --merge-device cuda)")
+    if tasks:
+        print(f"    evaluations: {study.models_evaluated} models x {len(tasks)} tasks x {items} items "
+              f"(~{tokens / 1e6:.3g}M tokens per model); {cost.eval_peak_bytes(params) / cost.GB:.3g} GB GPU memory each")
+    else:
+        print("    evaluations: none (not evaluated)")
+    per_model = params * 2
+    kept = per_model * (min(len(merges), 1) if keep_models == "none" else len(merges))
+    print(f"    disk: {kept / cost.GB:.4g} GB of merged checkpoints (--keep-models {keep_models}), "
+          f"~{study.models_evaluated * cost.record_bytes(len(tasks)) / 1e6:.3g} MB of evaluation records")
+    gpus = max(len(visible_gpus()), 8)
+    executors = [cost.Executor("one GPU", 1), cost.Executor(f"a node, {gpus} GPUs (local)", gpus),
+                 cost.Executor(f"Ray, {gpus} GPUs", gpus),
+                 cost.Executor(f"Slurm array, {scoring.slurm_tasks} tasks", scoring.slurm_tasks, scoring.slurm_tasks)]
+    gpu_cal = own if own is not None and own.device == "cuda" else cost.DEFAULTS["cuda"]
+    cpu_cal = own if own is not None and own.device == "cpu" else cost.DEFAULTS["cpu"]
+    for ex in executors:
+        t = cost.executor_time(study, gpu_cal, ex)
+        print(f"    {ex.name + ':':<32} {_duration(t['wall_s']):>10} wall, {t['gpu_hours']:,.1f} GPU-hours")
+    if params < 1e9:  # a billion-parameter study on a CPU: tens of thousands of hours, not a plan
+        t = cost.executor_time(study, cpu_cal, cost.Executor("cpu", 1))
+        print(f"    {'this machine, CPU, one worker:':<32} {_duration(t['wall_s']):>10} wall")
+    for cal in dict.fromkeys((gpu_cal, cpu_cal)):
+        print(f"    rates ({cal.device}): {cal.source}; good to about x{cal.error:g} either way")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "all", scorer=None,
-                  tune: bool = False) -> int:
+                  tune: bool = False, scoring=None, merge_device: str = "cpu", calibrate_from=None) -> int:
     from wildmerge.sampling.plan import build_entries
     from wildmerge.sampling.preflight import missing_expert_data
 
@@ -54,14 +129,16 @@ def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "
           + ", ".join(f"{m} {c}" for m, c in Counter(e.method for e in merges).items()))
     size = _one_model_bytes(pool, methods)
     todo = len(merges) - done
-    if size is None:
-        print("  disk: unknown (the base is not on this machine yet, or is an embedded family (demo:, smollm2:), built "
-              "on first use)")
-    else:
+    if size is not None:
         need = size * (min(todo, 1) if keep_models == "none" else todo)
         print(f"  disk: {size / 1e9:.3g} GB per merged model, {need / 1e9:.3g} GB needed for the merges to do "
               f"(--keep-models {keep_models})")
+    elif not pool.base.parameters:  # a declared size: the cost plan below says the disk
+        print("  disk: unknown (the base is not on this machine yet, or is an embedded family (demo:, smollm2:), built "
+              "on first use)")
     print(f"  models evaluated: {len(entries)} (base, {len(pool.experts)} experts, {len(merges)} merges)")
+    print_cost([e for e in merges if read_merge_info(e.path) is None], len(entries), pool, scoring, merge_device,
+               keep_models, calibrate_from)
     missing = missing_expert_data(pool, methods, sweeps, tune)  # said before the plan: a real run stops on it
     for line in missing:
         print(f"  MISSING DATA: {line}")
