@@ -71,6 +71,13 @@ def _check_rule(rule: str, sweeps: dict) -> None:
                 raise ConfigError(f"grid {name!r}: {exc}") from None
 
 
+def _check_points(check: int) -> None:
+    from wildmerge.analysis.tas.check import points_problem
+
+    if points_problem(check):
+        raise ConfigError(f"--check: {points_problem(check)}")
+
+
 def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None, samples: int = DEFAULT_SAMPLES,
               seq_len=None, distance: str = "l2", device: str = "cpu", threads=None, allow_pickle: bool = False,
               check: int = 0, check_suite: str = "demo", check_limit=None, select: str = "tas") -> dict:
@@ -84,6 +91,7 @@ def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None
         torch.set_num_threads(threads)
     if samples < 1:
         raise ConfigError(f"--samples must be at least 1 (got {samples})")
+    _check_points(check)
     named = load_sweeps(sweeps, grid_file)
     if not named:
         raise ConfigError("nothing to tune: give --grid FILE or --sweep NAME")
@@ -111,6 +119,7 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
     from wildmerge.recipes.method import with_hparams
     from wildmerge.recipes.sweeps import Sweep, load_sweeps
 
+    _check_points(check)
     named = {name: Sweep(method=name, grid=TUNE_GRIDS[name]) for name in methods if name in TUNE_GRIDS}
     named.update({g.method: g for g in load_sweeps((), grid_file).values()} if grid_file else {})
     named = {name: g for name, g in named.items() if name in methods}
