@@ -6,6 +6,7 @@ Every bad input fails here, before the first merge.
 """
 
 import hashlib
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -63,6 +64,10 @@ class SampleSettings(BaseModel):
 
         own = pool.protocol
         default = [n for n in (own.sizes or PAPER_SIZES) if n < len(pool.experts)]  # n = N is added anyway
+        dropped = [n for n in (own.sizes or []) if n > len(pool.experts)]
+        if dropped and not self.sizes:  # said, not silently left out (e.g. after --exclude)
+            print(f"note: pool {pool.name!r} has {len(pool.experts)} experts: its protocol sizes "
+                  f"{', '.join(map(str, dropped))} are left out (--sizes to choose others)", file=sys.stderr)
         k = self.k if self.k is not None else (own.k or PAPER_K)
         return Sampling.of(pool, seed=self.seed, sizes=self.sizes or default, k=k, full=self.full,
                            homogeneous=self.homogeneous, select=select)
@@ -111,6 +116,9 @@ def run_sample(s: SampleSettings) -> int:
     from wildmerge.recipes.sweeps import load_sweeps
     from wildmerge.pools import load_pool
 
+    from wildmerge.resources import checked_device
+
+    checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
     pool = load_pool(s.pool, s.exclude)
     select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
@@ -129,6 +137,15 @@ def run_sample(s: SampleSettings) -> int:
     if not evaluate and s.evaluation.screen is not None:
         raise ConfigError(f"--screen {s.evaluation.screen} screens the evaluation, but this run is not evaluated "
                           f"(--no-evaluate, or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --screen")
+    if s.tune_check and not s.tune:
+        raise ConfigError(f"--tune-check {s.tune_check} checks the --tune choices: add --tune, or drop --tune-check")
+    if s.tune_check and not suite:
+        raise ConfigError("--tune-check needs a suite to evaluate on: add --suite NAME (the pool names none of its "
+                          "own under protocol: suite:)")
+    if evaluate or s.tune_check:  # the suite and the evaluation device, checked before the merges (and in a dry run)
+        from wildmerge.eval.evaluate import check_evaluation
+
+        check_evaluation(suite, s.evaluation)
     run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run
@@ -150,7 +167,7 @@ def run_sample(s: SampleSettings) -> int:
 
         methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
                                       device=s.merge_device, allow_pickle=s.allow_pickle, check=s.tune_check,
-                                      check_suite=suite or "demo", check_limit=s.evaluation.limit)
+                                      check_suite=suite, check_limit=s.evaluation.limit)
     log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.merge_device,
                        merge_workers=s.merge_workers,
                        allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,
