@@ -27,8 +27,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from wildmerge.resources import checked_device
     from wildmerge.search.guided import search_pool
 
+    checked_device(args.merge_device, "--merge-device")  # a missing GPU said before any model is read
     methods = [m for m in args.methods.split(",") if m]
     search_pool(args.pool, args.budget, out=args.out, suite_name=args.suite, methods=methods,
                 first=args.first_fraction, eta=args.eta, seed=args.seed, tune=not args.no_tune,

@@ -77,6 +77,9 @@ def _check_suite(args):
 def run(args) -> int:
     from wildmerge.analysis.tas.tune import adamerge_pool, tune_pool
 
+    from wildmerge.resources import checked_device
+
+    checked_device(args.device, "--device")  # a missing GPU said before any model is read
     suite = _check_suite(args)
     _check_pool_weights(args)
     if args.adamerging:
