@@ -125,7 +125,7 @@ def tiny(lm_family, tmp_path):  # noqa: F811
     def pool_with(**extra):
         data = yaml.safe_load(open(pool))
         data.update(extra)
-        path = tmp_path / "pool2.yml"
+        path = tmp_path / f"pool{len(list(tmp_path.glob('pool*.yml')))}.yml"
         path.write_text(yaml.safe_dump(data))
         return path
 
@@ -194,3 +194,91 @@ def test_protocol_sizes_beyond_the_pool_are_said(tiny, capsys):
                         "--dry-run"], capsys)
     assert status == 0, err
     assert "protocol sizes 5 are left out" in err and "2 experts" in err
+
+
+def _copy_without_tokenizer(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("tokenizer*", "vocab*", "merges.txt", "special_tokens*",
+                                                            "added_tokens*", "chat_template*"))
+    return str(dst)
+
+
+def _more_cases(t, tmp_path):
+    """(argv, expected substrings, substrings the line must not hold) for cases 8-10 and 12."""
+    fam = t["family"]
+    sample = ["sample", "--out", t["run"], "--sizes", "2", "--k", "1", "--methods", "ta"]
+    # 8: a base folder without tokenizer files
+    bare = {"name": "bare", "base": {"model": _copy_without_tokenizer(fam["base"], tmp_path / "bare_base")},
+            "experts": [{"model": _copy_without_tokenizer(e, tmp_path / f"bare{i}"), "name": f"x{i}"}
+                        for i, e in enumerate(fam["experts"])]}
+    bare_pool = tmp_path / "bare.yml"
+    bare_pool.write_text(yaml.safe_dump(bare))
+    # 9: family references in a mergekit recipe
+    recipe = tmp_path / "family_recipe.yml"
+    recipe.write_text(yaml.safe_dump({"merge_method": "task_arithmetic", "base_model": fam["base"],
+                                      "models": [{"model": "smollm2:arithmetic", "parameters": {"weight": 1.0}},
+                                                 {"model": fam["experts"][0], "parameters": {"weight": 1.0}}]}))
+    # 10: an unknown lm-eval task and a bad family data reference in `data:`
+    task_pool = t["pool_with"](data={"labelled": {"lm_eval_task": "gsm8kk", "split": "train"}})
+    demo_pool = t["pool_with"](data={"text": "demo:unlabeled/{name}"})
+    # 12: a damaged plan; a recipe's relative calibration file outside any pool; text-only data for mergeability
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "plan.json").write_text("{not json")
+    layerwise = tmp_path / "regmean.yml"
+    layerwise.write_text(yaml.safe_dump({"merge_method": "regmean", "base_model": fam["base"],
+                                         "models": [{"model": e, "calibration": "nowhere/data.jsonl"}
+                                                    for e in fam["experts"]]}))
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(f'{{"text": "item {i} of some text"}}\n' for i in range(12)))
+    text_pool = t["pool_with"](data=str(texts))
+    return [
+        ([*sample, "--base", bare_pool, "--evaluate", "--suite", t["suite"], "--dry-run"],
+         ["has no tokenizer", str(tmp_path / "bare_base"), "tokenizer.json", "the evaluation"], ["sentencepiece"]),
+        ([*sample, "--base", bare_pool, "--evaluate", "--suite", t["suite"]], ["has no tokenizer"], []),
+        (["tune", "--pool", bare_pool, "--sweep", "ta_lambda", "--out", t["run"]],
+         ["has no tokenizer", "task alignment score"], ["sentencepiece"]),
+        (["merge", recipe, t["run"]], ["'smollm2:arithmetic' is a wildmerge family reference",
+                                       "wildmerge demo build --family smollm2"], ["OSError"]),
+        ([*sample, "--base", task_pool, "--dry-run"], ["gsm8kk", "did you mean 'gsm8k'"], ["KeyError"]),
+        ([*sample, "--base", demo_pool, "--dry-run"], ["demo:unlabeled/", "demo:unlabelled/<expert>"], []),
+        (["eval", damaged, "--suite", t["suite"]], [str(damaged / "plan.json"), "delete it"],
+         ["rerun `wildmerge sample` with the run's settings to rewrite"]),
+        (["report", damaged], [str(damaged / "plan.json"), "delete it"], []),
+        (["merge", layerwise, t["run"]], ["nowhere/data.jsonl", "current folder"], ["pool file"]),
+        (["analyze", "mergeability", "--pool", text_pool, "--out", t["run"]], ["--groups weights,activations"],
+         ["--exclude"]),
+    ]
+
+
+def test_cases_8_to_12_are_one_line_before_any_heavy_work(tiny, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv, expected, absent in _more_cases(tiny, tmp_path):
+        status, err = _run(argv, capsys)
+        assert status == 2, (argv, err)
+        _error_line(err)  # one error, no traceback (a pool's error lists its findings on the lines below)
+        assert all(e in err for e in expected) and not any(a in err for a in absent), (argv, err)
+        assert not tiny["run"].exists() and not (tmp_path / "runs").exists(), argv
+
+
+def test_a_first_family_build_says_what_it_does_its_cost_and_where(tmp_path, capsys):
+    import json
+
+    from wildmerge.families import cache as C
+
+    family = C.CachedFamily(label="fam", title="Fam", env="WILDMERGE_TEST_FAM", build_cost="about 1 minute")
+
+    def build(tmp, seed, quick):
+        (tmp / C.MANIFEST).write_text(json.dumps({"seed": seed}))
+
+    def ensure():
+        return C.ensure(family, tmp_path / "cache", 0, False, family_key=lambda s, q: f"seed{s}",
+                        check=lambda root: None if (root / C.MANIFEST).is_file() else "absent", build=build,
+                        describe=lambda root, m: {"root": root}, write_derived=lambda root, info: None)
+
+    ensure()
+    out = capsys.readouterr().out
+    assert f"building the Fam family into {tmp_path / 'cache' / 'seed0'}" in out and "about 1 minute" in out
+    ensure()  # cached: nothing said
+    assert "building" not in capsys.readouterr().out

@@ -146,6 +146,9 @@ def run_sample(s: SampleSettings) -> int:
         from wildmerge.eval.evaluate import check_evaluation
 
         check_evaluation(suite, s.evaluation)
+    from wildmerge.sampling.preflight import check_base_tokenizer, data_features
+
+    check_base_tokenizer(pool, (["the evaluation"] if evaluate else []) + data_features(methods, sweeps, s.tune))
     run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run

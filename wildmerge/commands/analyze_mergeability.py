@@ -36,7 +36,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 def pool_models(args):
     """(pool name, base path, {expert: path}, {expert: calibration spec}) from --run or --pool, all resolved."""
     from wildmerge.checkpoints import check_compatible, check_weights
-    from wildmerge.expert_data.check import require_data
     from wildmerge.expert_data.schema import parse_data
 
     excluded = {n for group in args.exclude for n in group}
@@ -50,17 +49,30 @@ def pool_models(args):
         name, base = manifest.pool, manifest.models.base.path
         experts = {m.name: m.path for m in models}
         specs = {m.name: parse_data(m.calibration, f"data of {m.name!r}") for m in models}
-        require_data(specs, _features(args.groups), name)
+        _require_data(specs, args.groups, name)
         check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
         check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
         return name, base, experts, specs
     from wildmerge.pools import load_pool, resolve
 
     pool = load_pool(args.pool or "demo", sorted(excluded))
-    require_data(pool.all_data(), _features(args.groups), pool.name)  # before any model is resolved
+    _require_data(pool.all_data(), args.groups, pool.name)  # before any model is resolved
     resolved = resolve(pool, allow_pickle=args.allow_pickle)  # adapters folded, as for a merge
     resolved.check_weights()  # NaN / Inf, truncation, shards
     return pool.name, resolved.base_path, resolved.experts, resolved.data  # data: one contract, expert_data
+
+
+def _require_data(data: dict, groups, pool_name: str) -> None:
+    """The pre-flight of the metric groups asked for; experts with unlabelled text only get the advice that fits
+    them (the gradient metrics need labelled items; the other groups run on text)."""
+    from wildmerge.expert_data.check import has, line_to_add, require_data
+
+    text_only = [n for n, d in data.items() if not has(d, "labelled") and has(d, "text")]
+    if "gradients" in groups and text_only and all(has(d, "text") for d in data.values()):
+        raise ConfigError(f"the gradient metrics need labelled data (prompt / answer items), and expert(s) "
+                          f"{', '.join(text_only)} of pool {pool_name!r} have unlabelled text only: run the other "
+                          f"groups with --groups weights,activations, or add under each: {line_to_add('labelled')}")
+    require_data(data, _features(groups), pool_name)
 
 
 def _describe(data) -> str:

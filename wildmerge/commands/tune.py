@@ -45,10 +45,14 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _check_pool_weights(args) -> None:
-    """The pool's checkpoints complete and free of NaN / Inf before any merge is built (as the sampler checks)."""
+    """The pool's checkpoints complete and free of NaN / Inf, and the base's tokenizer there, before any merge is
+    built (as the sampler checks)."""
     from wildmerge.pools import resolve
+    from wildmerge.sampling.preflight import require_tokenizer
 
-    resolve(args.pool, exclude=args.exclude, allow_pickle=args.allow_pickle).check_weights()
+    pool = resolve(args.pool, exclude=args.exclude, allow_pickle=args.allow_pickle)
+    pool.check_weights()
+    require_tokenizer(pool.base_path, "the base", "the task alignment score (tune)")
 
 
 def _check_suite(args):

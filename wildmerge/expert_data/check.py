@@ -23,6 +23,8 @@ def check_local(name: str, data: Optional[ExpertData], relative_to=None) -> None
     if data is None:
         return
     for part, source in (("text", data.text), ("labelled", data.labelled)):
+        if source is not None and source.kind == "lm_eval_task":
+            _check_task_name(source, f"{part} data of expert {name!r}", relative_to)
         if source is None or source.kind != "file":
             continue
         where = f"{part} data of expert {name!r} ({source.file})"
@@ -34,6 +36,41 @@ def check_local(name: str, data: Optional[ExpertData], relative_to=None) -> None
         if usable < (source.n or 1):
             raise ConfigError(f"{where}: {usable} non-empty item(s), at least {source.n or 1} needed; add data or "
                               f"lower n")
+
+
+def _check_task_name(source, where: str, relative_to=None) -> None:
+    """An ``lm_eval_task`` that lm-eval does not know fails at pool load, with the closest name (not a KeyError at
+    the first read). A task folder that is a family reference (``demo:tasks``) is checked when it is read, since
+    naming it would build the family."""
+    from pathlib import Path
+
+    from wildmerge.errors import did_you_mean
+
+    include = source.tasks
+    if include and include.startswith(("demo:", "smollm2:")):
+        return
+    if include and relative_to is not None and not Path(include).is_absolute():
+        include = str(Path(relative_to) / include)
+    if include and not Path(include).is_dir():
+        raise ConfigError(f"{where}: tasks folder {include} does not exist")
+    known = _lm_eval_tasks(include)
+    if source.lm_eval_task not in known:
+        raise ConfigError(f"{where}: lm-eval knows no task {source.lm_eval_task!r}"
+                          f"{did_you_mean(source.lm_eval_task, known)}; name one of its tasks (`lm_eval --tasks list`)"
+                          f"{'' if include else ', or give tasks: FOLDER with your own task YAMLs'}")
+
+
+def _lm_eval_tasks(include) -> set:
+    from lm_eval.tasks import TaskManager
+
+    key = include or ""
+    if key not in _TASK_NAMES:  # indexing lm-eval's tasks takes seconds: once per folder and process
+        tm = TaskManager(include_path=include, include_defaults=False) if include else TaskManager()
+        _TASK_NAMES[key] = set(tm.all_tasks)
+    return _TASK_NAMES[key]
+
+
+_TASK_NAMES: Dict[str, set] = {}
 
 
 def _usable(records, source, part: str, where: str) -> int:
