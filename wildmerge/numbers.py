@@ -1,7 +1,8 @@
 """Numbers people give (options, settings): one rule and one message per kind of number.
 
 The command line's argparse types (``commands/options.py``) and the library's own checks use the same ``Range``,
-so a bad value reads the same wherever it is caught: ``--budget: expected a number >= 2, got nan``. NaN and the
+so a bad value reads the same wherever it is caught: ``--budget: expected a number >= 2, got nan`` (argparse
+prefixes its ``argument``). NaN and the
 infinities are refused by every range.
 """
 
@@ -89,7 +90,8 @@ def _g(bound) -> str:
 
 
 def _text(value) -> str:
-    return repr(value) if isinstance(value, str) else f"{value!r}"
+    """The value as given, the same for its text and its number: ``got nan`` on the command line and in the library."""
+    return str(value).strip() if isinstance(value, str) else f"{value!r}"
 
 
 POSITIVE_INT = Range(integer=True, low=1)

@@ -3,7 +3,7 @@
 import argparse
 
 from wildmerge import numbers
-from wildmerge.eval.options import EvalOptions
+from wildmerge.eval.options import NUMBERS, EvalOptions
 
 
 def number_type(rule: numbers.Range, name: str):
@@ -79,6 +79,11 @@ def comma_positive_ints(text: str) -> list[int]:
     return values
 
 
+def _evaluation(name: str):
+    """The type of a numeric evaluation option: ``EvalOptions``' own rule, so both say the same."""
+    return number_type(NUMBERS[name], name)
+
+
 def add_eval_options(parser, device_flag: str = "--device") -> None:
     """The evaluation options, shared by ``wildmerge eval`` and the protocol driver ``wildmerge sample`` (where the
     evaluation device is ``--eval-device``: its ``--device`` is an old name of ``--merge-device``). Values are
@@ -90,14 +95,14 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
                         help="rerun the jobs that failed before (a job whose worker was killed is redone once anyway)")
     parser.add_argument("--record-items", action="store_true",
                         help="keep every document's score in the results (for `wildmerge.eval.screening.stats`)")
-    parser.add_argument("--screen", type=open_fraction, metavar="FRACTION",
+    parser.add_argument("--screen", type=_evaluation("screen"), metavar="FRACTION",
                         help="score every model on this fraction of each task's items first (the same items for "
                              "all); finish only models whose result vs the base / best expert is still open "
                              "(paired bootstrap intervals); base and experts are always scored in full")
     w = parser.add_argument_group("local executor (long-lived workers)")
-    w.add_argument("--workers", type=positive_int, help="worker processes (default: one per visible GPU, else one per two "
+    w.add_argument("--workers", type=_evaluation("workers"), help="worker processes (default: one per visible GPU, else one per two "
                                                "CPU cores, at most four)")
-    w.add_argument("--job-timeout", type=positive_float, help="seconds one model may take before its worker is replaced "
+    w.add_argument("--job-timeout", type=_evaluation("job_timeout"), help="seconds one model may take before its worker is replaced "
                                                      "(default 3600)")
     g = parser.add_argument_group("evaluation settings overrides (change the job ids)")
     g.add_argument("--limit", help="documents per task (a whole number: 2, 100) or a fraction of each task "
@@ -108,13 +113,13 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
                              "GPU when this machine has one, else the CPU)")
     r = parser.add_argument_group("Ray executor")
     r.add_argument("--ray-address", help="join a cluster (auto, ray://host:10001); default: a local one")
-    r.add_argument("--gpus-per-job", type=nonnegative_float, help="GPUs per job (default 1 where GPUs exist, else 0)")
-    r.add_argument("--cpus-per-job", type=positive_float, default=None, help="CPUs per job (Ray 1, Slurm 4)")
+    r.add_argument("--gpus-per-job", type=_evaluation("gpus_per_job"), help="GPUs per job (default 1 where GPUs exist, else 0)")
+    r.add_argument("--cpus-per-job", type=_evaluation("cpus_per_job"), default=None, help="CPUs per job (Ray 1, Slurm 4)")
     s = parser.add_argument_group("Slurm executor (submitit job array)")
     s.add_argument("--slurm-partition")
-    s.add_argument("--slurm-time", type=positive_int, help="minutes per job (default 240)")
-    s.add_argument("--slurm-mem-gb", type=positive_int)
-    s.add_argument("--slurm-array-parallelism", type=positive_int, help="array tasks at once (default 64)")
+    s.add_argument("--slurm-time", type=_evaluation("slurm_time"), help="minutes per job (default 240)")
+    s.add_argument("--slurm-mem-gb", type=_evaluation("slurm_mem_gb"))
+    s.add_argument("--slurm-array-parallelism", type=_evaluation("slurm_array_parallelism"), help="array tasks at once (default 64)")
     s.add_argument("--slurm-cluster", help=argparse.SUPPRESS)  # 'local' / 'debug': submitit's stand-ins, for tests
 
 

@@ -23,7 +23,7 @@ def points_problem(k) -> str | None:
     """Why ``--check K`` is refused (the one message of the option's type and the library), or None."""
     if k in (1, 2) or (isinstance(k, int) and k < 0):
         return f"expected 0 (no check) or at least {MIN_POINTS} points (a rank correlation needs {MIN_POINTS}), " \
-               f"got {str(k)!r}"
+               f"got {k}"
     return None
 
 
