@@ -71,7 +71,8 @@ def _require_data(data: dict, groups, pool_name: str) -> None:
     if "gradients" in groups and text_only and all(has(d, "text") for d in data.values()):
         raise ConfigError(f"the gradient metrics need labelled data (prompt / answer items), and expert(s) "
                           f"{', '.join(text_only)} of pool {pool_name!r} have unlabelled text only: run the other "
-                          f"groups with --groups weights,activations, or add under each: {line_to_add('labelled')}")
+                          f"groups with --groups weights,activations, or add under each: {line_to_add('labelled')}"
+                          + ("" if len(text_only) == len(data) else " (or leave them out with --exclude NAME)"))
     require_data(data, _features(groups), pool_name)
 
 
