@@ -282,3 +282,17 @@ def test_a_first_family_build_says_what_it_does_its_cost_and_where(tmp_path, cap
     assert f"building the Fam family into {tmp_path / 'cache' / 'seed0'}" in out and "about 1 minute" in out
     ensure()  # cached: nothing said
     assert "building" not in capsys.readouterr().out
+
+
+def test_sample_and_merge_py_refuses_a_bad_number_as_sample_does(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(repo / "sample_and_merge.py"), "--k", "nan", "--out",
+                           str(tmp_path / "run")], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 2 and "argument --k: expected a whole number >= 1, got nan" in proc.stderr
+    assert not any(tmp_path.iterdir())

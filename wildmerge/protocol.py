@@ -122,8 +122,10 @@ def run_sample(s: SampleSettings) -> int:
     pool = load_pool(s.pool, s.exclude)
     select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
-    if sampling.k < 1:
-        raise ConfigError(f"--k must be at least 1 (got {sampling.k})")
+    from wildmerge import numbers
+
+    numbers.POSITIVE_INT.check("--k", sampling.k)  # the command line's words for library callers
+    numbers.POSITIVE_INT.check("--tune-samples", s.tune_samples)
     too_big = [n for n in sampling.sizes if n > len(pool.experts) or n < 1]
     if too_big:
         raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
