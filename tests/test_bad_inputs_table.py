@@ -174,6 +174,10 @@ def _cases(t):
              "--merge-device 'cuda'"),
             (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--device", "cuda", "--out", t["run"]],
              "--device 'cuda'"),
+            (["analyze", "mergeability", "--pool", t["pool"], "--device", "cuda", "--out", t["run"]],
+             "--device 'cuda'"),
+            (["analyze", "probe", "--model", t["family"]["base"], "--suite", t["suite"], "--device", "cuda",
+              "--out", t["run"]], "--device 'cuda'"),
         ]
     return rows
 

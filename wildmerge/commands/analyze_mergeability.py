@@ -92,9 +92,12 @@ def run(args) -> int:
     from wildmerge.analysis.mergeability.io import write_metrics
     from wildmerge.analysis.mergeability.weights import WeightSettings
 
+    from wildmerge.resources import checked_device
+
     bad = sorted(set(args.groups) - {"weights", "activations", "gradients"})
     if bad or not args.groups:
         raise ConfigError(f"--groups {bad or args.groups}: choose from weights, activations, gradients")
+    checked_device(args.device, "--device")  # a missing GPU said before any model is read
     settings = MetricSettings(
         groups=args.groups, device=args.device,
         weights=WeightSettings(k=args.k, subspace_scope=args.subspace_scope, device=args.device),

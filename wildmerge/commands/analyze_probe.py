@@ -112,6 +112,9 @@ def run(args) -> int:
         raise ConfigError("give a run folder or --model PATH (one or the other)")
     if not args.seeds:
         raise ConfigError("--seeds needs at least one seed")
+    from wildmerge.resources import checked_device
+
+    checked_device(args.device, "--device")  # a missing GPU said before any model is read
     suite = load_suite(args.suite)
     tasks, skipped = load_probe_tasks(suite)
     for name, why in skipped.items():
