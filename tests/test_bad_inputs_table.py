@@ -78,7 +78,8 @@ def _bad_values(rule) -> list:
 
 
 NUMERIC = _numeric_options()
-NUMERIC_ROWS = [pytest.param(prefix, action.option_strings, value, id=f"{' '.join(prefix)} {action.option_strings[0]} {value}")
+NUMERIC_ROWS = [pytest.param(prefix, action.option_strings, value,
+                             id=f"{' '.join(prefix)} {action.option_strings[0]} {value}")
                 for prefix, action, rule in NUMERIC if rule is not None for value in _bad_values(rule)]
 
 

@@ -16,7 +16,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", default="demo", help="pool name or YAML path (default: demo)")
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
     p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/geometry)")
-    p.add_argument("--tolerance", type=number_type(Range(low=0, high=1, high_open=True), "cosine_tolerance"), default=None,
+    p.add_argument("--tolerance", type=number_type(Range(low=0, high=1, high_open=True), "cosine_tolerance"),
+                   default=None,
                    help="a layer whose |cosine| is at most this counts as neither positive nor negative "
                         "(default 1e-6)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")

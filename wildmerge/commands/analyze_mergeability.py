@@ -26,8 +26,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=positive_int, default=10, help="top/bottom-k singular directions (paper: 10)")
     p.add_argument("--subspace-scope", choices=["blocks", "all_2d"], default="blocks",
                    help="2-D tensors of the subspace metrics: inside transformer blocks (paper) or all in scope")
-    p.add_argument("--n-own", type=positive_int, default=10, help="labelled items per expert for its gradient (paper: 10)")
-    p.add_argument("--n-pooled", type=positive_int, default=10, help="items per expert in the shared pooled set (paper: 10)")
+    p.add_argument("--n-own", type=positive_int,
+                   default=10, help="labelled items per expert for its gradient (paper: 10)")
+    p.add_argument("--n-pooled", type=positive_int,
+                   default=10, help="items per expert in the shared pooled set (paper: 10)")
     p.add_argument("--max-len", type=positive_int, default=64, help="tokens per calibration item")
     p.add_argument("--seed", type=nonnegative_int, default=42, help="calibration sampling seed (paper: 42)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")

@@ -18,7 +18,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
     p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/norms)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
-    p.add_argument("--sign-election", type=number_type(Range(low=0, high=1, low_open=True), "density"), metavar="DENSITY",
+    p.add_argument("--sign-election", type=number_type(Range(low=0, high=1, low_open=True), "density"),
+                   metavar="DENSITY",
                    help="also attribute TIES's sign election to the experts, at this kept fraction (1 = untrimmed)")
 
 

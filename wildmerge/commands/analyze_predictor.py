@@ -23,7 +23,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the coefficient initialisation")
     p.add_argument("--metric-set", choices=["auto", "all", "reduced"], default="auto",
                    help="all 28, the reduced gradient + subspace 12, or auto (reduced when pairs are too few)")
-    p.add_argument("--rank-subsets", type=nonnegative_int, default=0, metavar="N", help="also rank every subset of size N")
+    p.add_argument("--rank-subsets", type=nonnegative_int,
+                   default=0, metavar="N", help="also rank every subset of size N")
     p.add_argument("--out", help="output folder (default: RUN/mergeability)")
 
 

@@ -24,9 +24,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=comma_ints, default=[0, 1, 2], help="fresh-head seeds (default 0,1,2)")
     p.add_argument("--device", default="cpu", help="device for the frozen models (cpu, cuda, cuda:1)")
     p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--threads", type=positive_int, default=1, help="CPU threads for torch (default 1: on a shared CPU more "
+    p.add_argument("--threads", type=positive_int,
+                   default=1, help="CPU threads for torch (default 1: on a shared CPU more "
                                                           "threads mostly spin)")
-    p.add_argument("--max-memory-gib", type=positive_float, help="memory the model and its features may use (default: the "
+    p.add_argument("--max-memory-gib", type=positive_float,
+                   help="memory the model and its features may use (default: the "
                                                         "device's free memory)")
     p.add_argument("--composition", action="store_true",
                    help="add an ensemble and a composer of every subset (n >= 2) to the run, scored by lm-eval")

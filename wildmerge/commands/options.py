@@ -100,9 +100,11 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
                              "all); finish only models whose result vs the base / best expert is still open "
                              "(paired bootstrap intervals); base and experts are always scored in full")
     w = parser.add_argument_group("local executor (long-lived workers)")
-    w.add_argument("--workers", type=_evaluation("workers"), help="worker processes (default: one per visible GPU, else one per two "
+    w.add_argument("--workers", type=_evaluation("workers"),
+                   help="worker processes (default: one per visible GPU, else one per two "
                                                "CPU cores, at most four)")
-    w.add_argument("--job-timeout", type=_evaluation("job_timeout"), help="seconds one model may take before its worker is replaced "
+    w.add_argument("--job-timeout", type=_evaluation("job_timeout"),
+                   help="seconds one model may take before its worker is replaced "
                                                      "(default 3600)")
     g = parser.add_argument_group("evaluation settings overrides (change the job ids)")
     g.add_argument("--limit", help="documents per task (a whole number: 2, 100) or a fraction of each task "
@@ -113,13 +115,16 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
                              "GPU when this machine has one, else the CPU)")
     r = parser.add_argument_group("Ray executor")
     r.add_argument("--ray-address", help="join a cluster (auto, ray://host:10001); default: a local one")
-    r.add_argument("--gpus-per-job", type=_evaluation("gpus_per_job"), help="GPUs per job (default 1 where GPUs exist, else 0)")
-    r.add_argument("--cpus-per-job", type=_evaluation("cpus_per_job"), default=None, help="CPUs per job (Ray 1, Slurm 4)")
+    r.add_argument("--gpus-per-job", type=_evaluation("gpus_per_job"),
+                   help="GPUs per job (default 1 where GPUs exist, else 0)")
+    r.add_argument("--cpus-per-job", type=_evaluation("cpus_per_job"),
+                   default=None, help="CPUs per job (Ray 1, Slurm 4)")
     s = parser.add_argument_group("Slurm executor (submitit job array)")
     s.add_argument("--slurm-partition")
     s.add_argument("--slurm-time", type=_evaluation("slurm_time"), help="minutes per job (default 240)")
     s.add_argument("--slurm-mem-gb", type=_evaluation("slurm_mem_gb"))
-    s.add_argument("--slurm-array-parallelism", type=_evaluation("slurm_array_parallelism"), help="array tasks at once (default 64)")
+    s.add_argument("--slurm-array-parallelism", type=_evaluation("slurm_array_parallelism"),
+                   help="array tasks at once (default 64)")
     s.add_argument("--slurm-cluster", help=argparse.SUPPRESS)  # 'local' / 'debug': submitit's stand-ins, for tests
 
 

@@ -24,7 +24,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=comma_positive_ints, default=None,
                    help=f"subset sizes n (default: the pool's protocol.sizes, else {','.join(map(str, PAPER_SIZES))}; "
                         f"demo 1,2,4); n = 1 means every expert alone, n = N is added")
-    p.add_argument("--k", type=positive_int, default=None, help=f"random subsets per size (default: the pool's protocol.k, else {PAPER_K}; demo 2)")
+    p.add_argument("--k", type=positive_int,
+                   default=None,
+                   help=f"random subsets per size (default: the pool's protocol.k, else {PAPER_K}; demo 2)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the subset draw (default 0)")
     p.add_argument("--no-full", dest="full", action="store_false", help="do not add the full pool (n = N)")
     p.add_argument("--homogeneous", action="store_true",

@@ -9,12 +9,15 @@ from wildmerge.numbers import Range
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", "--pool", dest="pool", default="demo", help="pool name or YAML path")
-    p.add_argument("--budget", type=float_at_least(2), required=True, help="evaluations to spend, in full evaluations of the suite")
+    p.add_argument("--budget", type=float_at_least(2),
+                   required=True, help="evaluations to spend, in full evaluations of the suite")
     p.add_argument("--suite", default="demo")
     p.add_argument("--limit", type=positive_int, help="items per task (a cheaper suite)")
     p.add_argument("--methods", default="ta,ties", help="comma-separated merge methods (default ta,ties)")
-    p.add_argument("--first-fraction", type=number_type(Range(low=0, high=1, low_open=True), "first_fraction"), default=0.125, help="items per task at the first rung")
-    p.add_argument("--eta", type=float_above(1), default=2.0, help="each rung keeps 1/eta of the candidates on eta x the items")
+    p.add_argument("--first-fraction", type=number_type(Range(low=0, high=1, low_open=True), "first_fraction"),
+                   default=0.125, help="items per task at the first rung")
+    p.add_argument("--eta", type=float_above(1),
+                   default=2.0, help="each rung keeps 1/eta of the candidates on eta x the items")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="the items drawn for the rungs")
     p.add_argument("--no-tune", action="store_true", help="keep the recipes' hyperparameters (no TAS tuning)")
     p.add_argument("--tune-samples", type=positive_int, default=32, help="unlabelled samples per expert for TAS")

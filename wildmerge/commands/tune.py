@@ -21,12 +21,14 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="a named sweep of `wildmerge sample --sweep` (ta_lambda, ties_grid, sb_beta, ...)")
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
     p.add_argument("--out", help="output folder (default: runs/tune-<pool>)")
-    p.add_argument("--samples", type=positive_int, default=128, help="unlabelled samples per expert (default 128, the paper's)")
+    p.add_argument("--samples", type=positive_int,
+                   default=128, help="unlabelled samples per expert (default 128, the paper's)")
     p.add_argument("--seq-len", type=positive_int, help="tokens per sample (default min(256, the model's positions))")
     p.add_argument("--distance", default="l2", choices=("l2", "l1", "cosine", "kl"),
                    help="distance that selects (all four are written to tas.csv; default l2, the paper's)")
     p.add_argument("--device", default="cpu", help="where models are held and run: cpu, cuda, cuda:1")
-    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+    p.add_argument("--threads", type=positive_int,
+                   help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
     p.add_argument("--select", default="tas", choices=("tas", "adamms"),
                    help="selection rule: tas (lowest mean TAS) or adamms (AdaMMS*: the most stable point of a "
