@@ -145,6 +145,8 @@ def _cases(t):
         (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--check", "3", "--out", t["run"]], "needs --suite"),
         (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--suite", t["suite"], "--out", t["run"]],
          "only apply to the --check"),
+        (["tune", "--pool", t["pool"], "--adamerging", "tas", "--check", "3", "--suite", t["suite"], "--out", t["run"]],
+         "without one: drop --check"),
         ([*sample, "--no-evaluate", "--tune", "--tune-check", "2"], "at least 3 points"),
         ([*sample, "--no-evaluate", "--tune", "--tune-check", "3"], "--tune-check needs a suite"),
         ([*sample, "--no-evaluate", "--tune-check", "3", "--suite", t["suite"]], "add --tune"),

@@ -62,6 +62,9 @@ def _check_suite(args):
     ``--suite`` / ``--limit`` without ``--check`` would be ignored, so they are refused."""
     from wildmerge.errors import ConfigError
 
+    if args.check and args.adamerging:
+        raise ConfigError(f"--check {args.check} evaluates points of a grid, and --adamerging learns coefficients "
+                          f"without one: drop --check, or tune a grid (--grid / --sweep) instead")
     if not args.check:
         given = [flag for flag, value in (("--suite", args.suite), ("--limit", args.limit)) if value is not None]
         if given:
