@@ -1,6 +1,7 @@
 """Checks run when a pool is loaded (local files: exist, have the fields, hold enough items) and the pre-flight
 listing of which methods or diagnostics lack data for which experts, with the line to add to the pool file."""
 
+from pathlib import Path
 from typing import Dict, List, Optional
 
 from wildmerge.errors import ConfigError, WildmergeError
@@ -42,8 +43,6 @@ def _check_task_name(source, where: str, relative_to=None) -> None:
     """An ``lm_eval_task`` that lm-eval does not know fails at pool load, with the closest name (not a KeyError at
     the first read). A task folder that is a family reference (``demo:tasks``) is checked when it is read, since
     naming it would build the family."""
-    from pathlib import Path
-
     from wildmerge.errors import did_you_mean
 
     include = source.tasks
@@ -61,13 +60,31 @@ def _check_task_name(source, where: str, relative_to=None) -> None:
 
 
 def _lm_eval_tasks(include) -> set:
+    """The task names lm-eval knows (with ``include``: those of that folder). Indexing lm-eval's own ~14,000 tasks
+    takes 10-20 s, so their names are kept in the data cache, keyed by lm-eval's version and tasks folder."""
+    key = include or ""
+    if key not in _TASK_NAMES:
+        if include:
+            from lm_eval.tasks import TaskManager
+
+            _TASK_NAMES[key] = set(TaskManager(include_path=include, include_defaults=False).all_tasks)
+        else:
+            import importlib.metadata
+            import importlib.util
+
+            from wildmerge.expert_data import cache
+
+            folder = Path(importlib.util.find_spec("lm_eval").submodule_search_locations[0]) / "tasks"
+            stamp = cache.key_of("lm-eval task names", importlib.metadata.version("lm_eval"), str(folder),
+                                 folder.stat().st_mtime_ns)
+            _TASK_NAMES[key] = set(cache.on_disk(stamp, _every_lm_eval_task))
+    return _TASK_NAMES[key]
+
+
+def _every_lm_eval_task() -> list:
     from lm_eval.tasks import TaskManager
 
-    key = include or ""
-    if key not in _TASK_NAMES:  # indexing lm-eval's tasks takes seconds: once per folder and process
-        tm = TaskManager(include_path=include, include_defaults=False) if include else TaskManager()
-        _TASK_NAMES[key] = set(tm.all_tasks)
-    return _TASK_NAMES[key]
+    return sorted(TaskManager().all_tasks)
 
 
 _TASK_NAMES: Dict[str, set] = {}
