@@ -64,10 +64,6 @@ class SampleSettings(BaseModel):
 
         own = pool.protocol
         default = [n for n in (own.sizes or PAPER_SIZES) if n < len(pool.experts)]  # n = N is added anyway
-        dropped = [n for n in (own.sizes or []) if n > len(pool.experts)]
-        if dropped and not self.sizes:  # said, not silently left out (e.g. after --exclude)
-            print(f"note: pool {pool.name!r} has {len(pool.experts)} experts: its protocol sizes "
-                  f"{', '.join(map(str, dropped))} are left out (--sizes to choose others)", file=sys.stderr)
         k = self.k if self.k is not None else (own.k or PAPER_K)
         return Sampling.of(pool, seed=self.seed, sizes=self.sizes or default, k=k, full=self.full,
                            homogeneous=self.homogeneous, select=select)
@@ -113,19 +109,22 @@ def run_sample(s: SampleSettings) -> int:
     """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; 1 if a score failed."""
     from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.recipes.method import load_methods
-    from wildmerge.recipes.sweeps import load_sweeps
+    from wildmerge import numbers
     from wildmerge.pools import load_pool
-
+    from wildmerge.recipes.sweeps import load_sweeps
     from wildmerge.resources import checked_device
+    from wildmerge.sampling.preflight import check_base_tokenizer, data_features
 
     checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
     pool = load_pool(s.pool, s.exclude)
     select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
-    from wildmerge import numbers
-
     numbers.POSITIVE_INT.check("--k", sampling.k)  # the command line's words for library callers
     numbers.POSITIVE_INT.check("--tune-samples", s.tune_samples)
+    dropped = [n for n in (pool.protocol.sizes or []) if n > len(pool.experts)]
+    if dropped and not s.sizes:  # said, not silently left out (e.g. after --exclude)
+        print(f"note: pool {pool.name!r} has {len(pool.experts)} experts: its protocol sizes "
+              f"{', '.join(map(str, dropped))} are left out (--sizes to choose others)", file=sys.stderr)
     too_big = [n for n in sampling.sizes if n > len(pool.experts) or n < 1]
     if too_big:
         raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
@@ -148,8 +147,6 @@ def run_sample(s: SampleSettings) -> int:
         from wildmerge.eval.evaluate import check_evaluation
 
         check_evaluation(suite, s.evaluation)
-    from wildmerge.sampling.preflight import check_base_tokenizer, data_features
-
     check_base_tokenizer(pool, (["the evaluation"] if evaluate else []) + data_features(methods, sweeps, s.tune))
     run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:

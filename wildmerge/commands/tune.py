@@ -85,7 +85,6 @@ def _check_suite(args):
 
 def run(args) -> int:
     from wildmerge.analysis.tas.tune import adamerge_pool, tune_pool
-
     from wildmerge.resources import checked_device
 
     checked_device(args.device, "--device")  # a missing GPU said before any model is read
