@@ -190,3 +190,10 @@ def assert_same_models(a, b):
 def leftovers(run):
     return [p.name for p in (Path(run) / "models").iterdir() if ".tmp-" in p.name or ".old-" in p.name]
 
+
+def one_error_line(err: str) -> str:
+    """The one ``error:`` line of a command's stderr (no traceback; argparse's usage lines may come before it)."""
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1, err
+    return lines[0]

@@ -11,7 +11,7 @@ import math
 import pytest
 import yaml
 
-from helpers import lm_family, write_pool  # noqa: F401 (fixture)
+from helpers import lm_family, one_error_line, write_pool  # noqa: F401 (fixture)
 from wildmerge.cli import SUBCOMMANDS, build_parser, main
 from wildmerge.resources import cuda_available
 
@@ -23,13 +23,6 @@ def _run(argv, capsys) -> tuple:
     except SystemExit as exc:
         status = exc.code
     return status, capsys.readouterr().err
-
-
-def _error_line(err: str) -> str:
-    assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if "error:" in line]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 # --- every numeric option of every command, from the parsers -------------------------------------------------------
@@ -95,7 +88,7 @@ def test_a_bad_number_is_refused_at_parse_time_with_the_option_name(prefix, flag
     monkeypatch.chdir(tmp_path)
     status, err = _run([*prefix, f"{flags[0]}={value}"], capsys)  # --seed=-inf: not read as an option
     assert status == 2
-    line = _error_line(err)
+    line = one_error_line(err)
     assert f"argument {'/'.join(flags)}: expected" in line and line.endswith(f"got {value}"), line
     assert not any(tmp_path.iterdir())  # nothing written (no runs/ folder)
 
@@ -190,7 +183,7 @@ def test_each_case_is_one_line_before_any_heavy_work(tiny, capsys, tmp_path, mon
     for argv, expected in _cases(tiny):
         status, err = _run(argv, capsys)
         assert status == 2, (argv, err)
-        line = _error_line(err)
+        line = one_error_line(err)
         assert expected in line, (argv, line)
         assert not tiny["run"].exists() and not (tmp_path / "runs").exists(), argv
 
@@ -264,7 +257,7 @@ def test_cases_8_to_12_are_one_line_before_any_heavy_work(tiny, capsys, tmp_path
     for argv, expected, absent in _more_cases(tiny, tmp_path):
         status, err = _run(argv, capsys)
         assert status == 2, (argv, err)
-        _error_line(err)  # one error, no traceback (a pool's error lists its findings on the lines below)
+        one_error_line(err)  # one error, no traceback (a pool's error lists its findings on the lines below)
         assert all(e in err for e in expected) and not any(a in err for a in absent), (argv, err)
         assert not tiny["run"].exists() and not (tmp_path / "runs").exists(), argv
 
