@@ -219,3 +219,11 @@ def make_wild_experts(root) -> dict:
                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     lora.save_pretrained(str(root / "lora"))
     return {"base": base, "full": full, "wide": str(root / "wide"), "lora": str(root / "lora"), "root": root}
+
+
+def one_error_line(err: str) -> str:
+    """The one ``error:`` line of a command's stderr (no traceback; argparse's usage lines may come before it)."""
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1, err
+    return lines[0]

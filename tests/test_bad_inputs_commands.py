@@ -11,16 +11,12 @@ import pytest
 import torch
 import yaml
 
-from helpers import lm_family, write_pool  # noqa: F401 (fixture)
+from helpers import lm_family, one_error_line, write_pool  # noqa: F401 (fixture)
 from wildmerge.cli import main
 
 
 def _one_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if "error:" in line]
-    assert len(lines) == 1, err
-    return lines[0]
+    return one_error_line(capsys.readouterr().err)
 
 
 def _recipe(tmp_path, base, experts, dtype="float32"):

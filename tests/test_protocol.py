@@ -81,7 +81,6 @@ def test_arguments_become_settings_with_the_defaults_of_the_pool(pool):
 
 @pytest.mark.parametrize("argv,message", [
     (["--select", "predicted"], "--select predicted needs --predictor"),
-    (["--k", "0"], "--k must be at least 1"),
     (["--methods", ","], "--methods is empty"),
     (["--sizes", "4"], "pool 'tiny' has 3 experts"),
 ])
@@ -89,4 +88,17 @@ def test_bad_settings_fail_before_anything_is_resolved(pool, tmp_path, argv, mes
     s = _settings("--base", pool.source, "--out", str(tmp_path / "run"), "--no-evaluate", *argv)
     with pytest.raises(ConfigError, match=message):
         run_sample(s)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("k", 0, "--k: expected a whole number >= 1, got 0"),
+    ("tune_samples", 0, "--tune-samples: expected a whole number >= 1, got 0"),
+])
+def test_a_library_caller_gets_the_command_lines_words(pool, tmp_path, field, value, message):
+    """The command line refuses these when it parses them (tests/test_bad_inputs_table.py); a library caller's
+    SampleSettings get the same message from the same rule."""
+    s = _settings("--base", pool.source, "--out", str(tmp_path / "run"), "--no-evaluate")
+    with pytest.raises(ConfigError, match=f"^{message}$"):
+        run_sample(s.model_copy(update={field: value}))
     assert not (tmp_path / "run").exists()

@@ -51,6 +51,16 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
 
 
+def family_ref_in_recipe(ref: str) -> str:
+    """Why a mergekit recipe cannot name ``demo:`` / ``smollm2:`` models (mergekit reads folders and hub ids only),
+    and what to write instead."""
+    family = ref.split(":", 1)[0]
+    build = "wildmerge demo build" + (f" --family {family}" if family != "demo" else "")
+    return (f"model {ref!r} is a wildmerge family reference, which mergekit cannot read: write the model's folder "
+            f"instead (`{build}` builds the family and prints every model's folder), or list the models in a pool "
+            f"and run `wildmerge sample --base POOL`")
+
+
 def classify(ref: str, relative_to: Path | None = None) -> tuple[str, str]:
     """('demo' | 'local' | 'hub', normalised ref); raises Unresolvable for something that is none of them."""
     if ref.startswith(FAMILY_PREFIXES):

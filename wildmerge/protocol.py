@@ -6,6 +6,7 @@ Every bad input fails here, before the first merge.
 """
 
 import hashlib
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -119,14 +120,22 @@ def run_sample(s: SampleSettings) -> int:
     """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; 1 if a score failed."""
     from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.recipes.method import load_methods
-    from wildmerge.recipes.sweeps import load_sweeps
+    from wildmerge import numbers
     from wildmerge.pools import load_pool
+    from wildmerge.recipes.sweeps import load_sweeps
+    from wildmerge.resources import checked_device
+    from wildmerge.sampling.preflight import check_base_tokenizer, data_features
 
+    checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
     pool = load_pool(s.pool, s.exclude)
     select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
-    if sampling.k < 1:
-        raise ConfigError(f"--k must be at least 1 (got {sampling.k})")
+    numbers.POSITIVE_INT.check("--k", sampling.k)  # the command line's words for library callers
+    numbers.POSITIVE_INT.check("--tune-samples", s.tune_samples)
+    dropped = [n for n in (pool.protocol.sizes or []) if n > len(pool.experts)]
+    if dropped and not s.sizes:  # said, not silently left out (e.g. after --exclude)
+        print(f"note: pool {pool.name!r} has {len(pool.experts)} experts: its protocol sizes "
+              f"{', '.join(map(str, dropped))} are left out (--sizes to choose others)", file=sys.stderr)
     too_big = [n for n in sampling.sizes if n > len(pool.experts) or n < 1]
     if too_big:
         raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
@@ -143,6 +152,16 @@ def run_sample(s: SampleSettings) -> int:
     if not evaluate and s.evaluation.screen is not None:
         raise ConfigError(f"--screen {s.evaluation.screen} screens the evaluation, but this run is not evaluated "
                           f"(--no-evaluate, or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --screen")
+    if s.tune_check and not s.tune:
+        raise ConfigError(f"--tune-check {s.tune_check} checks the --tune choices: add --tune, or drop --tune-check")
+    if s.tune_check and not suite:
+        raise ConfigError("--tune-check needs a suite to evaluate on: add --suite NAME (the pool names none of its "
+                          "own under protocol: suite:)")
+    if evaluate or s.tune_check:  # the suite and the evaluation device, checked before the merges (and in a dry run)
+        from wildmerge.eval.evaluate import check_evaluation
+
+        check_evaluation(suite, s.evaluation)
+    check_base_tokenizer(pool, (["the evaluation"] if evaluate else []) + data_features(methods, sweeps, s.tune))
     run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:
         from wildmerge.sampling.dryrun import print_dry_run
@@ -166,7 +185,7 @@ def run_sample(s: SampleSettings) -> int:
 
         methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
                                       device=s.merge_device, allow_pickle=s.allow_pickle, check=s.tune_check,
-                                      check_suite=suite or "demo", check_limit=s.evaluation.limit)
+                                      check_suite=suite, check_limit=s.evaluation.limit)
     log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.merge_device,
                        merge_workers=s.merge_workers,
                        allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,

@@ -370,7 +370,8 @@ class RunFolder:
         if not self.plan_path.is_file():
             raise WildmergeError(f"{self.root} is not a run folder: plan.json is missing (create a run with "
                                  f"`wildmerge sample`, or use `wildmerge eval --model PATH` for single models)")
-        return read_record(self.plan_path, Plan, "rerun `wildmerge sample` with the run's settings to rewrite it")
+        return read_record(self.plan_path, Plan, "delete it and rerun `wildmerge sample` with the run's settings: the "
+                                                "plan is rebuilt from manifest.json and merges on disk are kept")
 
     def write_plan(self, plan: Plan) -> Path:
         return write_record(self.plan_path, plan)

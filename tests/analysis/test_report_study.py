@@ -237,8 +237,10 @@ def test_model_card_keeps_the_merge_tools_text(study):
 def test_bad_report_arguments_fail_with_a_message(capsys):
     assert main(["report"]) == 2
     assert "give a run folder" in capsys.readouterr().err
-    assert main(["analyze", "geometry", "--tolerance", "1.5"]) == 2  # before any model is read
-    assert "--tolerance must be in [0, 1)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # refused when the arguments are parsed, before any model is read
+        main(["analyze", "geometry", "--tolerance", "1.5"])
+    assert exit_.value.code == 2
+    assert "argument --tolerance: expected a number >= 0 and < 1, got 1.5" in capsys.readouterr().err
 
 
 def test_model_card_keeps_every_suites_scores(tmp_path):

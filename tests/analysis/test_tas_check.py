@@ -28,6 +28,14 @@ def test_spearman_sign_and_regret_in_points():
     assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))  # a constant side has no ranking
 
 
+def test_fewer_than_three_points_never_track():
+    """Issue 34: one or two evaluated points (a grid smaller than K) conclude nothing, and the verdict says so."""
+    for n in (1, 2):
+        s = summarize(_records([1.0, 2.0][:n], acc=[0.7, 0.5][:n]))
+        assert s["points"] == n and not s["tracks"]
+        assert "cannot tell whether TAS tracks accuracy" in verdict("ta", s)
+
+
 def test_spread_covers_the_ranking_and_keeps_the_tas_choice():
     records = _records([5.0, 1.0, 4.0, 2.0, 3.0, 6.0, 0.5])
     picked = spread(records, 3)
@@ -67,8 +75,8 @@ def test_tune_check_evaluates_k_points_and_sample_records_the_check(lm_family, t
 
     run = tmp_path / "run"
     assert main(["sample", "--pool", pool, "--methods", "ta", "--sizes", "1", "--k", "1", "--no-evaluate",
-                 "--tune", "--tune-grid", str(grid), "--tune-samples", "4", "--tune-check", "2",
+                 "--tune", "--tune-grid", str(grid), "--tune-samples", "4", "--tune-check", "3",
                  "--suite", lm_family["suite"], "--out", str(run)]) == 0
     tuned = RunFolder(run).read_manifest().tuned["ta"]
-    assert tuned["check"]["points"] == 2 and "spearman" in tuned["check"] and "rows" not in tuned["check"]
+    assert tuned["check"]["points"] == 3 and "spearman" in tuned["check"] and "rows" not in tuned["check"]
     assert tuned["check"]["choice"] == tuned["hparams"]

@@ -7,7 +7,7 @@ import pytest
 from helpers import write_pool
 from wildmerge.cli import main
 from wildmerge.errors import ConfigError
-from wildmerge.eval.options import EXECUTOR_OPTIONS, EvalOptions
+from wildmerge.eval.options import EXECUTOR_OPTIONS, NUMBERS, EvalOptions
 from wildmerge.eval.suites import SuiteSettings
 
 BAD = [  # (values, flags of `wildmerge eval`, the message)
@@ -15,9 +15,11 @@ BAD = [  # (values, flags of `wildmerge eval`, the message)
     ({"limit": "0"}, ["--limit", "0"], "--limit 0 must be a whole number of documents per task"),
     ({"batch_size": "many"}, ["--batch-size", "many"], "--batch-size must be an integer or auto, got 'many'"),
     ({"device": "gpu"}, ["--device", "gpu"], "the evaluation device 'gpu' is not one of auto, cpu, cuda, cuda:N"),
-    ({"screen": 1.5}, ["--screen", "1.5"], "--screen 1.5: give a fraction between 0 and 1"),
-    ({"workers": 0}, ["--workers", "0"], "--workers 0: input should be greater than or equal to 1"),
-    ({"job_timeout": -1.0}, ["--job-timeout", "-1"], "--job-timeout -1.0: input should be greater than 0"),
+    ({"screen": 1.5}, ["--screen", "1.5"], "--screen: expected a number strictly between 0 and 1, got 1.5"),
+    ({"workers": 0}, ["--workers", "0"], "--workers: expected a whole number >= 1, got 0"),
+    ({"job_timeout": -1}, ["--job-timeout", "-1"], "--job-timeout: expected a number > 0, got -1"),
+    ({"job_timeout": float("inf")}, ["--job-timeout", "inf"], "--job-timeout: expected a number > 0, got inf"),
+    ({"screen": float("nan")}, ["--screen", "nan"], "--screen: expected a number strictly between 0 and 1, got nan"),
     ({"ray_address": "auto"}, ["--ray-address", "auto"],
      "--ray-address does not apply to the local executor (its options: --workers, --job-timeout)"),
     ({"executor": "ray", "workers": 2}, ["--executor", "ray", "--workers", "2"],
@@ -32,9 +34,19 @@ def test_a_bad_value_is_one_message_naming_its_flag(values, argv, message, tmp_p
     with pytest.raises(ConfigError) as err:
         EvalOptions(**values)
     assert str(err.value).startswith(message)
-    # the command refuses it with the same line before it reads anything (the run folder does not even exist)
-    assert main(["eval", str(tmp_path / "no-run"), "--suite", "demo", *argv]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"wildmerge eval: error: {err.value}"]
+    # the command refuses it with the same line before it reads anything (the run folder does not even exist);
+    # a number out of its range already when the arguments are parsed, by the same rule (argparse names it
+    # "argument --flag", after its usage lines)
+    try:
+        status = main(["eval", str(tmp_path / "no-run"), "--suite", "demo", *argv])
+    except SystemExit as exc:
+        status = exc.code
+    assert status == 2
+    lines = capsys.readouterr().err.splitlines()
+    if str(err.value).startswith(tuple(f"--{n.replace('_', '-')}: expected" for n in NUMBERS)):
+        assert lines[-1] == f"wildmerge eval: error: argument {err.value}"
+    else:
+        assert lines == [f"wildmerge eval: error: {err.value}"]
 
 
 def test_sample_refuses_a_bad_evaluation_value_with_the_same_line_before_any_merge(tiny_family, tmp_path, capsys):

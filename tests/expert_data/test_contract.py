@@ -34,13 +34,13 @@ def test_forms_alias_and_pool_default(tmp_path, records):
         (tmp_path / f"{n}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     path = write_pool(tmp_path, [{"model": "org/x1", "calibration": "x1.jsonl"},  # the old key still works
                                  {"model": "org/x2"},
-                                 {"model": "org/x3", "data": {"labelled": {"lm_eval_task": "t"}}}],
+                                 {"model": "org/x3", "data": {"labelled": {"lm_eval_task": "gsm8k"}}}],
                       data={"text": "generate", "labelled": {"file": "{name}.jsonl", "prompt": "question"}})
     pool = load_pool(path)
     d = pool.all_data()
     assert d["x1"].text.file == "x1.jsonl" and d["x1"].labelled.file == "x1.jsonl"  # own text, default labelled
     assert d["x2"].text.kind == "generate" and d["x2"].labelled.file == "x2.jsonl"  # {name} filled in
-    assert d["x3"].text.kind == "generate" and d["x3"].labelled.lm_eval_task == "t"
+    assert d["x3"].text.kind == "generate" and d["x3"].labelled.lm_eval_task == "gsm8k"
 
 
 def test_pool_load_checks_files_fields_and_sizes(tmp_path, records):

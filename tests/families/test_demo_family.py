@@ -250,8 +250,9 @@ def test_cli_build_reuses_the_cache_and_refuses_bad_options(family, cache, capsy
     assert main(["demo", "build", "--quick", "--out", str(cache)]) == 0
     out = capsys.readouterr().out
     assert family["base"] in out and "expert_03" in out and "[knowledge]" in out
-    assert main(["demo", "build", "--quick", "--out", str(cache), "--threads", "0"]) == 2
-    assert "--threads" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # refused when the arguments are parsed
+        main(["demo", "build", "--quick", "--out", str(cache), "--threads", "0"])
+    assert exit_.value.code == 2 and "argument --threads" in capsys.readouterr().err
 
 
 def test_report_scores_every_model_and_resumes(family, tmp_path, capsys):

@@ -3,7 +3,7 @@
 import argparse
 from pathlib import Path
 
-from wildmerge.commands.options import comma_list
+from wildmerge.commands.options import comma_list, nonnegative_int, positive_int
 from wildmerge.errors import ConfigError
 
 HELP = "the 28 pairwise mergeability metrics of every pair of experts (Zhou et al. 2026)"
@@ -23,20 +23,21 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/mergeability)")
     p.add_argument("--cache", help="per-model statistics cache (default: <out>/cache)")
     p.add_argument("--device", default="cpu", help="device for SVDs and model passes: cpu, cuda (default cpu)")
-    p.add_argument("--k", type=int, default=10, help="top/bottom-k singular directions (paper: 10)")
+    p.add_argument("--k", type=positive_int, default=10, help="top/bottom-k singular directions (paper: 10)")
     p.add_argument("--subspace-scope", choices=["blocks", "all_2d"], default="blocks",
                    help="2-D tensors of the subspace metrics: inside transformer blocks (paper) or all in scope")
-    p.add_argument("--n-own", type=int, default=10, help="labelled items per expert for its gradient (paper: 10)")
-    p.add_argument("--n-pooled", type=int, default=10, help="items per expert in the shared pooled set (paper: 10)")
-    p.add_argument("--max-len", type=int, default=64, help="tokens per calibration item")
-    p.add_argument("--seed", type=int, default=42, help="calibration sampling seed (paper: 42)")
+    p.add_argument("--n-own", type=positive_int,
+                   default=10, help="labelled items per expert for its gradient (paper: 10)")
+    p.add_argument("--n-pooled", type=positive_int,
+                   default=10, help="items per expert in the shared pooled set (paper: 10)")
+    p.add_argument("--max-len", type=positive_int, default=64, help="tokens per calibration item")
+    p.add_argument("--seed", type=nonnegative_int, default=42, help="calibration sampling seed (paper: 42)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
 
 
 def pool_models(args):
     """(pool name, base path, {expert: path}, {expert: calibration spec}) from --run or --pool, all resolved."""
     from wildmerge.checkpoints import check_compatible, check_weights
-    from wildmerge.expert_data.check import require_data
     from wildmerge.expert_data.schema import parse_data
 
     excluded = {n for group in args.exclude for n in group}
@@ -50,17 +51,31 @@ def pool_models(args):
         name, base = manifest.pool, manifest.models.base.path
         experts = {m.name: m.path for m in models}
         specs = {m.name: parse_data(m.calibration, f"data of {m.name!r}") for m in models}
-        require_data(specs, _features(args.groups), name)
+        _require_data(specs, args.groups, name)
         check_compatible(base, experts, allow_pickle=args.allow_pickle)  # added tokens: read on the base's tokens
         check_weights({"base": base, **experts}, allow_pickle=args.allow_pickle)  # NaN / Inf, truncation, shards
         return name, base, experts, specs
     from wildmerge.pools import load_pool, resolve
 
     pool = load_pool(args.pool or "demo", sorted(excluded))
-    require_data(pool.all_data(), _features(args.groups), pool.name)  # before any model is resolved
+    _require_data(pool.all_data(), args.groups, pool.name)  # before any model is resolved
     resolved = resolve(pool, allow_pickle=args.allow_pickle)  # adapters folded, as for a merge
     resolved.check_weights()  # NaN / Inf, truncation, shards
     return pool.name, resolved.base_path, resolved.experts, resolved.data  # data: one contract, expert_data
+
+
+def _require_data(data: dict, groups, pool_name: str) -> None:
+    """The pre-flight of the metric groups asked for; experts with unlabelled text only get the advice that fits
+    them (the gradient metrics need labelled items; the other groups run on text)."""
+    from wildmerge.expert_data.check import has, line_to_add, require_data
+
+    text_only = [n for n, d in data.items() if not has(d, "labelled") and has(d, "text")]
+    if "gradients" in groups and text_only and all(has(d, "text") for d in data.values()):
+        raise ConfigError(f"the gradient metrics need labelled data (prompt / answer items), and expert(s) "
+                          f"{', '.join(text_only)} of pool {pool_name!r} have unlabelled text only: run the other "
+                          f"groups with --groups weights,activations, or add under each: {line_to_add('labelled')}"
+                          + ("" if len(text_only) == len(data) else " (or leave them out with --exclude NAME)"))
+    require_data(data, _features(groups), pool_name)
 
 
 def _describe(data) -> str:
@@ -79,9 +94,12 @@ def run(args) -> int:
     from wildmerge.analysis.mergeability.io import write_metrics
     from wildmerge.analysis.mergeability.weights import WeightSettings
 
+    from wildmerge.resources import checked_device
+
     bad = sorted(set(args.groups) - {"weights", "activations", "gradients"})
     if bad or not args.groups:
         raise ConfigError(f"--groups {bad or args.groups}: choose from weights, activations, gradients")
+    checked_device(args.device, "--device")  # a missing GPU said before any model is read
     settings = MetricSettings(
         groups=args.groups, device=args.device,
         weights=WeightSettings(k=args.k, subspace_scope=args.subspace_scope, device=args.device),

@@ -3,6 +3,9 @@
 import argparse
 from pathlib import Path
 
+from wildmerge.commands.options import number_type
+from wildmerge.numbers import Range
+
 HELP = "task-vector norms per expert and layer, cosine with their sum, max/min ratio"
 DESCRIPTION = ("Per expert and per layer: the task-vector norm, its cosine with the sum of task vectors, and the "
                "max/min norm ratio (the reality-check paper, Figs. 5, 12-13). A ratio above 3 means TIES and MetaGPT will follow "
@@ -15,7 +18,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
     p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/norms)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
-    p.add_argument("--sign-election", type=float, metavar="DENSITY",
+    p.add_argument("--sign-election", type=number_type(Range(low=0, high=1, low_open=True), "density"),
+                   metavar="DENSITY",
                    help="also attribute TIES's sign election to the experts, at this kept fraction (1 = untrimmed)")
 
 

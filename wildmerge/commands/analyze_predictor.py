@@ -3,6 +3,8 @@
 import argparse
 from pathlib import Path
 
+from wildmerge.commands.options import nonnegative_float, nonnegative_int
+
 HELP = "fit the sparse Pearson predictor of merge success from the pairwise metrics (Zhou et al. 2026)"
 DESCRIPTION = ("Joins the pairwise metrics (`wildmerge analyze mergeability`) with the targets of a run's evaluated "
                "2-expert merges, fits the L1-regularised Pearson predictor per method with leave-one-expert-out "
@@ -17,11 +19,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", choices=["auto", "normalized", "relative"], default="auto",
                    help="normalized: the paper's, on each expert's own tasks; relative: merge mean / experts' mean")
     p.add_argument("--profile", choices=["ref", "paper"], default="ref", help="optimiser profile (default ref)")
-    p.add_argument("--lam", type=float, default=1.0, help="L1 weight lambda (paper: 1.0)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the coefficient initialisation")
+    p.add_argument("--lam", type=nonnegative_float, default=1.0, help="L1 weight lambda (paper: 1.0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the coefficient initialisation")
     p.add_argument("--metric-set", choices=["auto", "all", "reduced"], default="auto",
                    help="all 28, the reduced gradient + subspace 12, or auto (reduced when pairs are too few)")
-    p.add_argument("--rank-subsets", type=int, default=0, metavar="N", help="also rank every subset of size N")
+    p.add_argument("--rank-subsets", type=nonnegative_int,
+                   default=0, metavar="N", help="also rank every subset of size N")
     p.add_argument("--out", help="output folder (default: RUN/mergeability)")
 
 

@@ -3,7 +3,7 @@
 import argparse
 from pathlib import Path
 
-from wildmerge.commands.options import comma_ints
+from wildmerge.commands.options import comma_ints, positive_float, positive_int
 
 HELP = "fresh-head probe: native vs a new linear head on frozen features (is the knowledge still there?)"
 DESCRIPTION = ("For every model of a run (or --model), on the suite's tasks with train / validation / test splits and "
@@ -23,10 +23,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", help="joint reference model J for R and U (demo family: demo:joint)")
     p.add_argument("--seeds", type=comma_ints, default=[0, 1, 2], help="fresh-head seeds (default 0,1,2)")
     p.add_argument("--device", default="cpu", help="device for the frozen models (cpu, cuda, cuda:1)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1: on a shared CPU more "
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--threads", type=positive_int,
+                   default=1, help="CPU threads for torch (default 1: on a shared CPU more "
                                                           "threads mostly spin)")
-    p.add_argument("--max-memory-gib", type=float, help="memory the model and its features may use (default: the "
+    p.add_argument("--max-memory-gib", type=positive_float,
+                   help="memory the model and its features may use (default: the "
                                                         "device's free memory)")
     p.add_argument("--composition", action="store_true",
                    help="add an ensemble and a composer of every subset (n >= 2) to the run, scored by lm-eval")
@@ -112,6 +114,9 @@ def run(args) -> int:
         raise ConfigError("give a run folder or --model PATH (one or the other)")
     if not args.seeds:
         raise ConfigError("--seeds needs at least one seed")
+    from wildmerge.resources import checked_device
+
+    checked_device(args.device, "--device")  # a missing GPU said before any model is read
     suite = load_suite(args.suite)
     tasks, skipped = load_probe_tasks(suite)
     for name, why in skipped.items():

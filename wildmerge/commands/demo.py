@@ -7,7 +7,8 @@ harness on the demo suite and read back through the leaderboard's score table.
 
 import argparse
 
-from wildmerge.errors import ConfigError
+
+from wildmerge.commands.options import nonnegative_int, positive_int
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -17,9 +18,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--out", metavar="DIR", help="cache folder (default: $WILDMERGE_DEMO_CACHE or "
                                                     "~/.cache/wildmerge/demo)")
-        p.add_argument("--seed", type=int, default=0, help="build seed (default 0)")
+        p.add_argument("--seed", type=nonnegative_int, default=0, help="build seed (default 0)")
         p.add_argument("--quick", action="store_true", help="the reduced family: tiny model, 3 experts, seconds")
-        p.add_argument("--threads", type=int, default=1, help="torch threads for training (default 1: "
+        p.add_argument("--threads", type=positive_int, default=1, help="torch threads for training (default 1: "
                                                               "deterministic and fastest for this size)")
         if name == "build":
             p.add_argument("--rebuild", action="store_true", help="rebuild even if the cache is intact")
@@ -29,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         else:
             p.add_argument("--report-dir", metavar="DIR", help="where to write report.json/csv "
                                                                 "(default: next to the family, <key>-report/)")
-            p.add_argument("--limit", type=int, help="score only the first N items of each task")
+            p.add_argument("--limit", type=positive_int, help="score only the first N items of each task")
 
 
 def run(args) -> int:
@@ -37,10 +38,6 @@ def run(args) -> int:
 
     if getattr(args, "family", "demo") == "smollm2":
         from wildmerge.families.smollm2.family import ensure_family
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be at least 1, got {args.threads}")
-    if args.seed < 0:
-        raise ConfigError(f"--seed must be a non-negative integer, got {args.seed}")
     info = ensure_family(args.out, seed=args.seed, quick=args.quick, threads=args.threads,
                          rebuild=getattr(args, "rebuild", False))
     if args.demo_command == "build":
@@ -51,8 +48,6 @@ def run(args) -> int:
         print(f"  tasks     {info['tasks']}  ({', '.join(info['task_names'])})")
         print(f"  pool file {info['pool_file']}")
         return 0
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError(f"--limit must be at least 1, got {args.limit}")
     from wildmerge.protocol import family_report
 
     family_report(info, out_dir=args.report_dir, limit=args.limit)

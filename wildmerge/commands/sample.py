@@ -8,7 +8,8 @@ The work is ``wildmerge.protocol.run_sample``; this module only turns the argume
 import argparse
 import sys
 
-from wildmerge.commands.options import add_eval_options, comma_ints, comma_list, eval_options
+from wildmerge.commands.options import (add_eval_options, check_points, comma_list, comma_positive_ints, eval_options,
+                                        nonnegative_int, positive_int)
 from wildmerge.protocol import PAPER_K, PAPER_SIZES, SampleSettings, run_sample
 
 
@@ -20,11 +21,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", type=comma_list, default=None,
                    help="comma-separated method recipes (default: the pool's protocol.methods, else the paper's seven: "
                         "ta,ties,model_stock,tsv_m,iso_c,ta_sb,ties_sb; 'all' = every recipe in merge_recipes/methods)")
-    p.add_argument("--sizes", type=comma_ints, default=None,
+    p.add_argument("--sizes", type=comma_positive_ints, default=None,
                    help=f"subset sizes n (default: the pool's protocol.sizes, else {','.join(map(str, PAPER_SIZES))}; "
                         f"demo 1,2,4); n = 1 means every expert alone, n = N is added")
-    p.add_argument("--k", type=int, default=None, help=f"random subsets per size (default: the pool's protocol.k, else {PAPER_K}; demo 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the subset draw (default 0)")
+    p.add_argument("--k", type=positive_int,
+                   default=None,
+                   help=f"random subsets per size (default: the pool's protocol.k, else {PAPER_K}; demo 2)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the subset draw (default 0)")
     p.add_argument("--no-full", dest="full", action="store_false", help="do not add the full pool (n = N)")
     p.add_argument("--homogeneous", action="store_true",
                    help="Appendix E: one merge per expert domain plus one of all experts, instead of random subsets")
@@ -37,8 +40,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="choose each method's hyperparameters by the task alignment score on the pool before merging "
                         "(every expert needs calibration data; see `wildmerge tune`)")
     p.add_argument("--tune-grid", help="YAML of tuning grids {name: {method, grid}} (default: built-in per method)")
-    p.add_argument("--tune-samples", type=int, default=128, help="unlabelled samples per expert for --tune")
-    p.add_argument("--tune-check", type=int, default=0, metavar="K",
+    p.add_argument("--tune-samples", type=positive_int, default=128, help="unlabelled samples per expert for --tune")
+    p.add_argument("--tune-check", type=check_points, default=0, metavar="K",
                    help="with --tune: evaluate K grid points per method and record whether TAS tracks accuracy")
     p.add_argument("--select", choices=("random", "predicted", "balanced", "unbalanced"), default="random",
                    help="predicted: take the k best-scored subsets of each size from a fitted mergeability predictor "

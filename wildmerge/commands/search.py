@@ -3,18 +3,24 @@ successive halving on item subsets; see ``wildmerge.search.guided``)."""
 
 import argparse
 
+from wildmerge.commands.options import float_above, float_at_least, nonnegative_int, number_type, positive_int
+from wildmerge.numbers import Range
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", "--pool", dest="pool", default="demo", help="pool name or YAML path")
-    p.add_argument("--budget", type=float, required=True, help="evaluations to spend, in full evaluations of the suite")
+    p.add_argument("--budget", type=float_at_least(2),
+                   required=True, help="evaluations to spend, in full evaluations of the suite")
     p.add_argument("--suite", default="demo")
-    p.add_argument("--limit", type=int, help="items per task (a cheaper suite)")
+    p.add_argument("--limit", type=positive_int, help="items per task (a cheaper suite)")
     p.add_argument("--methods", default="ta,ties", help="comma-separated merge methods (default ta,ties)")
-    p.add_argument("--first-fraction", type=float, default=0.125, help="items per task at the first rung")
-    p.add_argument("--eta", type=float, default=2.0, help="each rung keeps 1/eta of the candidates on eta x the items")
-    p.add_argument("--seed", type=int, default=0, help="the items drawn for the rungs")
+    p.add_argument("--first-fraction", type=number_type(Range(low=0, high=1, low_open=True), "first_fraction"),
+                   default=0.125, help="items per task at the first rung")
+    p.add_argument("--eta", type=float_above(1),
+                   default=2.0, help="each rung keeps 1/eta of the candidates on eta x the items")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="the items drawn for the rungs")
     p.add_argument("--no-tune", action="store_true", help="keep the recipes' hyperparameters (no TAS tuning)")
-    p.add_argument("--tune-samples", type=int, default=32, help="unlabelled samples per expert for TAS")
+    p.add_argument("--tune-samples", type=positive_int, default=32, help="unlabelled samples per expert for TAS")
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
     p.add_argument("--fit-from", metavar="RUN", help="rank subsets by a predictor fitted on this evaluated run of the "
                                                      "pool (default: a weight-only proxy)")
@@ -24,8 +30,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from wildmerge.resources import checked_device
     from wildmerge.search.guided import search_pool
 
+    checked_device(args.merge_device, "--merge-device")  # a missing GPU said before any model is read
     methods = [m for m in args.methods.split(",") if m]
     search_pool(args.pool, args.budget, out=args.out, suite_name=args.suite, methods=methods,
                 first=args.first_fraction, eta=args.eta, seed=args.seed, tune=not args.no_tune,

@@ -73,6 +73,15 @@ def _check_device(suite: Suite, executor: str) -> None:
         checked_device(suite.settings.device, "evaluation device")
 
 
+def check_evaluation(suite, options: Optional[EvalOptions] = None) -> Suite:
+    """The suite an evaluation will score (its overrides applied) and its device, checked before any other work: a
+    protocol run or a dry run refuses an unknown suite or a missing GPU before its merges, not after them."""
+    options = options or EvalOptions()
+    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor)
+    _check_device(suite, options.executor)
+    return suite
+
+
 def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[str, Any]:
     return {"job_id": job_id, "status": FAILED, "error": error, "model_path": path, "fingerprint": None,
             "suite": suite.name, "settings": suite.settings.model_dump(mode="json"), "finished": time.time()}

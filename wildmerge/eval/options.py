@@ -9,8 +9,9 @@ is refused here with the same reason.
 
 from typing import Any, Dict, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
 
+from wildmerge import numbers
 from wildmerge.errors import ConfigError, did_you_mean
 from wildmerge.eval.suites import SuiteSettings
 
@@ -20,8 +21,12 @@ EXECUTOR_OPTIONS = {"local": ("workers", "job_timeout"), "serial": (),
                     "slurm": ("slurm_partition", "slurm_time", "gpus_per_job", "cpus_per_job", "slurm_mem_gb",
                               "slurm_array_parallelism", "slurm_cluster")}
 SUITE_OVERRIDES = ("limit", "dtype", "batch_size", "device")  # replace the suite's settings (and so the job ids)
-MESSAGES = {"batch_size": "{flag} must be an integer or auto, got {value!r}",
-            "screen": "{flag} {value}: give a fraction between 0 and 1, e.g. --screen 0.2"}
+MESSAGES = {"batch_size": "{flag} must be an integer or auto, got {value!r}"}
+# the numbers' rules, shared with the command line's types (commands/options.py): one message for a bad value
+NUMBERS = {"screen": numbers.OPEN_FRACTION, "workers": numbers.POSITIVE_INT, "job_timeout": numbers.POSITIVE_FLOAT,
+           "gpus_per_job": numbers.NONNEGATIVE_FLOAT, "cpus_per_job": numbers.POSITIVE_FLOAT,
+           "slurm_time": numbers.POSITIVE_INT, "slurm_mem_gb": numbers.POSITIVE_INT,
+           "slurm_array_parallelism": numbers.POSITIVE_INT}
 
 
 def flag(name: str) -> str:
@@ -38,21 +43,21 @@ class EvalOptions(BaseModel):
     executor: Literal["local", "serial", "ray", "slurm"] = "local"
     retry_failed: bool = False
     record_items: bool = False  # every document's score in the results (screening, the guided search)
-    screen: Optional[float] = Field(None, gt=0, lt=1)  # score this fraction of the items first (``screening/``)
+    screen: Optional[float] = None  # score this fraction of the items first (``screening/``)
     allow_pickle: bool = False
     limit: Optional[Union[int, float]] = None
     dtype: Optional[str] = None
     batch_size: Optional[Union[int, Literal["auto"]]] = None
     device: Optional[str] = None  # the evaluation device; the suite's when unset
-    workers: Optional[int] = Field(None, ge=1)  # local: default one per visible GPU, else one per two CPU cores
-    job_timeout: float = Field(3600.0, gt=0)  # local: seconds one model may take before its worker is replaced
+    workers: Optional[int] = None  # local: default one per visible GPU, else one per two CPU cores
+    job_timeout: float = 3600.0  # local: seconds one model may take before its worker is replaced
     ray_address: Optional[str] = None  # ray: auto or ray://host:10001 joins a cluster; unset starts a local one
-    gpus_per_job: Optional[float] = Field(None, ge=0)  # ray, slurm: default 1 where GPUs exist
-    cpus_per_job: Optional[float] = Field(None, gt=0)  # default: Ray 1, Slurm 4
+    gpus_per_job: Optional[float] = None  # ray, slurm: default 1 where GPUs exist
+    cpus_per_job: Optional[float] = None  # default: Ray 1, Slurm 4
     slurm_partition: Optional[str] = None
-    slurm_time: int = Field(240, gt=0)  # minutes per job
-    slurm_mem_gb: Optional[int] = Field(None, gt=0)
-    slurm_array_parallelism: int = Field(64, gt=0)
+    slurm_time: int = 240  # minutes per job
+    slurm_mem_gb: Optional[int] = None
+    slurm_array_parallelism: int = 64
     slurm_cluster: Optional[str] = None  # 'local' / 'debug': submitit's stand-ins, for tests
     # lm-eval's Weights & Biases logger (its ``wandb_args``: wandb.init's arguments, e.g. project, entity, group):
     # every scored job is one W&B run with the run's manifest as its config (``wandb_log.py``); no effect on job ids
@@ -63,6 +68,13 @@ class EvalOptions(BaseModel):
             super().__init__(**values)
         except ValidationError as exc:
             raise ConfigError(_message(exc, values)) from None
+
+    @field_validator(*NUMBERS, mode="before")
+    @classmethod
+    def _by_the_number_rules(cls, value, info: ValidationInfo):
+        if value is not None and NUMBERS[info.field_name].problem(value):
+            raise ValueError(NUMBERS[info.field_name].problem(value))
+        return value
 
     @field_validator(*SUITE_OVERRIDES, mode="before")
     @classmethod
@@ -108,6 +120,8 @@ def _message(exc: ValidationError, values: dict) -> str:
     if not error["loc"]:  # a rule over several options
         return msg
     name = str(error["loc"][0])
+    if name in NUMBERS:
+        return f"{flag(name)}: {msg}"
     if error["type"] == "extra_forbidden":
         return f"unknown evaluation option {name!r}{did_you_mean(name, EvalOptions.model_fields)}"
     if msg.startswith(f"{name} "):  # the suite's rules name the setting: "limit 1.5 must be ..."

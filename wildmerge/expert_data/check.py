@@ -1,6 +1,7 @@
 """Checks run when a pool is loaded (local files: exist, have the fields, hold enough items) and the pre-flight
 listing of which methods or diagnostics lack data for which experts, with the line to add to the pool file."""
 
+from pathlib import Path
 from typing import Dict, List, Optional
 
 from wildmerge.errors import ConfigError, WildmergeError
@@ -23,6 +24,8 @@ def check_local(name: str, data: Optional[ExpertData], relative_to=None) -> None
     if data is None:
         return
     for part, source in (("text", data.text), ("labelled", data.labelled)):
+        if source is not None and source.kind == "lm_eval_task":
+            _check_task_name(source, f"{part} data of expert {name!r}", relative_to)
         if source is None or source.kind != "file":
             continue
         where = f"{part} data of expert {name!r} ({source.file})"
@@ -34,6 +37,57 @@ def check_local(name: str, data: Optional[ExpertData], relative_to=None) -> None
         if usable < (source.n or 1):
             raise ConfigError(f"{where}: {usable} non-empty item(s), at least {source.n or 1} needed; add data or "
                               f"lower n")
+
+
+def _check_task_name(source, where: str, relative_to=None) -> None:
+    """An ``lm_eval_task`` that lm-eval does not know fails at pool load, with the closest name (not a KeyError at
+    the first read). A task folder that is a family reference (``demo:tasks``) is checked when it is read, since
+    naming it would build the family."""
+    from wildmerge.errors import did_you_mean
+
+    include = source.tasks
+    if include and include.startswith(("demo:", "smollm2:")):
+        return
+    if include and relative_to is not None and not Path(include).is_absolute():
+        include = str(Path(relative_to) / include)
+    if include and not Path(include).is_dir():
+        raise ConfigError(f"{where}: tasks folder {include} does not exist")
+    known = _lm_eval_tasks(include)
+    if source.lm_eval_task not in known:
+        raise ConfigError(f"{where}: lm-eval knows no task {source.lm_eval_task!r}"
+                          f"{did_you_mean(source.lm_eval_task, known)}; name one of its tasks (`lm_eval --tasks list`)"
+                          f"{'' if include else ', or give tasks: FOLDER with your own task YAMLs'}")
+
+
+def _lm_eval_tasks(include) -> set:
+    """The task names lm-eval knows (with ``include``: those of that folder). Indexing lm-eval's own ~14,000 tasks
+    takes 10-20 s, so their names are kept in the data cache, keyed by lm-eval's version and tasks folder."""
+    key = include or ""
+    if key not in _TASK_NAMES:
+        if include:
+            from lm_eval.tasks import TaskManager
+
+            _TASK_NAMES[key] = set(TaskManager(include_path=include, include_defaults=False).all_tasks)
+        else:
+            import importlib.metadata
+            import importlib.util
+
+            from wildmerge.expert_data import cache
+
+            folder = Path(importlib.util.find_spec("lm_eval").submodule_search_locations[0]) / "tasks"
+            stamp = cache.key_of("lm-eval task names", importlib.metadata.version("lm_eval"), str(folder),
+                                 folder.stat().st_mtime_ns)
+            _TASK_NAMES[key] = set(cache.on_disk(stamp, _every_lm_eval_task))
+    return _TASK_NAMES[key]
+
+
+def _every_lm_eval_task() -> list:
+    from lm_eval.tasks import TaskManager
+
+    return sorted(TaskManager().all_tasks)
+
+
+_TASK_NAMES: Dict[str, set] = {}
 
 
 def _usable(records, source, part: str, where: str) -> int:

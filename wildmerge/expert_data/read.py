@@ -23,9 +23,16 @@ def local_path(source: Source, relative_to=None) -> Path:
     return p.resolve() if p.exists() else p
 
 
+def _relative_to(source: Source, relative_to) -> str:
+    """Where a relative ``file`` was looked for: the pool file's folder only when the data came from a pool."""
+    if Path(source.file).expanduser().is_absolute():
+        return "the path is absolute: check it"
+    if relative_to is not None:
+        return f"a relative path starts at the pool file's folder, {relative_to}"
+    return f"a relative path starts at the current folder, {Path.cwd()}: give an absolute path"
+
+
 def _read_file(path: Path) -> list:
-    if not path.is_file():
-        raise ConfigError(f"data file {path} not found (a relative path starts at the pool file's folder)")
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -107,7 +114,7 @@ def read_records(source: Source, *, relative_to=None, model_path=None, generated
     if kind == "file":
         path = local_path(source, relative_to)
         if not path.is_file():
-            raise ConfigError(f"data file {path} not found (a relative path starts at the pool file's folder)")
+            raise ConfigError(f"data file {path} not found ({_relative_to(source, relative_to)})")
         return cache.remembered(cache.key_of("file", cache.file_digest(path), path.suffix),
                                 lambda: _read_file(path))
     if kind == "demo":

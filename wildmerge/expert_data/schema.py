@@ -26,6 +26,7 @@ KINDS = ("file", "demo", "dataset", "lm_eval_task", "generate")
 FILE_SUFFIXES = (".jsonl", ".json", ".txt", ".parquet")
 # the old recipe-style keys (plugins/layerwise/calibration.py) that a ``calibration:`` entry may still carry
 FAMILY_PREFIXES = ("demo:", "smollm2:")  # the locally built families (wildmerge.families), as hub.py knows them
+FAMILY_DATA = ("demo:unlabelled/", "demo:calibration/", "smollm2:text/", "smollm2:labelled/")  # + an expert's name
 
 LEGACY = {"data": None, "text_field": "field", "n_samples": "n", "prompt_field": "prompt", "answer_field": "answer"}
 
@@ -64,6 +65,11 @@ class Source(BaseModel):
             raise ValueError(f"file {self.file!r} must end in one of {', '.join(FILE_SUFFIXES)}")
         if self.demo is not None and not self.demo.startswith(FAMILY_PREFIXES):
             raise ValueError(f"demo {self.demo!r} must start with one of {', '.join(FAMILY_PREFIXES)}")
+        if self.demo is not None and not (self.demo.startswith(FAMILY_DATA) and self.demo.split("/", 1)[1]):
+            # said when the pool is loaded, not at the first merge that reads it
+            raise ValueError(f"{self.demo!r} is not a family's data: write one of "
+                             f"{', '.join(f + '<expert>' for f in FAMILY_DATA)} (e.g. demo:unlabelled/{{name}})"
+                             f"{did_you_mean(self.demo.split('/', 1)[0] + '/', FAMILY_DATA)}")
         return self
 
     @property

@@ -38,6 +38,7 @@ class CachedFamily:
     title: str  # "demo": ``cannot write the demo cache ...``
     env: str  # "WILDMERGE_DEMO": ``$WILDMERGE_DEMO_CACHE``, ``$WILDMERGE_DEMO_QUICK``
     tell_waits: bool = False  # print a line while another process builds the family
+    build_cost: str = ""  # said once when a first use builds the family: "about 15 minutes on 2 CPU cores"
     unsigned_dirs: tuple = ()  # folders whose files (derived, rewritten on every use) the signature leaves out
     validated: set = field(default_factory=set, compare=False)  # stat signatures checksummed in this process
 
@@ -231,6 +232,10 @@ def ensure(family: CachedFamily, cache_dir, seed: int, quick: bool, *,
                 raise WildmergeError(why_not)
             if root.exists():
                 print(f"wildmerge {family.label}: rebuilding {root}: {reason}", flush=True)
+            elif family.build_cost:  # a first `smollm2:` reference: what is happening, its cost, where it stays
+                print(f"wildmerge {family.label}: building the {family.title} family{' (quick)' if quick else ''} "
+                      f"into {root} (first use: {family.build_cost}; cached there for later runs, "
+                      f"{family.env}_CACHE moves it)", flush=True)
             clean_leftovers(cache, key)
             with atomic_dir(root) as tmp:
                 build(tmp, seed=seed, quick=quick)

@@ -118,6 +118,16 @@ def _checked(check, strict: bool, *args) -> None:
         warn(f"{exc} (mergekit continues as it would without wildmerge)")
 
 
+def _no_family_refs(merge_config) -> None:
+    """``demo:`` / ``smollm2:`` models in a recipe (stock ``mergekit-yaml`` too): one message saying what to write,
+    not the hub's OSError about a repo id."""
+    from wildmerge.hub import FAMILY_PREFIXES, family_ref_in_recipe
+
+    for ref in merge_config.referenced_models():
+        if str(ref.model.path).startswith(FAMILY_PREFIXES):
+            raise WildmergeError(family_ref_in_recipe(str(ref.model.path)))
+
+
 def wrap_run_merge(original):
     if getattr(original, "__wildmerge_wrapped__", False):
         return original
@@ -128,6 +138,7 @@ def wrap_run_merge(original):
         from wildmerge.plugins.validation import is_ours, validate_merge_config, validate_recipe_source
 
         register_all()  # idempotent; covers a process whose registration hook had to wait
+        _no_family_refs(merge_config)
         method = merge_config.merge_method
         checks = STRICT if is_ours(method) else _checks.get()
         if config_source is not None:

@@ -25,7 +25,7 @@ def check_recipe_file(path) -> dict:
     from mergekit.config import MergeConfiguration
     from pydantic import ValidationError
 
-    from wildmerge.hub import Unresolvable, classify
+    from wildmerge.hub import Unresolvable, classify, family_ref_in_recipe
 
     path = Path(path)
     if not path.is_file():
@@ -58,7 +58,8 @@ def check_recipe_file(path) -> dict:
         seen[key] = i
     for ref in config.referenced_models():
         try:
-            classify(str(ref.model.path))
+            if classify(str(ref.model.path))[0] == "demo":
+                raise ConfigError(f"recipe {path}: {family_ref_in_recipe(str(ref.model.path))}")
         except Unresolvable as exc:
             raise ConfigError(f"recipe {path}: model {exc}; fix the path (relative paths are read from "
                               f"{Path.cwd()}) or give a hub id org/name") from None

@@ -79,11 +79,43 @@ def preset_of(name: str) -> str:
     return name.split(":", 1)[0]
 
 
-def _loaded(sweep: Sweep) -> Sweep:
-    """A copy of ``sweep`` with its method's recipe read now (the presets are shared)."""
+def _loaded(name: str, sweep: Sweep) -> Sweep:
+    """A copy of ``sweep`` with its method's recipe read now (the presets are shared) and every point's values
+    checked against the ranges its method declares, before anything is merged."""
     out = sweep.model_copy()
     out._recipe = load_method_recipe(sweep.method)
+    _check_ranges(name, out)
     return out
+
+
+def _declared_params(merge_method: str):
+    """The parameter model that declares ``merge_method``'s ranges (``plugins/method_params.py``): our methods' own;
+    for mergekit's methods our declaration of its Task Arithmetic / TIES ``density`` (as recipes are checked)."""
+    from mergekit.merge_methods import registered_methods
+
+    from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
+    from wildmerge.plugins.methods import TaskArithmeticParams
+
+    if merge_method in LAYERWISE_METHODS:
+        return LAYERWISE_METHODS[merge_method].params, None
+    method = {m.spec.name: m for m in registered_methods()}.get(merge_method)
+    declared = getattr(method, "params", None)
+    return (declared, None) if declared is not None else (TaskArithmeticParams, {"density"})
+
+
+def _check_ranges(name: str, sweep: Sweep) -> None:
+    merge_method = sweep.recipe.recipe.get("merge_method")
+    if not merge_method or not (sweep.grid or sweep.cases):
+        return
+    params, only = _declared_params(merge_method)
+    fields = params.fields_by_name()
+    for point in sweep.points():
+        for key, value in point.items():
+            if key in fields and (only is None or key in only):
+                try:
+                    params.check_value(sweep.recipe.name, key, value)
+                except ConfigError as exc:
+                    raise ConfigError(f"sweep {name!r}: {exc}") from None
 
 
 def load_sweeps(names=(), path=None) -> dict[str, Sweep]:
@@ -108,4 +140,4 @@ def load_sweeps(names=(), path=None) -> dict[str, Sweep]:
         except (ValidationError, AttributeError) as exc:
             raise ConfigError(f"grid file {path} is invalid (expected {{name: {{method, grid: {{param: [values]}}}}}}, "
                               f"valid keys per sweep: {', '.join(Sweep.model_fields)}): {exc}") from None
-    return {k: _loaded(sweep) for k, sweep in out.items()}
+    return {k: _loaded(k, sweep) for k, sweep in out.items()}

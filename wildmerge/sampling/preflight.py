@@ -66,3 +66,31 @@ def check_expert_data(pool, methods: dict, sweeps: dict | None = None, tune: boo
     from wildmerge.expert_data.check import require_data
 
     require_data(pool.all_data(), data_features(methods, sweeps, tune), pool.name)
+
+
+# files that carry a tokenizer's vocabulary (tokenizer_config.json alone does not: transformers then asks for
+# sentencepiece or tiktoken in a traceback)
+VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def require_tokenizer(folder, what: str, needed_by: str) -> None:
+    """A model folder without a tokenizer, said before any work: which folder, what is missing, who needs it."""
+    if any((Path(folder) / name).is_file() for name in VOCABULARY_FILES):
+        return
+    raise WildmergeError(f"{what} {folder} has no tokenizer (none of {', '.join(VOCABULARY_FILES)}), which "
+                         f"{needed_by} need(s) to read text: copy the tokenizer files of the model it was trained "
+                         f"from into {folder}")
+
+
+def check_base_tokenizer(pool, needed_by: list) -> None:
+    """The sampler's pre-flight for a local base folder (hub and family bases ship their tokenizers)."""
+    if not needed_by:
+        return
+    from wildmerge.hub import Unresolvable, classify
+
+    try:
+        kind, path = classify(pool.base.model, pool.folder)
+    except Unresolvable:
+        return  # said by the resolver, with its own fix
+    if kind == "local":
+        require_tokenizer(path, f"the base of pool {pool.name!r},", " and ".join(needed_by))

@@ -16,6 +16,15 @@ from wildmerge.atomic import write_json
 
 TRACKS_SPEARMAN = -0.5  # at most this (strongly negative) ...
 TRACKS_REGRET = 1.0  # ... and the TAS choice within this many points of the best evaluated point
+MIN_POINTS = 3  # a rank correlation of fewer points says nothing
+
+
+def points_problem(k) -> str | None:
+    """Why ``--check K`` is refused (the one message of the option's type and the library), or None."""
+    if k in (1, 2) or (isinstance(k, int) and k < 0):
+        return f"expected 0 (no check) or at least {MIN_POINTS} points (a rank correlation needs {MIN_POINTS}), " \
+               f"got {k}"
+    return None
 
 
 def _ranks(values) -> np.ndarray:
@@ -51,7 +60,7 @@ def summarize(rows: List[dict], distance: str = "l2") -> Dict:
     best = rows[int(np.argmax(acc))]
     rho = spearman(tas, acc)
     regret = 100 * (best["accuracy"] - choice["accuracy"])
-    tracks = bool(rho <= TRACKS_SPEARMAN and regret <= TRACKS_REGRET) if len(rows) > 2 else regret <= TRACKS_REGRET
+    tracks = bool(len(rows) >= MIN_POINTS and rho <= TRACKS_SPEARMAN and regret <= TRACKS_REGRET)
     return {"distance": distance, "points": len(rows), "spearman": rho, "regret_points": regret,
             "choice": choice["hparams"], "choice_accuracy": choice["accuracy"], "best": best["hparams"],
             "best_accuracy": best["accuracy"], "tracks": tracks}
@@ -62,7 +71,10 @@ def verdict(name: str, summary: Dict) -> str:
     line = (f"{name}: TAS vs accuracy over {summary['points']} evaluated points: Spearman "
             f"{summary['spearman']:+.2f}, regret {summary['regret_points']:.2f} points "
             f"(TAS chose {summary['choice']}, best {summary['best']})")
-    if not summary["tracks"]:
+    if summary["points"] < MIN_POINTS:
+        line += (f"\nwarning: {summary['points']} evaluated point(s) cannot tell whether TAS tracks accuracy (a rank "
+                 f"correlation needs {MIN_POINTS}): give a grid of at least {MIN_POINTS} points")
+    elif not summary["tracks"]:
         line += (f"\nwarning: TAS does not track accuracy on this pool for {name} (Spearman above "
                  f"{TRACKS_SPEARMAN} or regret above {TRACKS_REGRET} point): evaluate the grid instead of trusting "
                  f"argmin TAS")

@@ -71,6 +71,23 @@ def _check_rule(rule: str, sweeps: dict) -> None:
                 raise ConfigError(f"grid {name!r}: {exc}") from None
 
 
+def _check_numbers(**values) -> None:
+    """The library's callers get the command line's words (``--iterations: expected a whole number >= 1, got 0``)."""
+    from wildmerge import numbers
+
+    rules = {"samples": numbers.POSITIVE_INT, "iterations": numbers.POSITIVE_INT, "batch_size": numbers.POSITIVE_INT,
+             "lr": numbers.POSITIVE_FLOAT}
+    for name, value in values.items():
+        rules[name].check("--" + name.replace("_", "-"), value)
+
+
+def _check_points(check: int) -> None:
+    from wildmerge.analysis.tas.check import points_problem
+
+    if points_problem(check):
+        raise ConfigError(f"--check: {points_problem(check)}")
+
+
 def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None, samples: int = DEFAULT_SAMPLES,
               seq_len=None, distance: str = "l2", device: str = "cpu", threads=None, allow_pickle: bool = False,
               check: int = 0, check_suite: str = "demo", check_limit=None, select: str = "tas") -> dict:
@@ -82,8 +99,8 @@ def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None
         import torch
 
         torch.set_num_threads(threads)
-    if samples < 1:
-        raise ConfigError(f"--samples must be at least 1 (got {samples})")
+    _check_numbers(samples=samples)
+    _check_points(check)
     named = load_sweeps(sweeps, grid_file)
     if not named:
         raise ConfigError("nothing to tune: give --grid FILE or --sweep NAME")
@@ -111,6 +128,7 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
     from wildmerge.recipes.method import with_hparams
     from wildmerge.recipes.sweeps import Sweep, load_sweeps
 
+    _check_points(check)
     named = {name: Sweep(method=name, grid=TUNE_GRIDS[name]) for name in methods if name in TUNE_GRIDS}
     named.update({g.method: g for g in load_sweeps((), grid_file).values()} if grid_file else {})
     named = {name: g for name, g in named.items() if name in methods}
@@ -146,6 +164,7 @@ def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, l
     from wildmerge.plugins.adamerging import AdaMergingSettings, adamerge
     from wildmerge.pools import load_pool, resolve
 
+    _check_numbers(samples=samples, iterations=iterations, lr=lr, batch_size=batch_size)
     if threads:
         import torch
 
