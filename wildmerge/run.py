@@ -226,7 +226,9 @@ class SearchSettings(BaseModel):
     seed: int
     methods: List[str]
     tuned: Dict[str, Any] = Field(default_factory=dict)  # method -> hyperparameters chosen by TAS
-    ranking: str = ""  # what ranked the subsets: the weight-only proxy or a fitted predictor
+    ranking: str = ""  # what chose the candidates (before issue 33: a weight-only proxy or a fitted predictor)
+    rule: Optional[str] = None  # the bandit's arm rule (thompson, random); None: a search before the bandit
+    experts_are_candidates: bool = False
 
 
 class SearchCandidate(BaseModel):
@@ -238,9 +240,12 @@ class SearchCandidate(BaseModel):
     method: str
     experts: List[str]
     size: int
-    rank: int
+    rank: int  # the order it was drawn in (before the bandit: its proxy rank within its size)
     proxy: Optional[float] = None
     hparams: Dict[str, Any] = Field(default_factory=dict)
+    arm: Optional[List[Any]] = None  # [method, size] it was drawn from ("expert", 1: an expert alone)
+    bracket: Optional[int] = None
+    first_score: Optional[List[float]] = None  # [fraction, suite mean] at the first rung it was scored on
 
 
 class SearchResult(BaseModel):
@@ -259,6 +264,8 @@ class SearchResult(BaseModel):
     full_evaluations_spent: Optional[float] = None
     model: str
     score_is: str = ""
+    brackets: List[Dict[str, Any]] = Field(default_factory=list)  # each bracket's candidates, winner and cost
+    arms: Dict[str, List[float]] = Field(default_factory=dict)  # "method@size" -> its candidates' first-rung scores
 
 
 class Search(Record):
