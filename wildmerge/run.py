@@ -227,8 +227,7 @@ class SearchSettings(BaseModel):
     methods: List[str]
     tuned: Dict[str, Any] = Field(default_factory=dict)  # method -> hyperparameters chosen by TAS
     ranking: str = ""  # what chose the candidates (before issue 33: a weight-only proxy or a fitted predictor)
-    rule: Optional[str] = None  # the bandit's arm rule (thompson, random); None: a search before the bandit
-    experts_are_candidates: bool = False
+    # written by the bandit search (issue 33) as extra keys, absent from older records: rule, experts_are_candidates
 
 
 class SearchCandidate(BaseModel):
@@ -243,9 +242,8 @@ class SearchCandidate(BaseModel):
     rank: int  # the order it was drawn in (before the bandit: its proxy rank within its size)
     proxy: Optional[float] = None
     hparams: Dict[str, Any] = Field(default_factory=dict)
-    arm: Optional[List[Any]] = None  # [method, size] it was drawn from ("expert", 1: an expert alone)
-    bracket: Optional[int] = None
-    first_score: Optional[List[float]] = None  # [fraction, suite mean] at the first rung it was scored on
+    # extra keys of the bandit search: arm ([method, size]; ["expert", 1] for an expert alone), bracket,
+    # first_score ([fraction, suite mean] at the first rung it was scored on)
 
 
 class SearchResult(BaseModel):
@@ -264,8 +262,8 @@ class SearchResult(BaseModel):
     full_evaluations_spent: Optional[float] = None
     model: str
     score_is: str = ""
-    brackets: List[Dict[str, Any]] = Field(default_factory=list)  # each bracket's candidates, winner and cost
-    arms: Dict[str, List[float]] = Field(default_factory=dict)  # "method@size" -> its candidates' first-rung scores
+    # extra keys of the bandit search: brackets (each one's candidates, winner, cost), arms ("method@size" -> its
+    # candidates' first-rung scores)
 
 
 class Search(Record):
