@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import List, Optional
 
-from wildmerge.atomic import write_json
 from wildmerge.errors import ConfigError
 from wildmerge.eval.options import EvalOptions
 from wildmerge.run import RunFolder, Search, SearchCandidate, SearchResult, SearchSettings

@@ -57,7 +57,8 @@ def write_large_tasks(info: dict) -> str:
     for skill in SKILLS:
         items = large_items(skill, LARGE_ITEMS, manifest["seed"], world, bs.eval_items)
         write_if_changed(out / f"{skill}.jsonl", jsonl(i.as_doc() for i in items))
-    skills = {PREFIX + s: s for s in SKILLS} | {PREFIX + t.removeprefix("demo_"): s for t, s in GENERATION_TASKS.items()}
-    generation = {PREFIX + t.removeprefix("demo_"): GENERATION for t in GENERATION_TASKS}
-    T.write_task_yamls(out, skills, "wildmerge demo skill '{skill}', large suite", generation)
+    generation = {PREFIX + t.removeprefix("demo_"): s for t, s in GENERATION_TASKS.items()}
+    skills = {PREFIX + s: s for s in SKILLS} | generation
+    T.write_task_yamls(out, skills, "wildmerge demo skill '{skill}', large suite",
+                       dict.fromkeys(generation, GENERATION))
     return str(out)
