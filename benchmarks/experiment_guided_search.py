@@ -146,10 +146,11 @@ def protocol(items: dict, merges: list, seed: int) -> dict:
             "winner": order[int(np.argmax(scores))]}
 
 
-def replay(items: dict, arms: dict, budget: float, seed: int, rule: str, first: float, eta: float) -> dict:
+def replay(items: dict, arms: dict, budget: float, seed: int, rule: str, first: float, eta: float,
+           bracket=None) -> dict:
     space = Space(sorted({e for s in arms[(EXPERT, 1)] for e in s}), {a: list(v) for a, v in arms.items()})
     r = search(space, lookup(items, seed), budget, lambda arm, s: candidate_id({"method": arm[0], "experts": list(s)}),
-               first=first, eta=eta, seed=seed, rule=rule)
+               first=first, eta=eta, seed=seed, rule=rule, bracket=bracket)
     return {"winner": r["winner"], "score": r["score"], "full_score_check": suite_score(items[r["winner"]]),
             "vs_base": r["vs_base"], "items_spent": r["items_spent"], "candidates": len(r["candidates"]),
             "candidates_best": max(suite_score(items[c]) for c in r["candidates"]),
@@ -188,6 +189,7 @@ def main() -> None:
     p.add_argument("--fractions-of-protocol", default="0.2", help="the searches' budgets, fractions of the protocol's")
     p.add_argument("--first", type=float, default=0.125)
     p.add_argument("--eta", type=float, default=2.0)
+    p.add_argument("--bracket", type=int, help="candidates per bracket (default: the search's, eta ** (rungs - 1))")
     p.add_argument("--batch", type=int, default=4, help="models per evaluation call while recording")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
@@ -228,7 +230,7 @@ def main() -> None:
         for frac in (float(f) for f in args.fractions_of_protocol.split(",")):
             budget = frac * prot["items_spent"] / prot["items_per_model"]
             for rule in VARIANTS:
-                g = replay(items, arms, budget, seed, rule, args.first, args.eta)
+                g = replay(items, arms, budget, seed, rule, args.first, args.eta, args.bracket)
                 every = {t: np.arange(len(v)) for t, v in items["base"].items()}
                 g["vs_protocol_best"] = [100 * x for x in paired_interval(items[g["winner"]], items[prot["winner"]],
                                                                           every)]
@@ -252,12 +254,14 @@ def summary(items: dict, merges: list, arms: dict, args, seeds) -> dict:
         for frac in (float(f) for f in args.fractions_of_protocol.split(",")):
             budget = frac * prot["items_spent"] / prot["items_per_model"]
             for rule in VARIANTS:
-                g = replay(items, arms, budget, seed, rule, args.first, args.eta)
+                g = replay(items, arms, budget, seed, rule, args.first, args.eta, args.bracket)
                 gap, share = 100 * (g["score"] - prot["best"]), g["items_spent"] / prot["items_spent"]
-                out.setdefault(f"{frac} {rule}", []).append([g["score"], gap, share, gap >= -1.0 and share <= 0.2])
+                out.setdefault(f"{frac} {rule}", []).append([g["score"], gap, share, gap >= -1.0 and share <= 0.2,
+                                                             g["methods_drawn"]])
     return {k: {"seeds": len(v), "mean_score": float(np.mean([x[0] for x in v])),
                 "mean_gap_points": float(np.mean([x[1] for x in v])), "mean_share": float(np.mean([x[2] for x in v])),
-                "reached": int(sum(x[3] for x in v))} for k, v in out.items()}
+                "reached": int(sum(x[3] for x in v)),
+                "methods_drawn": {m: sum(x[4][m] for x in v) for m in v[0][4]}} for k, v in out.items()}
 
 
 def _ci(v) -> str:
@@ -295,12 +299,13 @@ def table(results: dict) -> str:
     more = results.get("summary_seeds")
     if more:
         lines += ["", f"Over {next(iter(more.values()))['seeds']} more seeds (100, 101, ...; replay only):", "",
-                  SUMMARY_HEAD, "|" + "---|" * 6]
+                  SUMMARY_HEAD + " candidates drawn, per method |", "|" + "---|" * 7]
         for key, v in more.items():
             frac, rule = key.split(" ")
             name = "the search (Thompson)" if rule == "thompson" else "random search"
+            drawn = ", ".join(f"{m} {n}" for m, n in v.get("methods_drawn", {}).items())
             lines.append(f"| {frac} | {name} | {v['mean_score']:.4f} | {v['mean_gap_points']:+.2f} | "
-                         f"{v['mean_share']:.3f} | {v['reached']} of {v['seeds']} |")
+                         f"{v['mean_share']:.3f} | {v['reached']} of {v['seeds']} | {drawn} |")
     return "\n".join(lines) + "\n"
 
 
