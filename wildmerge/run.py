@@ -226,7 +226,8 @@ class SearchSettings(BaseModel):
     seed: int
     methods: List[str]
     tuned: Dict[str, Any] = Field(default_factory=dict)  # method -> hyperparameters chosen by TAS
-    ranking: str = ""  # what ranked the subsets: the weight-only proxy or a fitted predictor
+    ranking: str = ""  # what chose the candidates (before issue 33: a weight-only proxy or a fitted predictor)
+    # written by the bandit search (issue 33) as extra keys, absent from older records: rule, experts_are_candidates
 
 
 class SearchCandidate(BaseModel):
@@ -238,9 +239,11 @@ class SearchCandidate(BaseModel):
     method: str
     experts: List[str]
     size: int
-    rank: int
+    rank: int  # the order it was drawn in (before the bandit: its proxy rank within its size)
     proxy: Optional[float] = None
     hparams: Dict[str, Any] = Field(default_factory=dict)
+    # extra keys of the bandit search: arm ([method, size]; ["expert", 1] for an expert alone), bracket,
+    # first_score ([fraction, suite mean] at the first rung it was scored on)
 
 
 class SearchResult(BaseModel):
@@ -259,6 +262,8 @@ class SearchResult(BaseModel):
     full_evaluations_spent: Optional[float] = None
     model: str
     score_is: str = ""
+    # extra keys of the bandit search: brackets (each one's candidates, winner, cost), arms ("method@size" -> its
+    # candidates' first-rung scores)
 
 
 class Search(Record):

@@ -1,5 +1,5 @@
-"""``wildmerge search``: the best merge a budget of evaluations can find (TAS-tuned methods, proxy-ranked subsets,
-successive halving on item subsets; see ``wildmerge.search.guided``)."""
+"""``wildmerge search``: the best merge a budget of evaluations can find (TAS-tuned methods, a bandit over method x
+subset size, successive halving on item subsets; see ``wildmerge.search.guided``)."""
 
 import argparse
 
@@ -18,12 +18,13 @@ def configure(p: argparse.ArgumentParser) -> None:
                    default=0.125, help="items per task at the first rung")
     p.add_argument("--eta", type=float_above(1),
                    default=2.0, help="each rung keeps 1/eta of the candidates on eta x the items")
-    p.add_argument("--seed", type=nonnegative_int, default=0, help="the items drawn for the rungs")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="the search's draws: its candidates and the rungs' items")
+    p.add_argument("--rule", default="thompson", choices=("thompson", "random"),
+                   help="how arms (method x size) are chosen: thompson (learns from the first rungs) or random")
+    p.add_argument("--no-experts", action="store_true", help="only merges are candidates, not the experts alone")
     p.add_argument("--no-tune", action="store_true", help="keep the recipes' hyperparameters (no TAS tuning)")
     p.add_argument("--tune-samples", type=positive_int, default=32, help="unlabelled samples per expert for TAS")
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
-    p.add_argument("--fit-from", metavar="RUN", help="rank subsets by a predictor fitted on this evaluated run of the "
-                                                     "pool (default: a weight-only proxy)")
     p.add_argument("--merge-device", default="cpu", help="where candidates are merged: cpu, cuda, cuda:N (default "
                                                          "%(default)s)")
     p.add_argument("--out", help="run folder (default runs/search-<pool>); rerun the same command to resume")
@@ -37,6 +38,7 @@ def run(args) -> int:
     methods = [m for m in args.methods.split(",") if m]
     search_pool(args.pool, args.budget, out=args.out, suite_name=args.suite, methods=methods,
                 first=args.first_fraction, eta=args.eta, seed=args.seed, tune=not args.no_tune,
-                tune_samples=args.tune_samples, limit=args.limit, exclude=args.exclude, fit_from=args.fit_from,
+                tune_samples=args.tune_samples, limit=args.limit, exclude=args.exclude, rule=args.rule,
+                experts=not args.no_experts,
                 merge_device=args.merge_device)
     return 0

@@ -4,9 +4,9 @@ Rung r scores every surviving candidate on the same nested item subset (a fracti
 task's items, drawn once with a seed as in screening, so comparisons are paired). A candidate
 whose paired bootstrap interval to the rung's leader lies below zero stops (it is worse, with 95 % confidence); of
 the others the best ``ceil(n / eta)`` go on (a lone survivor skips to the last rung). The last rung is every item:
-the winner's reported score is a full evaluation, not the estimate that picked it, and its paired interval to the
-base (scored once, in full) is on every item. Jamieson & Talwalkar (2016), "Non-stochastic best arm identification
-and hyperparameter optimization"; the paired interval is ``eval.screening.stats.paired_interval``.
+the bracket's winner is reported with its full evaluation, not the estimate that picked it. Jamieson & Talwalkar
+(2016), "Non-stochastic best arm identification and hyperparameter optimization"; the paired interval is
+``eval.screening.stats.paired_interval``. ``bandit.py`` runs one such bracket after another.
 """
 
 import math
@@ -14,10 +14,10 @@ from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
-from wildmerge.eval.screening.stats import Items, paired_interval, suite_score
+from wildmerge.eval.screening.stats import Items, paired_interval, screen_items, suite_score
 
 # ([candidate ids or "base"], fraction) -> {id: (items, item evaluations it costs)}; one call per rung, so an
-# executor can score the rung's models together
+# executor can score the rung's models together. Live: merge + lm-eval; replay: a lookup in recorded items.
 Evaluate = Callable[[List[str], float], Dict[str, Tuple[Items, int]]]
 
 
@@ -32,41 +32,38 @@ def fractions(first: float, eta: float) -> List[float]:
     return out + [1.0]
 
 
-def planned_cost(n: int, first: float, eta: float) -> float:
-    """Full-evaluation equivalents spent on ``n`` candidates if none stops early (plus the base, once, in full)."""
-    cost, alive = 1.0, n
-    for f in fractions(first, eta):
+def rung_costs(sizes: Dict[str, int], first: float, eta: float, seed: int) -> Dict[float, int]:
+    """Item evaluations one model costs at each rung (``screen_items`` rounds up per task)."""
+    return {f: sum(len(v) for v in screen_items(sizes, f, seed).values()) for f in fractions(first, eta)}
+
+
+def bracket_cost(n: int, costs: Dict[float, int], eta: float) -> int:
+    """Item evaluations of a bracket of ``n`` candidates if none stops early (an upper bound on what it spends)."""
+    total, alive = 0, n
+    for f, cost in costs.items():
         if alive == 1 and f < 1:
             continue  # a lone survivor goes straight to the full rung
-        cost += alive * f
+        total += alive * cost
         alive = max(1, math.ceil(alive / eta))
-    return cost
-
-
-def candidates_for(budget: float, first: float, eta: float, available: int) -> int:
-    """The most candidates whose halving fits ``budget`` full-evaluation equivalents (at least 1)."""
-    n = 1
-    while n < available and planned_cost(n + 1, first, eta) <= budget:
-        n += 1
-    return n
+    return total
 
 
 def halve(candidates: List[str], evaluate: Evaluate, first: float = 0.125, eta: float = 2.0, seed: int = 0,
-          log: Callable[[dict], None] = lambda record: None, iters: int = 1000) -> Dict:
-    """Run the rungs over ``candidates`` (best prior first: ties keep that order); every decision goes to ``log``.
-
-    Returns the winner, its full score, its paired interval to the base (points; the base is scored once, on every
-    item, at the end) and the item evaluations spent, the base's included.
-    """
-    alive, spent, rungs = list(candidates), 0, []
-    for rung, fraction in enumerate(fractions(first, eta)):
+          log: Callable[[dict], None] = lambda record: None, iters: int = 1000, rung0: int = 0) -> Dict:
+    """Run one bracket's rungs over ``candidates`` (ties keep their order); every decision goes to ``log``, rungs
+    numbered from ``rung0``. Returns the winner, its full items and score, each candidate's score at the first rung
+    it was scored on (``first_scores``), the item evaluations spent and the rungs' records."""
+    alive, spent, rungs, first_scores = list(candidates), 0, [], {}
+    for fraction in fractions(first, eta):
         if len(alive) == 1 and fraction < 1:
             continue  # nothing left to compare: the survivor goes straight to the full rung
         scored = evaluate(alive, fraction)
         items = {c: scored[c][0] for c in alive}
         spent += sum(scored[c][1] for c in alive)
         scores = {c: suite_score(v) for c, v in items.items()}
-        order = sorted(alive, key=lambda c: -scores[c])  # stable: the prior breaks ties
+        for c in alive:
+            first_scores.setdefault(c, (fraction, scores[c]))
+        order = sorted(alive, key=lambda c: -scores[c])  # stable: the draw order breaks ties
         leader = order[0]
         keep = max(1, math.ceil(len(alive) / eta)) if fraction < 1 else 1
         decisions, kept = {}, []
@@ -78,21 +75,14 @@ def halve(candidates: List[str], evaluate: Evaluate, first: float = 0.125, eta: 
             decisions[c] = {"score": scores[c], "vs_leader": [100 * x for x in diff],
                             "decision": "continue" if go_on and fraction < 1 else
                             "winner" if go_on else "stopped: worse than the leader" if worse else "stopped: rank"}
-        record = {"rung": len(rungs), "fraction": fraction, "leader": leader, "decisions": decisions,
+        record = {"rung": rung0 + len(rungs), "fraction": fraction, "leader": leader, "decisions": decisions,
                   "items_spent": spent}
-        alive = kept
-        if fraction < 1:
-            log(record)
-            rungs.append(record)
-            continue
-        base, base_cost = evaluate(["base"], 1.0)["base"]
-        spent += base_cost
-        vs_base = [100 * x for x in paired_interval(items[leader], base, _all(base), iters=iters, seed=seed)]
-        record.update(items_spent=spent, base_score=suite_score(base), vs_base=vs_base)
         log(record)
         rungs.append(record)
-        return {"winner": leader, "score": scores[leader], "vs_base": vs_base, "base_score": suite_score(base),
-                "items_spent": spent, "items_per_model": base_cost, "rungs": rungs}
+        alive = kept
+        if fraction >= 1:
+            return {"winner": leader, "score": scores[leader], "items": items[leader], "items_spent": spent,
+                    "first_scores": first_scores, "rungs": rungs}
     raise AssertionError("the last rung is every item")
 
 

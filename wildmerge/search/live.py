@@ -30,7 +30,7 @@ RECIPE_STAMP = "search_recipe.json"  # written last into a candidate's folder: t
 
 
 class LiveEvaluator:
-    """``evaluate([candidate ids or "base"], fraction)`` for ``halving.halve``: one executor call per rung."""
+    """``evaluate([candidate ids or "base"], fraction)`` for ``bandit.search``: one executor call per rung."""
 
     def __init__(self, run: RunFolder, base_path: str, experts: Dict[str, str], candidates: Dict[str, dict], suite,
                  seed: int = 0, options: Optional[EvalOptions] = None, merge_device: str = "cpu"):
@@ -47,6 +47,8 @@ class LiveEvaluator:
     def model_path(self, candidate: str) -> str:
         if candidate == "base":
             return self.base_path
+        if self.candidates[candidate]["recipe"] is None:  # an expert alone: scored as it is
+            return self.experts[self.candidates[candidate]["experts"][0]]
         path = self.run.search_model_dir(candidate)
         recipe = json.dumps(self.candidates[candidate]["recipe"], sort_keys=True)
         stamp = path / RECIPE_STAMP

@@ -13,8 +13,8 @@ from wildmerge.families.demo import spec as S
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.families import cache as C
 
-# the calibration/ files are derived (rewritten on every use), not data
-FAMILY = C.CachedFamily(label="demo", title="demo", env="WILDMERGE_DEMO", unsigned_dirs=("calibration",))
+# the calibration/ and tasks_large/ files are derived (rewritten on use), not data
+FAMILY = C.CachedFamily(label="demo", title="demo", env="WILDMERGE_DEMO", unsigned_dirs=("calibration", "tasks_large"))
 
 
 def default_cache_dir() -> Path:
@@ -124,7 +124,8 @@ def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: i
 
 def resolve_demo_ref(ref: str) -> str:
     """Absolute path for ``demo:base``, ``demo:expert_01`` ... ``demo:expert_12``, ``demo:tasks``, ``demo:pool``,
-    an expert's data ``demo:unlabelled/<expert>`` / ``demo:calibration/<expert>``, or the probe's additions
+    an expert's data ``demo:unlabelled/<expert>`` / ``demo:calibration/<expert>``, the large suite's tasks
+    ``demo:large_tasks`` (``large.py``), or the probe's additions
     ``demo:probe_tasks`` and ``demo:joint`` (the joint multi-skill reference model).
 
     Builds the family on first use (seed from ``$WILDMERGE_DEMO_SEED``, default 0; the quick family when
@@ -144,6 +145,10 @@ def resolve_demo_ref(ref: str) -> str:
             raise FAMILY.unknown(ref, expert, experts, "demo data")
         info = ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)
         return str((calibration_file if kind == "calibration" else unlabelled_file)(info, expert))
+    if name == "large_tasks":  # the demo suite's larger variant (demo/large.py), written next to the family
+        from wildmerge.families.demo.large import write_large_tasks
+
+        return write_large_tasks(ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick))
     from wildmerge.families.demo.probe_data import ensure_probe_data
 
     return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data)

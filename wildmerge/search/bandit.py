@@ -1,0 +1,156 @@
+"""The search's allocation: a multi-fidelity bandit over arms, successive halving inside it.
+
+An arm is a method at a subset size (``("ta", 4)``), or the experts alone (``("expert", 1)``). The search runs
+brackets of successive halving (``halving.halve``); each bracket's candidates are drawn arm by arm by Thompson
+sampling on the arms' first-rung scores (every candidate's first rung is the same seeded items, so these scores are
+comparable across brackets), and each arm draws its own random subsets with the search's seed. An arm that scored
+well at the cheap rung gets more candidates; an arm never tried borrows the mean of its method (or of everything)
+as its prior. The arm's belief is a normal with the spread of all first-rung scores as its scale and one pseudo-
+observation of the prior. ``rule="random"`` draws arms uniformly instead: the same halving, no learning (the
+baseline of ``benchmarks/experiment_guided_search.py``).
+
+The same code runs live (``evaluate`` merges and scores with lm-eval: ``live.py``) and offline (``evaluate`` looks
+recorded per-item scores up), so a replay is the live search's decisions exactly. The base is scored first, on every
+item: its items fix what each rung costs, so every bracket is started only when its worst case fits the budget.
+Given the same seed and the same scores the search draws the same candidates, so a killed search resumes by replay.
+"""
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from wildmerge.eval.screening.stats import paired_interval, suite_score
+from wildmerge.search.halving import Evaluate, bracket_cost, fractions, halve, rung_costs
+
+EXPERT = "expert"  # the experts alone: an arm of size 1
+Arm = Tuple[str, int]
+RULES = ("thompson", "random")
+MAX_LISTED = 5000  # subsets of a size listed in full below this; above it, drawn by rejection
+PRIOR_SD = 0.1  # the arms' spread before two first-rung scores exist (suite means are fractions)
+
+
+@dataclass
+class Space:
+    """What each arm may draw: ``None`` for every subset of its size, or a fixed list (a replay's recorded ones)."""
+
+    names: List[str]
+    arms: Dict[Arm, Optional[List[Tuple[str, ...]]]]
+    used: Dict[Arm, set] = field(default_factory=dict)
+
+    @classmethod
+    def every(cls, names: Sequence[str], methods: Sequence[str], sizes: Sequence[int], experts: bool = True):
+        arms = {(m, k): None for m in methods for k in sizes if 2 <= k <= len(names)}
+        return cls(list(names), {**({(EXPERT, 1): None} if experts else {}), **arms})
+
+    def draw(self, arm: Arm, rng: np.random.Generator) -> Optional[Tuple[str, ...]]:
+        """An unused subset of the arm, at random; None when the arm has none left."""
+        used = self.used.setdefault(arm, set())
+        listed = self.arms[arm]
+        k = arm[1]
+        if listed is None and math.comb(len(self.names), k) <= MAX_LISTED:
+            listed = list(itertools.combinations(self.names, k))
+        if listed is not None:
+            left = [s for s in listed if tuple(s) not in used]
+            pick = tuple(left[rng.integers(len(left))]) if left else None
+        else:
+            pick = None
+            for _ in range(100):
+                s = tuple(self.names[i] for i in sorted(rng.choice(len(self.names), k, replace=False)))
+                if s not in used:
+                    pick = s
+                    break
+        if pick is not None:
+            used.add(pick)
+        return pick
+
+
+def choose(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Generator, rule: str) -> Arm:
+    """One arm: Thompson sampling on first-rung scores (shrunk to the method's mean), or uniform (``random``)."""
+    if rule == "random":
+        return arms[rng.integers(len(arms))]
+    every = [s for v in observed.values() for s in v]
+    scale = max(float(np.std(every)), 0.01) if len(every) >= 2 else PRIOR_SD
+    overall = float(np.mean(every)) if every else 0.0
+    draws = []
+    for arm in arms:
+        method = [s for a, v in observed.items() if a[0] == arm[0] for s in v]
+        prior = float(np.mean(method)) if method else overall
+        obs = observed.get(arm, [])
+        draws.append(rng.normal((sum(obs) + prior) / (len(obs) + 1), scale / math.sqrt(len(obs) + 1)))
+    return arms[int(np.argmax(draws))]
+
+
+def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callable[[Arm, Tuple[str, ...]], str],
+           on_new: Callable[[str, dict], None] = lambda cid, c: None, first: float = 0.125, eta: float = 2.0,
+           seed: int = 0, rule: str = "thompson", bracket: Optional[int] = None,
+           log: Callable[[dict], None] = lambda record: None, iters: int = 1000) -> Dict:
+    """Spend at most ``budget`` full evaluations of the suite (the base's included) on brackets of ``bracket``
+    candidates (default ``eta ** (rungs - 1)``: one survivor reaches every item); returns the winner (the best full
+    evaluation of any bracket), its paired interval to the base, what was spent, and every candidate drawn."""
+    if rule not in RULES:
+        raise ValueError(f"rule {rule!r}: use one of {', '.join(RULES)}")
+    rng = np.random.default_rng(seed)
+    rungs = fractions(first, eta)
+    bracket = bracket or max(2, math.ceil(eta ** (len(rungs) - 1) - 1e-9))
+    base_items, per_model = evaluate(["base"], 1.0)["base"]
+    sizes = {t: len(v) for t, v in base_items.items()}
+    costs = rung_costs(sizes, first, eta, seed)
+    limit = int(math.floor(budget * per_model + 1e-6))
+    spent, lines = per_model, 0
+    observed: Dict[Arm, List[float]] = {}
+    candidates: Dict[str, dict] = {}
+    winners: List[Tuple[str, float, dict]] = []
+    curve, brackets = [], []
+    open_arms = list(space.arms)
+
+    def logged(record):
+        nonlocal lines
+        log(record)
+        lines += 1
+
+    while open_arms:
+        n = bracket
+        while n and bracket_cost(n, costs, eta) > limit - spent:
+            n -= 1
+        if not n:
+            break
+        drawn = []
+        while len(drawn) < n and open_arms:
+            arm = choose(open_arms, observed, rng, rule)
+            subset = space.draw(arm, rng)
+            if subset is None:
+                open_arms.remove(arm)
+                continue
+            cid = candidate_id(arm, subset)
+            candidates[cid] = {"method": arm[0], "experts": list(subset), "size": len(subset), "arm": list(arm),
+                               "bracket": len(brackets), "rank": len(candidates)}
+            on_new(cid, candidates[cid])
+            drawn.append(cid)
+        if not drawn:
+            break
+        result = halve(drawn, evaluate, first=first, eta=eta, seed=seed, log=logged, iters=iters, rung0=lines)
+        spent += result["items_spent"]
+        for cid, (fraction, score) in result["first_scores"].items():
+            candidates[cid]["first_score"] = [fraction, score]
+            if fraction == rungs[0]:
+                observed.setdefault(tuple(candidates[cid]["arm"]), []).append(score)
+        winners.append((result["winner"], result["score"], result["items"]))
+        best = max(winners, key=lambda w: w[1])
+        curve.append([spent, best[1]])
+        brackets.append({"candidates": drawn, "winner": result["winner"], "score": result["score"],
+                         "items_spent": result["items_spent"]})
+    if not winners:
+        raise ValueError(f"a budget of {budget:g} full evaluations buys no candidate after the base; give more")
+    winner, score, items = max(winners, key=lambda w: w[1])  # the first bracket's wins a tie
+    every = {t: np.arange(n) for t, n in sizes.items()}
+    vs_base = [100 * x for x in paired_interval(items, base_items, every, iters=iters, seed=seed)]
+    logged({"rung": lines, "fraction": 1.0, "leader": winner, "result": True, "items_spent": spent,
+            "decisions": {winner: {"score": score, "decision": "winner of all brackets"}},
+            "base_score": suite_score(base_items), "vs_base": vs_base})
+    return {"winner": winner, "score": score, "base_score": suite_score(base_items), "vs_base": vs_base,
+            "items_spent": spent, "items_per_model": per_model, "candidates": candidates, "brackets": brackets,
+            "observed": {f"{a[0]}@{a[1]}": v for a, v in observed.items()}, "curve": curve}
+
