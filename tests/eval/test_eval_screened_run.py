@@ -159,7 +159,7 @@ def test_killed_screened_run_resumes_to_the_same_results(study):
 
 
 def test_screen_fraction_and_ad_hoc_models_are_refused(study, tmp_path):
-    with pytest.raises(ConfigError, match="--screen 1.5: give a fraction between 0 and 1"):
+    with pytest.raises(ConfigError, match="--screen: expected a number strictly between 0 and 1, got 1.5"):
         EvalOptions(screen=1.5)
     from wildmerge.eval.evaluate import evaluate_models
 

@@ -82,8 +82,28 @@ def require_tokenizer(folder, what: str, needed_by: str) -> None:
                          f"from into {folder}")
 
 
+def _pretokenised(data) -> bool:
+    """An expert's text is a local JSON-lines file of token ids (``input_ids``): read without a tokenizer."""
+    import json
+
+    source = data.text if data is not None else None
+    if source is None or not source.file or not str(source.file).endswith(".jsonl"):
+        return False
+    try:
+        with open(source.file) as f:
+            return "input_ids" in json.loads(f.readline() or "{}")
+    except (OSError, ValueError):
+        return False  # said by the data checks
+
+
 def check_base_tokenizer(pool, needed_by: list) -> None:
-    """The sampler's pre-flight for a local base folder (hub and family bases ship their tokenizers)."""
+    """The sampler's pre-flight for a local base folder (hub and family bases ship their tokenizers). RegMean and
+    Chain of Merges need none where every expert's text is already token ids."""
+    from wildmerge.expert_data.recipe import absolute
+    from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
+
+    if all(_pretokenised(absolute(d, pool.folder)) for d in pool.all_data().values()):
+        needed_by = [n for n in needed_by if n not in LAYERWISE_METHODS]
     if not needed_by:
         return
     from wildmerge.hub import Unresolvable, classify
