@@ -98,7 +98,9 @@ def test_threads_follow_the_run_queue_now_and_the_matrix_size(monkeypatch):
     assert resources.decomposition_threads(100000) == 32
     others["now"] = 31
     assert resources.decomposition_threads(4096) == 1  # a load that has just started counts at once
-    assert resources.pool_threads() == 32  # side by side, no barrier: not reduced for load
+    assert resources.pool_threads() == 1  # side by side only on the cores free now
+    others["now"] = 0
+    assert resources.pool_threads() == 32
 
 
 def test_the_run_queue_less_this_process(tmp_path, monkeypatch):

@@ -116,8 +116,8 @@ def on_kernel_threads(kernel):
 def each_matrix(fn: Callable[[int, torch.Tensor], Any], matrices: Iterable[torch.Tensor]) -> List[Any]:
     """``[fn(i, m) for i, m in enumerate(matrices)]`` for independent decompositions, side by side on the CPU.
 
-    On the CPU the calls run on ``resources.pool_threads()`` Python threads at once (every usable core, or
-    ``WILDMERGE_LAPACK_THREADS``), each on ONE BLAS thread: torch's kernels and ``lapack.py``'s calls release the
+    On the CPU the calls run on ``resources.pool_threads()`` Python threads at once (the usable cores free now,
+    or ``WILDMERGE_LAPACK_THREADS``), each on ONE BLAS thread: torch's kernels and ``lapack.py``'s calls release the
     GIL, and with no barrier between the matrices a core that another process takes, even from the middle of the
     call, delays the matrix on it, never all of them (one thread alone would run all of them at that pace). At most
     that many matrices are worked on at once (fewer when free memory would not hold four float64 copies of one per
