@@ -155,18 +155,9 @@ def _ours() -> List[int]:
 
 
 def _running_threads(pid: int) -> int:
-    count = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                count += f.read().rpartition(")")[2].split()[0] == "R"
-        except (OSError, IndexError):
-            pass
-    return count
+    from wildmerge.resources import running_threads
+
+    return running_threads(pid)
 
 
 def others_running() -> Optional[float]:

@@ -107,20 +107,26 @@ def threads_override() -> Optional[int]:
     return wanted
 
 
-def _own_running_threads() -> int:
-    """Threads of this process that are running or runnable now (state R in ``/proc/self/task/*/stat``)."""
+def running_threads(pid="self") -> int:
+    """Threads of process ``pid`` that are running or runnable now (state R in ``/proc/<pid>/task/*/stat``); 0 when
+    unreadable."""
     count = 0
     try:
-        tasks = os.listdir("/proc/self/task")
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 1
+        return 0
     for tid in tasks:
         try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
                 count += f.read().rpartition(")")[2].split()[0] == "R"
         except (OSError, IndexError):
             pass
-    return max(1, count)  # the reading thread runs
+    return count
+
+
+def _own_running_threads() -> int:
+    """This process's running threads (at least 1: the reading thread runs)."""
+    return max(1, running_threads())
 
 
 def others_running(loadavg: Path = LOADAVG) -> int:
