@@ -11,10 +11,9 @@ Three parts, each printed as a markdown table and written under ``--out`` as it 
 3. kernels: one 2560 x 2560 and one 9728 x 2560 matrix, K task vectors: the linear-algebra calls and the kernels
    before (``--before``: a spectral.py from before the linalg.py split) and after.
 
-The opt-in top-k routes of TSV-M and Iso-CTS are measured too: randomized per task, and randomized batched across
-tasks (one (T, m, n) GEMM chain, ``topk_solver: randomized_batched``), with their numerics against the per-task
-loop and the exact route; each K ends with the best route's ratio to TA against the targets (TSV-M <= 2x,
-Iso-CTS <= 2.5x).
+The default top-k route of TSV-M and Iso-CTS (``topk_solver: auto``: on a GPU randomized batched across tasks, one
+(T, m, n) GEMM chain) is measured beside the exact route and the per-task randomized one, with their numerics against
+each other; each K ends with the default settings' ratio to TA against the targets (TSV-M <= 2x, Iso-CTS <= 2.5x).
 
     python benchmarks/bench_spectral_gpu.py --out results/ [--before old_spectral.py]
     python benchmarks/bench_spectral_gpu.py --device cpu --small --out /tmp/rehearsal   # CPU rehearsal
@@ -34,6 +33,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+from paired import Call, measure, ratio_text
 
 from wildmerge.plugins import spectral as kernels
 from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TaskArithmeticSBParams, TSVMParams
@@ -224,6 +224,8 @@ def merge_once(method, base, experts, device, overrides=None):
 
 
 def methods_table(report, args, device, root: Path):
+    """Every method through mergekit, paired with TA (``paired.py``: rounds of every case once, interleaved; the
+    median of the per-round ratios to TA with min and max), with each case's largest peak GPU memory and RSS."""
     start = time.perf_counter()
     base, experts, n_params, shapes = build_models(root, max(args.experts), args, device)
     report(f"\n## Methods on {device_name(device)}: Qwen3, {args.layers} layers, {n_params / 1e6:.1f}M parameters "
@@ -231,39 +233,53 @@ def methods_table(report, args, device, root: Path):
     merge_once("task_arithmetic", base, experts[:2], device)  # warm-up: CUDA context, page cache, imports
     merge_once("iso_c", base, experts[:2], device)
     variants = [(m, None) for m in METHODS] + [(m, {"svd_precision": "float32"}) for m in args.float32_methods]
-    variants += [(m, {"topk_solver": t}) for t in ("randomized", "randomized_batched") for m in ("tsv_m", "iso_cts")]
+    variants += [(m, {"topk_solver": t}) for t in ("exact", "randomized") for m in ("tsv_m", "iso_cts")]
     for k in args.experts:
-        report(f"\n### K = {k}\n\n| method | wall s | x task_arithmetic | peak GPU MiB | x TA | peak RSS MiB | x TA |")
-        report("|---|---:|---:|---:|---:|---:|---:|")
-        rows = [("task_arithmetic", *merge_once("task_arithmetic", base, experts[:k], device))]
+        peaks = {}
+
+        def case(method, overrides, label):
+            def run():
+                _, gpu, rss = merge_once(method, base, experts[:k], device, overrides)
+                peaks.setdefault(label, []).append((gpu, rss))
+            return Call(run)
+
+        cases = {"task_arithmetic": case("task_arithmetic", None, "task_arithmetic")}
         for method, overrides in variants:
             if overrides and k != max(args.experts):
                 continue
             label = method + (f" ({', '.join(overrides.values())})" if overrides else "")
-            rows.append((label, *merge_once(method, base, experts[:k], device, overrides)))
-        rows.append(("task_arithmetic (again)", *merge_once("task_arithmetic", base, experts[:k], device)))
-        ta = [r for r in rows if r[0].startswith("task_arithmetic")]
-        ta_s, ta_gpu, ta_rss = (statistics.mean(r[i] for r in ta) for i in (1, 2, 3))
-        for label, seconds, gpu, rss in rows:
-            report(f"| {label} | {seconds:.2f} | {seconds / ta_s:.2f} | {gpu:.0f} | {gpu / ta_gpu:.2f} | "
+            cases[label] = case(method, overrides, label)
+        m = measure(cases, rounds=args.rounds, warmup=1)
+        report(f"\n### K = {k}: {m.rounds} interleaved rounds after a warm-up; load before {m.before.text()}, "
+               f"after {m.after.text()}\n")
+        report("| method | median wall s | x task_arithmetic, median [min, max] | peak GPU MiB | x TA | "
+               "peak RSS MiB | x TA |")
+        report("|---|---:|---|---:|---:|---:|---:|")
+        ta_gpu, ta_rss = (max(p[i] for p in peaks["task_arithmetic"]) for i in (0, 1))
+        ratios = {}
+        for label in cases:
+            gpu, rss = (max(p[i] for p in peaks[label]) for i in (0, 1))
+            ratio = "1.00x" if label == "task_arithmetic" else ratio_text(m, label, "task_arithmetic")
+            values = m.ratios(label, "task_arithmetic")
+            ratios[label] = statistics.median(values) if values and not m.loaded(label, "task_arithmetic") else None
+            report(f"| {label} | {m.median(label):.2f} | {ratio} | {gpu:.0f} | {gpu / ta_gpu:.2f} | "
                    f"{rss:.0f} | {rss / ta_rss:.2f} |")
-            report.record(part="methods", k=k, method=label, seconds=seconds, ratio=seconds / ta_s, gpu_mib=gpu,
-                          rss_mib=rss)
-        targets(report, k, {label: seconds / ta_s for label, seconds, _, _ in rows})
+            report.record(part="methods", k=k, method=label, seconds=m.median(label), ratio=ratios[label],
+                          ratios=values, gpu_mib=gpu, rss_mib=rss, loaded=m.loaded(label, "task_arithmetic"))
+        targets(report, k, ratios)
 
 
 TARGETS = {"tsv_m": 2.0, "iso_cts": 2.5}  # x task_arithmetic on a GPU (issue 26)
 
 
 def targets(report, k, ratios):
-    """The best route of TSV-M and Iso-CTS against its target ratio to TA."""
+    """TSV-M and Iso-CTS with the default settings (``topk_solver: auto``) against their target ratio to TA."""
     for method, target in TARGETS.items():
-        routes = {label: r for label, r in ratios.items() if label.split(" ")[0] == method}
-        if routes:
-            label, best = min(routes.items(), key=lambda kv: kv[1])
-            verdict = "met" if best <= target else "NOT met"
-            report(f"- K = {k}: {method} best {best:.2f}x TA ({label}); target <= {target}x: {verdict}")
-            report.record(part="targets", k=k, method=method, route=label, ratio=best, target=target)
+        if ratios.get(method) is not None:
+            ratio = ratios[method]
+            verdict = "met" if ratio <= target else "NOT met"
+            report(f"- K = {k}: {method} (default settings) {ratio:.2f}x TA; target <= {target}x: {verdict}")
+            report.record(part="targets", k=k, method=method, route="default", ratio=ratio, target=target)
 
 
 # ---------------------------------------------------------------- 3. kernels before / after
@@ -372,6 +388,7 @@ def main():
     parser.add_argument("--experts", type=int, nargs="+", default=[2, 6, 12])
     parser.add_argument("--float32-methods", nargs="*", default=METHODS, help="also run these with svd_precision float32 at the largest K")
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the methods part (paired.py)")
     parser.add_argument("--small", action="store_true", help="tiny shapes (the CPU rehearsal: --device cpu --small)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
                         help="default: cuda when available (and not --small)")
@@ -387,7 +404,7 @@ def main():
         setattr(args, key, value)
     out = Path(args.out)
     report = Report(out)
-    report(f"# bench_spectral_gpu on {device_name(device)}; kernels from {spectral.__file__}; args {vars(args)}")
+    report(f"# bench_spectral_gpu on {device_name(device)}; kernels from {kernels.__file__}; args {vars(args)}")
     before = load_module("spectral_before", Path(args.before)) if args.before else None
     if "exactness" in args.parts:
         exactness(report, load_module("spectral_refs", Path(args.refs)), device, exact_shapes, 6, rank)

@@ -15,6 +15,7 @@ the runs) and ``starting`` (the same loops started ``--start-after`` seconds int
 run). The busy loops are this benchmark's own: they do not make a figure LOADED; other processes' work does.
 
     python benchmarks/bench_thread_policy.py [--sizes 256 512 1024 2048 4096] [--tasks 6] [--rounds 5]
+        [--cases policy 'one thread' 'all cores'] [--conditions quiet busy starting]
 """
 
 import argparse
@@ -66,10 +67,11 @@ KERNELS = ("tsv_m", "iso_cts", "iso_c")
 def cases(size, args, cores, starting_load):
     child = ["-c", CHILD, str(size), str(args.tasks), str(cores if starting_load else 0), str(args.start_after)]
     passive = {"OMP_WAIT_POLICY": "PASSIVE"}
-    return {"policy": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive}, timeout=args.timeout),
+    every = {"policy": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive}, timeout=args.timeout),
             "one thread": Process(child, env={"WILDMERGE_LAPACK_THREADS": "1", **passive}, timeout=args.timeout),
             "all cores": Process(child, env={"WILDMERGE_LAPACK_THREADS": str(cores), **passive},
                                  timeout=args.timeout)}
+    return {name: every[name] for name in ("policy", "one thread", "all cores") if name in args.cases}
 
 
 def main():
@@ -80,11 +82,14 @@ def main():
     ap.add_argument("--tasks", type=int, default=6)
     ap.add_argument("--conditions", nargs="+", default=["quiet", "busy", "starting"],
                     choices=["quiet", "busy", "starting"])
+    ap.add_argument("--cases", nargs="+", default=["policy", "one thread", "all cores"],
+                    choices=["policy", "one thread", "all cores"], help="one thread, the baseline, always runs")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--start-after", type=float, default=0.05, help="seconds into each call the load starts")
     ap.add_argument("--timeout", type=float, default=600, help="seconds a run may take (a stalled run is cut)")
     args = ap.parse_args()
+    args.cases = set(args.cases) | {"one thread"}
     cores = usable_cores()
     print(f"# thread policy: {cores} usable cores, THREADS_MIN_SIDE {THREADS_MIN_SIDE}; {args.tasks} task vectors "
           f"of each size, float32; per-kernel times reported by each run; ratios to one thread (target: policy "

@@ -290,5 +290,5 @@ def test_topk_solver_is_a_validated_recipe_parameter(method):
     kernel = ours.params.with_defaults(ours.kernel)
     assert torch.allclose(fast.double(), base.double() + kernel(deltas, topk_solver="randomized").double(), atol=1e-5)
     assert not torch.allclose(fast, exact)  # noise-like task vectors: the approximate top-k is not the exact one
-    with pytest.raises(ValueError, match="'exact', 'randomized' or 'randomized_batched'"):  # mergekit's own check
+    with pytest.raises(ValueError, match="'auto', 'exact', 'randomized' or 'randomized_batched'"):  # mergekit's own check
         merge_tensors([base, *experts], method, base_index=0, name="w.weight", parameters={"topk_solver": "fast"})

@@ -71,7 +71,7 @@ def test_mergekit_spec_is_derived_from_the_model(name):
                                           "Input should be 'float32' or 'float64'"),
     ("tsv_m", "exclude", "(unclosed", "tsv_m: parameter 'exclude' = '(unclosed' is invalid: not a valid regex"),
     ("tsv_m", "topk_solver", "lanczos", "tsv_m: parameter 'topk_solver' = 'lanczos' is invalid: Input should be "
-                                        "'exact', 'randomized' or 'randomized_batched'"),
+                                        "'auto', 'exact', 'randomized' or 'randomized_batched'"),
 ])
 def test_recipe_values_are_checked_against_the_declared_ranges(method, key, value, message):
     config = MergeConfiguration.model_validate({

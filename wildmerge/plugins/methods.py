@@ -34,7 +34,7 @@ TSV_URL = "https://arxiv.org/abs/2412.00081"
 SB_URL = "https://arxiv.org/abs/2506.16506"
 
 Precision = Literal["float32", "float64"]
-TopkSolver = Literal["exact", "randomized", "randomized_batched"]  # batched: one GEMM chain for all tasks (GPU)
+TopkSolver = Literal["auto", "exact", "randomized", "randomized_batched"]  # batched: one GEMM chain for all tasks (GPU)
 
 
 def _valid_regex(pattern: str) -> str:
@@ -72,8 +72,9 @@ class IsoCParams(SpectralOptions, ScaledTaskVectors):
 
 
 def _topk_solver_field():
-    return Field("exact", description="how each task's top singular directions are found: exact (Gram + eigh) or "
-                                      "randomized (subspace iteration, faster on CPU, approximate)")
+    return Field("auto", description="how each task's top singular directions are found: auto (exact on the CPU, "
+                                     "randomized_batched on a GPU), exact (Gram + eigh), randomized (subspace "
+                                     "iteration, approximate) or randomized_batched (the same, all tasks at once)")
 
 
 class IsoCTSParams(IsoCParams):
