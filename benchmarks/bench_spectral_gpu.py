@@ -233,7 +233,7 @@ def methods_table(report, args, device, root: Path):
     merge_once("task_arithmetic", base, experts[:2], device)  # warm-up: CUDA context, page cache, imports
     merge_once("iso_c", base, experts[:2], device)
     variants = [(m, None) for m in METHODS] + [(m, {"svd_precision": "float32"}) for m in args.float32_methods]
-    variants += [(m, {"topk_solver": t}) for t in ("exact", "randomized") for m in ("tsv_m", "iso_cts")]
+    variants += [(m, {"topk_solver": t}) for t in args.routes for m in ("tsv_m", "iso_cts")]
     for k in args.experts:
         peaks = {}
 
@@ -389,6 +389,8 @@ def main():
     parser.add_argument("--float32-methods", nargs="*", default=METHODS, help="also run these with svd_precision float32 at the largest K")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the methods part (paired.py)")
+    parser.add_argument("--routes", nargs="*", default=["exact", "randomized"],
+                        help="TSV-M's and Iso-CTS's top-k routes measured beside the default (topk_solver: auto)")
     parser.add_argument("--small", action="store_true", help="tiny shapes (the CPU rehearsal: --device cpu --small)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
                         help="default: cuda when available (and not --small)")
