@@ -10,6 +10,7 @@ N backward passes per expert, whatever the model's size; one expert is in memory
 accumulators of the model's size. Fisher and gradients are float32 whatever the recipe's dtype.
 """
 
+import logging
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -21,9 +22,11 @@ from wildmerge.errors import WildmergeError
 from wildmerge.plugins.layerwise.io import Checkpoint
 from wildmerge.plugins.layerwise.methods import FisherParams
 
+log = logging.getLogger("wildmerge")
+
 
 class FisherAverage:
-    """Σ_i (F_i + floor) θ_i and Σ_i (F_i + floor) per tensor, one expert at a time (float32)."""
+    """Σ_i (F_i + floor) θ_i and Σ_i (F_i + floor) per tensor, one expert at a time (float32 or wider)."""
 
     def __init__(self, floor: float):
         self.floor = float(floor)
@@ -31,11 +34,12 @@ class FisherAverage:
         self.den: Dict[str, torch.Tensor] = {}
 
     def add(self, name: str, theta: torch.Tensor, fisher: torch.Tensor) -> None:
-        f = fisher.float() + self.floor
+        dt = torch.promote_types(theta.dtype, torch.float32)  # float32 at least (float64 stays float64)
+        f = fisher.to(dt) + self.floor
         if name not in self.num:
-            self.num[name], self.den[name] = f * theta.float(), f.clone()
+            self.num[name], self.den[name] = f * theta.to(dt), f.clone()
         else:
-            self.num[name].addcmul_(f, theta.float())
+            self.num[name].addcmul_(f, theta.to(dt))
             self.den[name].add_(f)
 
     def result(self, name: str) -> torch.Tensor:
@@ -115,6 +119,9 @@ def _expert_fisher(job: FisherJob, i: int, names: List[str], acc: FisherAverage)
     """Expert i's Fisher on its own data, added to ``acc`` on the base's tokens; returns its report row."""
     expert = job.experts[i]
     seqs = sequences(job.batches[i], job.settings.fisher_samples)
+    if len(seqs) < job.settings.fisher_samples:
+        log.warning("fisher: %s has %d calibration sequences, fewer than fisher_samples=%d; its Fisher uses those "
+                    "(raise calibration n_samples to use more)", expert.name, len(seqs), job.settings.fisher_samples)
     if expert.rows is not None:  # a resized vocabulary: the base's token ids at the expert's rows
         seqs = [expert.rows[s] for s in seqs]
     model = _load(expert.path, job.device)
