@@ -332,3 +332,18 @@ def test_stock_mergekit_yaml_runs_the_shipped_recipe_on_the_demo_family(demo, tm
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"))
     with torch.no_grad():
         assert torch.isfinite(model(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_sampler_merges_the_demo_pool_with_each_experts_own_data(demo, tmp_path, monkeypatch):
+    """`wildmerge sample --methods mats,fisher` on the demo pool: each expert's `data:` reaches its recipe."""
+    from wildmerge.cli import main
+
+    monkeypatch.setenv("WILDMERGE_DEMO_QUICK", "1")
+    run = tmp_path / "run"
+    assert main(["sample", "--pool", "demo", "--methods", "mats,fisher", "--sizes", "2", "--k", "1", "--no-full",
+                 "--no-evaluate", "--out", str(run)]) == 0
+    for method in ("mats", "fisher"):
+        folder = run / "models" / f"{method}__n02_s00"
+        recipe = yaml.safe_load((folder / "recipe.yml").read_text())
+        assert recipe["merge_method"] == method and all(m.get("calibration") for m in recipe["models"])
+        assert json.loads((folder / DIAGNOSTICS_FILE).read_text())["method"] == method
