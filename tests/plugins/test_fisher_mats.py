@@ -45,8 +45,8 @@ def family(tmp_path_factory):
     for i, (lo, hi) in enumerate([(4, 24), (24, 44), (44, 64)]):
         rng = random.Random(i)
         path = root / f"tok{i}.jsonl"
-        path.write_text("".join(json.dumps({"input_ids": [rng.randrange(lo, hi) for _ in range(rng.randrange(5, SEQ + 1))]})
-                                + "\n" for _ in range(N_SAMPLES)))
+        rows = [[rng.randrange(lo, hi) for _ in range(rng.randrange(5, SEQ + 1))] for _ in range(N_SAMPLES)]
+        path.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
         data.append(str(path))
     return {"root": root, "base": base, "experts": experts, "data": data}
 
@@ -258,7 +258,8 @@ def test_mats_first_projection_matches_float64_reference(family):
     for w, data in zip(experts, family["data"]):
         ids = torch.tensor([t for s in _sequences(data) for t in s])
         h = w["model.embed_tokens.weight"].double()[ids]
-        x = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w["model.layers.0.input_layernorm.weight"].double()
+        norm = w["model.layers.0.input_layernorm.weight"].double()
+        x = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * norm
         grams.append((x.T @ x / x.shape[0]).numpy())
     W0 = _weights(family["base"])[name].double().numpy()
     expected = _mats_reference([w[name].double().numpy() for w in experts], grams, W0, 0.4, 10)

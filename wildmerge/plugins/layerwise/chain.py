@@ -153,8 +153,9 @@ def solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry):
             Wm = closed_form_merge(Ws, grams, omegas, lam_rel=lam_rel, ridge=s.ridge, base=W0, precision=precision)
         if not torch.isfinite(Wm).all():
             raise WildmergeError(
-                f"{job.method}: the {'conjugate-gradient' if mats else 'closed-form'} solve for {n} gave NaN/Inf (its Gram matrices are too ill-conditioned at "
-                f"lam_rel={lam_rel}); raise lam_rel in the recipe's parameters (e.g. lam_rel: "
+                f"{job.method}: the {'conjugate-gradient' if mats else 'closed-form'} solve for {n} gave NaN/Inf "
+                f"(its Gram matrices are too ill-conditioned at lam_rel={lam_rel}); raise lam_rel in the recipe's "
+                f"parameters (e.g. lam_rel: "
                 f"{max(10 * lam_rel, 0.01):g}); if that does not help, a model's weights or activations contain "
                 "NaN/Inf")
         merged[n] = Wm.to(job.compute_dtype)

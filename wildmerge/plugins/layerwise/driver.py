@@ -2,9 +2,9 @@
 ``mats`` / ``fisher``.
 
 mergekit merges one tensor at a time and never runs a model, but these methods need each layer's input
-activations (RegMean, CoM, MaTS) or each expert's gradients on its own data (Fisher), so they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends
-those recipes here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work;
-``merge_layerwise`` is the Python door.
+activations (RegMean, CoM, MaTS) or each expert's gradients on its own data (Fisher), so they have their own
+driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends those recipes here, so the stock
+``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work; ``merge_layerwise`` is the Python door.
 
 Everything is checked before any heavy work, in phases (the recipe, the models and their architecture, the
 calibration data, the engine's job); then the output is written: an ordinary Hugging Face checkpoint, atomically,
@@ -31,6 +31,9 @@ from wildmerge.resources import checked_device, peak_rss_mib
 log = logging.getLogger("wildmerge")
 
 DIAGNOSTICS_FILE = "layerwise_diagnostics.json"
+MCS_DEFINITION = ("Eq. 8 of Buzzega et al. (arXiv 2508.21421): sum over models of the Frechet distance between Gaussian "
+                  "fits of the layer inputs inside each fine-tuned model and inside the merged model (groups qkv = "
+                  "q/k/v input, o = o_proj input)")
 
 
 def recipe_params(method: str, raw_params: Optional[Dict[str, Any]]) -> MethodParams:
@@ -120,22 +123,25 @@ def _card(inputs: _Inputs, out: Path) -> str:
     lines += [f"| `{r}` | `{s.data}` | {sum(len(ids) for ids, _ in b)} | {s.seq_len} |"
               for r, s, b in zip(inputs.expert_refs, inputs.specs, inputs.batches)]
     lines += ["", "## Settings", "", "```json", json.dumps(inputs.params.model_dump(), indent=2), "```", "",
-              HOW[method] + f" The per-layer (or per-expert) report is in `{DIAGNOSTICS_FILE}`.", ""]
+              HOW[method] + f" {REPORT[method]} is in `{DIAGNOSTICS_FILE}`.", ""]
     return "\n".join(lines)
 
 
+_CLOSED_FORM = ("Linear layers of every decoder block are merged in closed form from input Gram matrices ({}); every "
+                "other tensor is the mean of the merged models.")
 HOW = {
-    "chain_of_merges": "Linear layers of every decoder block are merged in closed form from input Gram matrices, "
-                       "layer by layer through the already merged prefix; every other tensor is the mean of the "
-                       "merged models.",
-    "regmean": "Linear layers of every decoder block are merged in closed form from input Gram matrices of each "
-               "model’s own activations; every other tensor is the mean of the merged models.",
+    "chain_of_merges": _CLOSED_FORM.format("layer by layer through the already merged prefix"),
+    "regmean": _CLOSED_FORM.format("from each model’s own activations"),
     "mats": "Linear layers of every decoder block are merged by conjugate gradient on RegMean’s system (input Gram "
             "matrices of each model’s own activations), started from the initial merge; every other tensor is the "
             "mean of the merged models.",
     "fisher": "Every parameter is the average of the models weighted by their diagonal empirical Fisher on their own "
               "data (plus fisher_floor).",
 }
+REPORT = {"chain_of_merges": "The merging covariate shift (Eq. 8) per layer",
+          "regmean": "The merging covariate shift (Eq. 8) per layer",
+          "mats": "The merging covariate shift (Eq. 8) and the conjugate-gradient residual per layer",
+          "fisher": "Each expert's Fisher sum and samples used"}
 
 
 def _check_out_empty(out: Path, method: str) -> None:
@@ -268,9 +274,7 @@ def _diagnostics(inputs: _Inputs, job, out_dtype, started: float, report: Dict) 
         "device": job.device, "compute_dtype": str(job.compute_dtype), "out_dtype": str(out_dtype),
         "wall_seconds": round(time.time() - started, 3),
         "peak_rss_mib": round(peak_rss_mib(), 1),
-        **({} if inputs.method == "fisher" else {"mcs_definition": "Eq. 8 of Buzzega et al. (arXiv 2508.21421): sum over models of the Frechet distance "
-                          "between Gaussian fits of the layer inputs inside each fine-tuned model and inside the "
-                          "merged model (groups qkv = q/k/v input, o = o_proj input)"}),
+        **({} if inputs.method == "fisher" else {"mcs_definition": MCS_DEFINITION}),
         **report,
     }
 

@@ -51,7 +51,7 @@ class MaTSParams(LayerwiseParams):
     # the paper solves the plain system (sum_i C_i) theta = sum_i C_i theta_i; the truncated CG regularises it
     ridge: Literal["delta", "per_task", "zero"] = "zero"
     lam_rel: float = Field(0.0, ge=0.0, allow_inf_nan=False,
-                           description="Tikhonov lambda relative to the mean diagonal of sum_i G_i (0: the paper's system)")
+                           description="Tikhonov lambda relative to the mean diagonal of sum_i G_i (0: the paper)")
     iterations: int = Field(10, ge=1, le=100000, description="conjugate-gradient steps per linear layer")
     init: Literal["task_arithmetic", "average"] = Field(
         "task_arithmetic", description="where CG starts: base + init_lambda * sum of task vectors, or the mean")
