@@ -180,21 +180,45 @@ def test_every_per_tensor_method_merges_aligned_rows_as_if_pre_aligned(lm_family
 
 def test_regmean_and_chain_of_merges_read_a_resized_expert_on_the_base_tokens(lm_family, odd_experts,  # noqa: F811
                                                                               cut_expert, tmp_path, capsys):
-    """RegMean and Chain of Merges (which solve per-layer systems outside mergekit's alignment) merge an expert with
-    added tokens exactly as they merge it cut to the base's vocabulary by hand."""
+    """RegMean, Chain of Merges and MaTS (which solve per-layer systems outside mergekit's alignment) merge an expert
+    with added tokens exactly as they merge it cut to the base's vocabulary by hand."""
     text = tmp_path / "text.txt"
     text.write_text("\n".join(f"the sky is blue number {i} and the grass is green" for i in range(80)))
     data = {"text": str(text)}
-    runs = _merge_both_ways(lm_family, odd_experts, cut_expert, tmp_path, ["regmean", "com"], data)
+    runs = _merge_both_ways(lm_family, odd_experts, cut_expert, tmp_path, ["regmean", "com", "mats"], data)
     assert "embeddings read at the rows of the base's tokens" in capsys.readouterr().out
     merges = [e for e in json.loads((runs["aligned"] / "plan.json").read_text())["entries"] if e["kind"] == "merge"]
-    assert sorted(e["method"] for e in merges) == ["com", "regmean"]
+    assert sorted(e["method"] for e in merges) == ["com", "mats", "regmean"]
     for e in merges:
         a = load_file(str(Path(e["path"]) / "model.safetensors"))
         b = load_file(str(runs["by_hand"] / Path(e["path"]).relative_to(runs["aligned"]) / "model.safetensors"))
         assert a.keys() == b.keys()
         for name in b:
             assert torch.allclose(a[name], b[name], atol=1e-6), (e["method"], name)
+
+
+def test_fisher_merging_reads_a_resized_expert_on_the_base_tokens(lm_family, odd_experts, cut_expert,  # noqa: F811
+                                                                   tmp_path):
+    """Fisher merging runs the expert with added tokens as it is (its Fisher is its own model's) and writes the base's
+    rows: alone it gives back exactly the rows of the hand-cut expert; with another expert, a finite merge."""
+    from wildmerge.plugins.layerwise.driver import merge_layerwise
+
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"the sky is blue number {i} and the grass is green" for i in range(20)))
+    recipe = {"merge_method": "fisher", "base_model": lm_family["base"], "parameters": {"fisher_samples": 4},
+              "calibration": {"n_samples": 4, "seq_len": 16},
+              "models": [{"model": odd_experts["resized"], "calibration": str(text)}]}
+    alone = load_file(str(merge_layerwise(recipe, tmp_path / "alone", device="cpu", progress=False)
+                          / "model.safetensors"))
+    cut = load_file(str(Path(cut_expert) / "model.safetensors"))
+    assert alone.keys() == cut.keys()
+    for name in cut:
+        assert torch.allclose(alone[name], cut[name], atol=1e-6), name
+    recipe["models"].append({"model": odd_experts["chat"], "calibration": str(text)})
+    pair = load_file(str(merge_layerwise(recipe, tmp_path / "pair", device="cpu", progress=False)
+                         / "model.safetensors"))
+    assert pair["model.embed_tokens.weight"].shape == cut["model.embed_tokens.weight"].shape
+    assert all(bool(torch.isfinite(t).all()) for t in pair.values())
 
 
 def test_norm_imbalance_reads_a_resized_expert_on_the_base_tokens(lm_family, odd_experts, cut_expert,  # noqa: F811

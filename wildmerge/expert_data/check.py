@@ -12,6 +12,8 @@ from wildmerge.expert_data.schema import ExpertData
 NEEDS = {
     "regmean": "text",
     "chain_of_merges": "text",
+    "mats": "text",
+    "fisher": "text",
     "tas": "text",
     "composer": "text",
     "activation metrics": "text",

@@ -90,7 +90,7 @@ def layerwise_figures(df, model_dirs: Dict[str, Path], out_dir) -> Dict[str, Dic
     methods: Dict[str, str] = {}
     for _, r in merges.sort_values("n", kind="stable").iterrows():
         diag = read_diagnostics(model_dirs[r["model_id"]]) if r["model_id"] in model_dirs else None
-        if diag is None or r["n"] != r["n"]:
+        if diag is None or not diag.get("layers") or r["n"] != r["n"]:  # Fisher merging reports per expert
             continue
         found.setdefault(r["variant"], defaultdict(list))[int(r["n"])].append(diag)
         experts[r["variant"]], methods[r["variant"]] = r["experts"].split(";"), r["method"]

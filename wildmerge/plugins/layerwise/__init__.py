@@ -1,2 +1,3 @@
-"""RegMean and Chain of Merges: methods that merge layer by layer from the inputs each layer sees on calibration data,
-streaming one block at a time (driver, architecture map, closed-form maths, covariate shift)."""
+"""The data-based merge methods: RegMean, Chain of Merges and MaTS merge layer by layer from the inputs each layer
+sees on calibration data, streaming one block at a time (driver, architecture map, closed-form maths, conjugate
+gradient, covariate shift); Fisher merging weighs every parameter by each expert's diagonal Fisher on its data."""

@@ -32,10 +32,12 @@ from wildmerge.plugins.layerwise.arch import (
 )
 from wildmerge.plugins.layerwise.io import Checkpoint
 from wildmerge.plugins.layerwise.covariate_shift import MomentAccumulator, mcs
-from wildmerge.plugins.layerwise.methods import LayerwiseParams
+from wildmerge.plugins.layerwise.mats import mats_merge
+from wildmerge.plugins.layerwise.methods import LayerwiseParams, MaTSParams
 from wildmerge.plugins.layerwise.regmean import GramAccumulator, all_equal, closed_form_merge, omega, solve_precision
 
 FIRST_MODULE = {g: mods[0] for g, mods in GROUPS}
+PROGRESS = {"chain_of_merges": "CoM", "regmean": "RegMean", "mats": "MaTS"}
 DIAGNOSTIC_GROUPS = ("qkv", "o")  # the paper's Fig. 1/3: pre- and post-attention projections
 
 
@@ -43,7 +45,7 @@ DIAGNOSTIC_GROUPS = ("qkv", "o")  # the paper's Fig. 1/3: pre- and post-attentio
 class ChainJob:
     """Everything the engine needs, validated beforehand."""
 
-    chain: bool  # True: Chain of Merges; False: RegMean
+    chain: bool  # True: Chain of Merges; False: RegMean (MaTS: RegMean's statistics, solved by conjugate gradient)
     experts: List[Checkpoint]
     base: Optional[Checkpoint]
     batches: List[list]  # per expert: [(input_ids, attention_mask)]
@@ -54,6 +56,12 @@ class ChainJob:
     progress: bool = True
     trace: Optional[Callable] = None  # trace(layer, group, grams, omegas): tests / research hooks
     report: Dict = field(default_factory=dict)
+
+    @property
+    def method(self) -> str:
+        if self.chain:
+            return "chain_of_merges"
+        return "mats" if isinstance(self.settings, MaTSParams) else "regmean"
 
 
 class _Batch:
@@ -129,17 +137,25 @@ def solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry):
         report_entry["omega"] = omegas
     if job.trace is not None:
         job.trace(k, g, grams, omegas)
+    s = job.settings
+    mats = isinstance(s, MaTSParams)
     for n in names:
         Ws = [p[n] for p in params]
-        W0 = job.base.get(n, job.device) if job.settings.ridge == "delta" else None
-        lam_rel = job.settings.lam_rel
-        Wm = closed_form_merge(Ws, grams, omegas, lam_rel=lam_rel, ridge=job.settings.ridge, base=W0,
-                               precision=solve_precision(grams[0].shape[0]))
+        wants_base = s.ridge == "delta" or (mats and s.init == "task_arithmetic")
+        W0 = job.base.get(n, job.device) if wants_base else None
+        lam_rel = s.lam_rel
+        precision = solve_precision(grams[0].shape[0])
+        if mats:
+            Wm, info = mats_merge(Ws, grams, omegas, lam_rel=lam_rel, ridge=s.ridge, base=W0, init=s.init,
+                                  init_lambda=s.init_lambda, iterations=s.iterations, tol=s.tol, precision=precision)
+            report_entry.setdefault("cg", {})[n] = info
+        else:
+            Wm = closed_form_merge(Ws, grams, omegas, lam_rel=lam_rel, ridge=s.ridge, base=W0, precision=precision)
         if not torch.isfinite(Wm).all():
-            method = "chain_of_merges" if job.chain else "regmean"
             raise WildmergeError(
-                f"{method}: the closed-form solve for {n} gave NaN/Inf (its Gram matrices are too ill-conditioned at "
-                f"lam_rel={lam_rel}); raise lam_rel in the recipe's parameters (e.g. lam_rel: "
+                f"{job.method}: the {'conjugate-gradient' if mats else 'closed-form'} solve for {n} gave NaN/Inf "
+                f"(its Gram matrices are too ill-conditioned at lam_rel={lam_rel}); raise lam_rel in the recipe's "
+                f"parameters (e.g. lam_rel: "
                 f"{max(10 * lam_rel, 0.01):g}); if that does not help, a model's weights or activations contain "
                 "NaN/Inf")
         merged[n] = Wm.to(job.compute_dtype)
@@ -303,7 +319,7 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
         data = _initial_batches(job, skeleton, _needs_own(job), _needs_hat(job))
         _release(job)
         layers_report = []
-        for k in tqdm(range(n_layers), desc=f"{'CoM' if job.chain else 'RegMean'} layers", disable=not job.progress):
+        for k in tqdm(range(n_layers), desc=f"{PROGRESS[job.method]} layers", disable=not job.progress):
             layers_report.extend(_merge_block(job, skeleton, k, block_names[k], data, save_tensor))
             _release(job)
     return {"layers": layers_report}

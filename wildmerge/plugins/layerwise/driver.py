@@ -1,9 +1,10 @@
-"""RegMean and Chain of Merges from an ordinary mergekit recipe: ``merge_method: regmean`` / ``chain_of_merges``.
+"""The data-based methods from an ordinary mergekit recipe: ``merge_method: regmean`` / ``chain_of_merges`` /
+``mats`` / ``fisher``.
 
-mergekit merges one tensor at a time and never runs a model, but these two methods need each layer's input
-activations, so they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends
-those recipes here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work;
-``merge_layerwise`` is the Python door.
+mergekit merges one tensor at a time and never runs a model, but these methods need each layer's input
+activations (RegMean, CoM, MaTS) or each expert's gradients on its own data (Fisher), so they have their own
+driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends those recipes here, so the stock
+``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work; ``merge_layerwise`` is the Python door.
 
 Everything is checked before any heavy work, in phases (the recipe, the models and their architecture, the
 calibration data, the engine's job); then the output is written: an ordinary Hugging Face checkpoint, atomically,
@@ -23,15 +24,19 @@ import yaml
 from pydantic import ValidationError
 
 from wildmerge.errors import ConfigError, did_you_mean
-from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS, LayerwiseParams
+from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
+from wildmerge.plugins.method_params import MethodParams
 from wildmerge.resources import checked_device, peak_rss_mib
 
 log = logging.getLogger("wildmerge")
 
 DIAGNOSTICS_FILE = "layerwise_diagnostics.json"
+MCS_DEFINITION = ("Eq. 8 of Buzzega et al. (arXiv 2508.21421): sum over models of the Frechet distance between Gaussian "
+                  "fits of the layer inputs inside each fine-tuned model and inside the merged model (groups qkv = "
+                  "q/k/v input, o = o_proj input)")
 
 
-def recipe_params(method: str, raw_params: Optional[Dict[str, Any]]) -> LayerwiseParams:
+def recipe_params(method: str, raw_params: Optional[Dict[str, Any]]) -> MethodParams:
     """The method's own parameter model, from the recipe's top-level ``parameters:`` (single values only)."""
     model = LAYERWISE_METHODS[method].params
     valid = model.fields_by_name()
@@ -84,7 +89,7 @@ class _Inputs:
     """What the checks resolve, phase by phase, before any weight is read: the recipe, the models, the data."""
 
     method: str
-    params: LayerwiseParams
+    params: MethodParams
     raw: Dict[str, Any]  # the recipe as a plain dict
     base_ref: Any  # mergekit ModelReference, or None
     expert_refs: List[Any]
@@ -118,11 +123,25 @@ def _card(inputs: _Inputs, out: Path) -> str:
     lines += [f"| `{r}` | `{s.data}` | {sum(len(ids) for ids, _ in b)} | {s.seq_len} |"
               for r, s, b in zip(inputs.expert_refs, inputs.specs, inputs.batches)]
     lines += ["", "## Settings", "", "```json", json.dumps(inputs.params.model_dump(), indent=2), "```", "",
-              f"Linear layers of every decoder block are merged in closed form from input Gram matrices "
-              f"({'layer by layer through the already merged prefix' if method == 'chain_of_merges' else 'from each model’s own activations'}); "
-              "every other tensor is the mean of the merged models. The merging covariate shift (Eq. 8) per layer "
-              f"is in `{DIAGNOSTICS_FILE}`.", ""]
+              HOW[method] + f" {REPORT[method]} is in `{DIAGNOSTICS_FILE}`.", ""]
     return "\n".join(lines)
+
+
+_CLOSED_FORM = ("Linear layers of every decoder block are merged in closed form from input Gram matrices ({}); every "
+                "other tensor is the mean of the merged models.")
+HOW = {
+    "chain_of_merges": _CLOSED_FORM.format("layer by layer through the already merged prefix"),
+    "regmean": _CLOSED_FORM.format("from each model’s own activations"),
+    "mats": "Linear layers of every decoder block are merged by conjugate gradient on RegMean’s system (input Gram "
+            "matrices of each model’s own activations), started from the initial merge; every other tensor is the "
+            "mean of the merged models.",
+    "fisher": "Every parameter is the average of the models weighted by their diagonal empirical Fisher on their own "
+              "data (plus fisher_floor).",
+}
+REPORT = {"chain_of_merges": "The merging covariate shift (Eq. 8) per layer",
+          "regmean": "The merging covariate shift (Eq. 8) per layer",
+          "mats": "The merging covariate shift (Eq. 8) and the conjugate-gradient residual per layer",
+          "fisher": "Each expert's Fisher sum and samples used"}
 
 
 def _check_out_empty(out: Path, method: str) -> None:
@@ -158,8 +177,11 @@ def _check_recipe(merge_config, raw: Optional[Dict[str, Any]], out_path) -> _Inp
                               f"the only per-model setting is 'calibration'")
     if not expert_refs:
         raise ConfigError(f"{method} needs at least one model besides the base under 'models:'")
-    if params.ridge == "delta" and base_ref is None:
+    if getattr(params, "ridge", None) == "delta" and base_ref is None:
         raise ConfigError("ridge 'delta' shrinks towards the base model: set base_model, or use ridge: per_task")
+    if getattr(params, "init", None) == "task_arithmetic" and base_ref is None:
+        raise ConfigError("mats starts from task arithmetic, which needs the base model: set base_model, or use "
+                          "init: average")
     _check_out_empty(Path(out_path), method)
     return _Inputs(method, params, raw, base_ref, expert_refs)
 
@@ -217,6 +239,7 @@ def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], pr
     import torch
 
     from wildmerge.plugins.layerwise.chain import ChainJob
+    from wildmerge.plugins.layerwise.fisher import FisherJob
     from wildmerge.plugins.layerwise.io import Checkpoint
 
     experts = [Checkpoint(p, str(r), *inputs.rows.get(p, (None, None)))
@@ -228,6 +251,9 @@ def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], pr
     compute_dtype = _dtype(merge_config.dtype, fallback)
     out_dtype = _dtype(merge_config.out_dtype, compute_dtype)
     dev = _device(options, device)
+    if inputs.method == "fisher":
+        return FisherJob(experts=experts, base=base, batches=inputs.batches, config=config, settings=inputs.params,
+                         compute_dtype=torch.float32, device=dev, progress=progress), out_dtype
     job = ChainJob(chain=inputs.method == "chain_of_merges", experts=experts, base=base, batches=inputs.batches,
                    config=config, settings=inputs.params, compute_dtype=compute_dtype, device=dev, progress=progress,
                    trace=trace)
@@ -248,9 +274,7 @@ def _diagnostics(inputs: _Inputs, job, out_dtype, started: float, report: Dict) 
         "device": job.device, "compute_dtype": str(job.compute_dtype), "out_dtype": str(out_dtype),
         "wall_seconds": round(time.time() - started, 3),
         "peak_rss_mib": round(peak_rss_mib(), 1),
-        "mcs_definition": "Eq. 8 of Buzzega et al. (arXiv 2508.21421): sum over models of the Frechet distance "
-                          "between Gaussian fits of the layer inputs inside each fine-tuned model and inside the "
-                          "merged model (groups qkv = q/k/v input, o = o_proj input)",
+        **({} if inputs.method == "fisher" else {"mcs_definition": MCS_DEFINITION}),
         **report,
     }
 
@@ -264,12 +288,14 @@ def _write(inputs: _Inputs, job, out_dtype, out_path: Path, options, config_sour
 
     from wildmerge.atomic import atomic_dir, write_json, write_text
     from wildmerge.plugins.layerwise.chain import run_chain
+    from wildmerge.plugins.layerwise.fisher import run_fisher
 
     source = inputs.base_path or inputs.expert_paths[0]
     shard = getattr(options, "out_shard_size", None) or 5 * 1000**3
     with atomic_dir(out_path) as tmp:
         writer = TensorWriter(str(tmp), max_shard_size=shard, safe_serialization=True)
-        report = run_chain(job, lambda n, t: writer.save_tensor(n, t.to(out_dtype) if t.is_floating_point() else t))
+        engine = run_fisher if inputs.method == "fisher" else run_chain
+        report = engine(job, lambda n, t: writer.save_tensor(n, t.to(out_dtype) if t.is_floating_point() else t))
         writer.finalize()
         out_config = AutoConfig.from_pretrained(source)
         out_config.dtype = out_dtype

@@ -1,4 +1,5 @@
-"""The layer-wise merge methods (RegMean, Chain of Merges): names, papers and parameters with their own defaults.
+"""The data-based merge methods (RegMean, Chain of Merges, MaTS, Fisher merging): names, papers and parameters with
+their own defaults.
 
 A module of its own so that the recipe check, the mergekit entry point and the layer-wise driver all read one
 table without importing each other.
@@ -41,11 +42,41 @@ class RegMeanParams(LayerwiseParams):
     sim: bool = False
 
 
+class MaTSParams(LayerwiseParams):
+    """MaTS (Tam et al. 2023) on RegMean's Grams: conjugate gradient on (sum_i C_i) W = sum_i C_i W_i from an initial
+    merge, stopped after ``iterations`` steps (the early stop is part of the method, not only a cost knob)."""
+
+    norm: Literal["token", "feature", "none"] = "none"
+    sim: bool = False
+    # the paper solves the plain system (sum_i C_i) theta = sum_i C_i theta_i; the truncated CG regularises it
+    ridge: Literal["delta", "per_task", "zero"] = "zero"
+    lam_rel: float = Field(0.0, ge=0.0, allow_inf_nan=False,
+                           description="Tikhonov lambda relative to the mean diagonal of sum_i G_i (0: the paper)")
+    iterations: int = Field(10, ge=1, le=100000, description="conjugate-gradient steps per linear layer")
+    init: Literal["task_arithmetic", "average"] = Field(
+        "task_arithmetic", description="where CG starts: base + init_lambda * sum of task vectors, or the mean")
+    init_lambda: float = Field(0.4, ge=0.0, allow_inf_nan=False,
+                               description="task arithmetic's scaling of the summed task vectors for init")
+    tol: float = Field(1e-6, ge=0.0, allow_inf_nan=False,
+                       description="stop early once the residual is this fraction of the right-hand side")
+
+
+class FisherParams(MethodParams):
+    """Fisher merging (Matena & Raffel 2022): per parameter sum_i F_i theta_i / sum_i F_i, F_i the diagonal empirical
+    Fisher of expert i on its own data."""
+
+    fisher_samples: int = Field(64, ge=1, le=1000000,
+                                description="sequences per expert with one backward pass each (cost scales with it)")
+    fisher_floor: float = Field(1e-6, ge=0.0, allow_inf_nan=False,
+                                description="added to every Fisher: where all are 0 the merge is the plain average")
+    diagnostics: bool = Field(True, description="write each expert's Fisher totals and the samples used")
+
+
 @dataclass(frozen=True)
 class LayerwiseMethod:
     label: str
     paper: str
-    params: Type[LayerwiseParams]
+    params: Type[MethodParams]
 
 
 LAYERWISE_METHODS = {
@@ -59,4 +90,13 @@ LAYERWISE_METHODS = {
         paper="Jin, Ren, Preotiuc-Pietro, Cheng: Dataless Knowledge Fusion by Merging Weights of Language Models "
               "(RegMean), ICLR 2023, arXiv:2212.09849",
         params=RegMeanParams),
+    "mats": LayerwiseMethod(
+        label="MaTS",
+        paper="Tam, Bansal, Raffel: Merging by Matching Models in Task Parameter Subspaces, TMLR 2024, "
+              "arXiv:2312.04339",
+        params=MaTSParams),
+    "fisher": LayerwiseMethod(
+        label="Fisher merging",
+        paper="Matena, Raffel: Merging Models with Fisher-Weighted Averaging, NeurIPS 2022, arXiv:2111.09832",
+        params=FisherParams),
 }
