@@ -28,8 +28,9 @@ def test_suite_tokens_apply_the_limit():
 
 def test_unit_costs():
     gpu = cost.DEFAULTS["cuda"]
-    assert cost.merge_seconds(4_000_000_000, 13, gpu) == pytest.approx(2.0 * 4 * 13)
-    assert cost.eval_seconds(4_000_000_000, 50_000_000, gpu) == pytest.approx(10 + 2.0 * 4 + 0.01 * 4e9 * 5e7 / 1e12)
+    rate = gpu.merge_s_per_gparam_read
+    assert cost.merge_seconds(4_000_000_000, 13, gpu) == pytest.approx(rate * 4 * 13)
+    assert cost.eval_seconds(4_000_000_000, 50_000_000, gpu) == pytest.approx(10 + rate * 4 + 0.01 * 4e9 * 5e7 / 1e12)
     assert cost.merge_peak_bytes(100, 3, 10_000) == 100 * (3 * 4 + 2) + 10_000
     assert cost.eval_peak_bytes(1000) == 2400
     assert cost.record_bytes(2) == 2400
@@ -104,7 +105,8 @@ def test_the_four_base_study_in_the_docs_is_what_the_dry_runs_print(tmp_path, ca
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "evaluation.md").read_text()
-    rows = [line.strip("|").split("|") for line in doc.splitlines()
+    section = doc.split("### The four-base study on paper")[1].split("\n### ")[0]
+    rows = [line.strip("|").split("|") for line in section.splitlines()
             if line.startswith(("| llama-3", "| qwen3-"))]
     assert [r[0].strip() for r in rows] == ["llama-3.2-3b", "qwen3-4b", "llama-3.1-8b", "qwen3-8b"]
     for base, params, disk, node, slurm in ([c.strip() for c in r] for r in rows):
@@ -115,3 +117,34 @@ def test_the_four_base_study_in_the_docs_is_what_the_dry_runs_print(tmp_path, ca
         assert f"cost plan ({params.replace(' B', '')} B parameters" in out
         assert f"disk: {disk} of merged checkpoints" in out
         assert lines["a node, 8 GPUs (local)"] == node and lines["Slurm array, 64 tasks"] == slurm
+
+
+def test_the_guided_search_plan_in_the_docs_is_what_plan_search_gives():
+    """docs/evaluation.md's search-against-protocol table: the protocol's GPU-hours on one GPU (cost.executor_time)
+    and the search's at 1/5 of its evaluations (search.plan), number for number."""
+    from pathlib import Path
+
+    import yaml
+
+    from wildmerge.search.plan import plan_search, search_seconds
+
+    root = Path(__file__).resolve().parents[2]
+    section = (root / "docs" / "evaluation.md").read_text().split("### The guided search's plan beside the protocol's")[1]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.split("\n## ")[0].splitlines()
+            if line.startswith(("| llama-3", "| qwen3-"))]
+    assert [r[0] for r in rows] == ["llama-3.2-3b", "qwen3-4b", "llama-3.1-8b", "qwen3-8b"]
+    tasks = [t["task"] if isinstance(t, dict) else t for t in yaml.safe_load((root / "merge_recipes" / "suites" /
+                                                                            "paper16.yml").read_text())["tasks"]]
+    scored = cost.suite_tokens(tasks)
+    items, tokens = {t: i for t, (i, _) in scored.items()}, sum(t for _, t in scored.values())
+    inputs = [n + 1 for _ in range(7) for n in (2, 4, 6, 8, 10) for _ in range(15)] + [13] * 7  # 532 merges
+    cal, plan = cost.DEFAULTS["cuda"], plan_search(items, 545 / 5)
+    assert (plan.brackets, plan.candidates, plan.jobs) == (27, 215, 405)
+    for base, protocol, search, ratio in rows:
+        params = yaml.safe_load((root / "merge_recipes" / "pools" / f"{base}.yml").read_text())["base"]["parameters"]
+        p = cost.executor_time(cost.Study(params, inputs, 545, tokens), cal, cost.Executor("one", 1))
+        s = search_seconds(plan, params, tokens, sum(inputs) / len(inputs), cal)
+        assert protocol.startswith(f"{p['gpu_hours']:.1f}")
+        assert f"{p['merge_s'] / 3600:.1f}" in protocol and f"{p['eval_s'] / 3600:.1f})" in protocol
+        assert search.startswith(f"{s['wall_s'] / 3600:.1f}") and f"{s['merge_s'] / 3600:.1f}" in search
+        assert ratio == f"{s['wall_s'] / p['gpu_hours'] / 3600:.2f}"

@@ -46,15 +46,17 @@ class Calibration:
 # 9 s a finished run takes): 1.73 s per model at 1.82M parameters x 600 items x 100 tokens (0.11 T parameter-tokens);
 # the SmolLM2 base (134.5M parameters) scored in 103 s at 40 items x 9 tasks (4.84 T parameter-tokens). Less the
 # model's read, the line through both gives 20.0 s per T parameter-tokens and a start of -0.5 s, taken as 0.
-# cuda: not measured (no GPU run of a hub pool is recorded yet); assumptions for one H100-class card: mergekit reads
-# safetensors at ~1 GB/s in bfloat16 (2 s per G parameters read), lm-eval's HF backend reaches
-# (~20% of 990 TFLOP/s at 2 FLOP per parameter-token: 0.01 s per T), 10 s to start a job besides reading the model. `--calibrate-from RUN`
-# replaces either with the user's own run.
+# cuda, merges measured: mergekit's task_arithmetic of 12 experts of a 142.9M-parameter Qwen3 (Qwen3-4B's layer
+# shapes, bf16 on disk, page cache warm) took 3.58 s (median of 5) on one H100 with --cuda: 1.9 s per G parameters
+# read (benchmarks/results/spectral_gpu_h100_k12_paired.md). Evaluations not measured on a GPU yet; assumed: lm-eval's
+# HF backend at ~20% of 990 TFLOP/s, 2 FLOP per parameter-token (0.01 s per T), 10 s to start a job besides reading
+# the model. `--calibrate-from RUN` replaces either with the user's own run.
 DEFAULTS = {
     "cpu": Calibration("cpu", 51.4, 0.0, 20.0,
                        "default: the demo main job and the SmolLM2 base on 2 quiet CPU cores (README.md)", 2.0),
-    "cuda": Calibration("cuda", 2.0, 10.0, 0.01,
-                        "default: assumed H100-class rates (1 GB/s reads, 20% of peak FLOP/s), not measured", 3.0),
+    "cuda": Calibration("cuda", 1.9, 10.0, 0.01,
+                        "default: merges measured on one H100 (mergekit task arithmetic, K = 12); evaluations assumed "
+                        "(20% of an H100's peak FLOP/s), not measured", 3.0),
 }
 
 

@@ -1,0 +1,46 @@
+"""The search's cost plan is what ``bandit.search`` spends when no candidate stops early: the same brackets,
+candidates, evaluation jobs and item evaluations, within the budget."""
+
+import numpy as np
+import pytest
+
+from wildmerge.eval.screening.stats import screen_items
+from wildmerge.sampling import cost
+from wildmerge.search.bandit import Space, search
+from wildmerge.search.plan import plan_search, search_seconds
+
+SIZES = {"a": 300, "b": 120, "c": 80}
+
+
+def _same_scores(calls):
+    """Every model scores the same items alike: no paired interval lies below zero, so nothing stops early."""
+    full = {t: (np.arange(n) % 3 == 0).astype(float) for t, n in SIZES.items()}
+
+    def evaluate(ids, fraction):
+        subset = screen_items(SIZES, fraction, seed=0)
+        calls.extend((c, fraction) for c in ids)
+        items = {t: full[t][subset[t]] for t in SIZES}
+        return {c: (items, sum(len(v) for v in items.values())) for c in ids}
+    return evaluate
+
+
+@pytest.mark.parametrize("budget,first,eta", [(6.0, 0.125, 2.0), (13.5, 0.125, 2.0), (9.0, 0.25, 3.0)])
+def test_the_plan_is_what_the_search_spends_without_early_stops(budget, first, eta):
+    calls = []
+    space = Space.every([f"e{i}" for i in range(9)], ["ta", "ties"], range(2, 8))
+    result = search(space, _same_scores(calls), budget, lambda arm, s: f"{arm[0]}__{'+'.join(s)}", first=first,
+                    eta=eta, iters=100)
+    plan = plan_search(SIZES, budget, first=first, eta=eta)
+    assert plan.item_evaluations == result["items_spent"] <= budget * plan.per_model
+    assert plan.candidates == len(result["candidates"])
+    assert plan.brackets == len(result["brackets"])
+    assert plan.jobs == len(calls)
+
+
+def test_seconds_add_merges_job_starts_and_tokens():
+    plan = plan_search(SIZES, 6.0)
+    cal = cost.Calibration("cuda", 2.0, 10.0, 0.5, "by hand", 2.0)
+    t = search_seconds(plan, parameters=10**9, tokens_per_model=10**6, mean_inputs=4, cal=cal)
+    assert t["merge_s"] == pytest.approx(plan.candidates * 2.0 * 4)
+    assert t["eval_s"] == pytest.approx(plan.jobs * (10.0 + 2.0) + 0.5 * 1e9 * 1e6 * plan.full_evaluations / 1e12)
+    assert t["wall_s"] == pytest.approx(t["merge_s"] + t["eval_s"])

@@ -1,0 +1,73 @@
+"""What a guided search will cost before it runs (``wildmerge search --dry-run``), in the units of the protocol's
+cost plan (``sampling/cost.py``), so the two can be read side by side.
+
+The search spends at most ``budget`` full evaluations of the suite: the base's, then brackets of successive halving
+for as long as a bracket's worst case (no candidate stopped early: ``halving.bracket_cost``) fits what is left, as
+``bandit.search`` does. A bracket of n candidates merges n models (an expert alone needs no merge: counted as a
+merge, an upper bound) and runs one evaluation job per candidate and rung it reaches. Early stops spend less, so a
+real search fits more brackets into the same budget: the item evaluations are an upper bound, the candidates a
+lower one.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from wildmerge.sampling import cost
+from wildmerge.search.halving import bracket_cost, fractions, rung_costs
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    brackets: int
+    candidates: int  # merged (experts alone included: an upper bound on merges)
+    jobs: int  # evaluation jobs: the base's, then one per candidate and rung reached
+    item_evaluations: int  # at most
+    per_model: int  # items of one full evaluation
+
+    @property
+    def full_evaluations(self) -> float:
+        return self.item_evaluations / self.per_model
+
+
+def plan_search(items_per_task: Dict[str, int], budget: float, first: float = 0.125, eta: float = 2.0,
+                bracket: Optional[int] = None, seed: int = 0) -> SearchPlan:
+    """Brackets, candidates, jobs and item evaluations of a search of ``budget`` full evaluations on a suite with
+    ``items_per_task`` items, its rungs as ``bandit.search`` sets them."""
+    rungs = fractions(first, eta)
+    bracket = bracket or max(2, math.ceil(eta ** (len(rungs) - 1) - 1e-9))
+    costs = rung_costs(items_per_task, first, eta, seed)
+    per_model = sum(items_per_task.values())
+    limit = int(math.floor(budget * per_model + 1e-6))
+    spent, jobs, brackets, candidates = per_model, 1, 0, 0
+    while True:
+        n = bracket
+        while n and bracket_cost(n, costs, eta) > limit - spent:
+            n -= 1
+        if not n:
+            break
+        spent += bracket_cost(n, costs, eta)
+        jobs += _jobs(n, rungs, eta)
+        brackets, candidates = brackets + 1, candidates + n
+    return SearchPlan(brackets, candidates, jobs, spent, per_model)
+
+
+def _jobs(n: int, rungs, eta: float) -> int:
+    """Evaluation jobs of a bracket of n if none stops early (the survivors of each rung, a lone one skipping on)."""
+    total, alive = 0, n
+    for f in rungs:
+        if alive == 1 and f < 1:
+            continue
+        total += alive
+        alive = max(1, math.ceil(alive / eta))
+    return total
+
+
+def search_seconds(plan: SearchPlan, parameters: int, tokens_per_model: int, mean_inputs: float,
+                   cal: cost.Calibration) -> Dict[str, float]:
+    """Seconds on one device: the merges (each reading ``mean_inputs`` models), then the jobs (each paying the
+    start and the model's read) and the tokens of the item evaluations."""
+    merges = plan.candidates * cost.merge_seconds(parameters, mean_inputs, cal)
+    starts = plan.jobs * (cal.eval_start_s + cost.merge_seconds(parameters, 1, cal))
+    scoring = cal.eval_s_per_tparam_token * parameters * tokens_per_model * plan.full_evaluations / 1e12
+    return {"merge_s": merges, "eval_s": starts + scoring, "wall_s": merges + starts + scoring}
