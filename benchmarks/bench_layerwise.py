@@ -1,10 +1,13 @@
 """Wall time and peak RSS of RegMean and Chain of Merges against a plain task_arithmetic merge of the same inputs.
 
 A random Llama of >= 50M parameters is built locally (no hub) with up to 12 noisy experts and per-expert token
-data. Each merge runs in its own subprocess so its peak RSS is its own. Points: 2, 6, 12 experts at the middle
-sample count, and 16, 64, 256 samples per expert at 6 experts (the grid's two axes; ``--grid`` runs all pairs).
+data. Each merge runs in its own process so its peak RSS is its own; for each expert count TA and the layer-wise
+merges run interleaved, round after round (``paired.py``: ratios to TA within each round, median [min, max], the
+load of other processes, LOADED figures marked), timed whole and as mergekit's ``run_merge`` alone. Points: 2, 6,
+12 experts at the middle sample count, and 16, 64, 256 samples per expert at 6 experts (the grid's two axes;
+``--grid`` runs all pairs).
 
-    python benchmarks/bench_layerwise.py                      # CPU, seq_len 32 (a few minutes on 2 cores)
+    python benchmarks/bench_layerwise.py [--rounds 5]         # CPU, seq_len 32
     python benchmarks/bench_layerwise.py --device cuda --dtype bfloat16 --seq-len 256 --grid
 """
 
@@ -12,12 +15,10 @@ import argparse
 import json
 import os
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from wildmerge.resources import peak_rss_mib
+from paired import Process, measure, print_table, report_seconds
 
 EXPERTS = (2, 6, 12)
 SAMPLES = (16, 64, 256)
@@ -64,7 +65,7 @@ def recipe(root: Path, method: str, n_experts: int, n_samples: int, seq_len: int
 
 
 def one(args) -> None:
-    """Child process: one merge, then a JSON line with its wall time and peak memory."""
+    """Child process: one merge, reporting run_merge's own time (``paired.report_seconds``)."""
     import torch
     import yaml
     from mergekit.config import MergeConfiguration
@@ -79,23 +80,15 @@ def one(args) -> None:
                            quiet=True, write_model_card=False)
     start = time.perf_counter()
     run_merge(MergeConfiguration.model_validate(r), str(out), options=options, config_source=yaml.safe_dump(r))
-    wall = time.perf_counter() - start
-    gpu = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
-    print(json.dumps({"wall_s": wall, "peak_rss_mib": peak_rss_mib(),
-                      "gpu_peak_mib": gpu}))
+    report_seconds("run_merge", time.perf_counter() - start)
 
 
-def run_child(args, method, n_experts, n_samples):
-    cmd = [sys.executable, __file__, "--one", "--root", args.root, "--method", method, "--experts", str(n_experts),
-           "--samples", str(n_samples), "--seq-len", str(args.seq_len), "--device", args.device,
-           "--threads", str(args.threads)]
-    if args.diagnostics:
-        cmd.append("--diagnostics")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1",
-                                                                         OMP_NUM_THREADS=str(args.threads)))
-    if proc.returncode != 0:
-        sys.exit(f"{method} {n_experts}x{n_samples} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def child(args, method, n_experts, n_samples) -> Process:
+    """One merge in a fresh process (its output folder replaced by mergekit each run)."""
+    argv = [__file__, "--one", "--root", args.root, "--method", method, "--experts", str(n_experts),
+            "--samples", str(n_samples), "--seq-len", str(args.seq_len), "--device", args.device,
+            "--threads", str(args.threads)] + (["--diagnostics"] if args.diagnostics else [])
+    return Process(argv, env={"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(args.threads)})
 
 
 def main() -> None:
@@ -107,6 +100,8 @@ def main() -> None:
     p.add_argument("--diagnostics", action="store_true", help="also compute the Eq. 8 covariate shift")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: stable timings on a shared box)")
     p.add_argument("--grid", action="store_true", help="every (experts, samples) pair, not just the two axes")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds after the warm-up (paired.py)")
+    p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--method", help=argparse.SUPPRESS)
     p.add_argument("--experts", type=int, help=argparse.SUPPRESS)
@@ -122,24 +117,16 @@ def main() -> None:
           f"device {args.device}; {args.threads} CPU thread(s); seq_len {args.seq_len}; diagnostics {'on' if args.diagnostics else 'off'}")
     points = [(e, s) for e in EXPERTS for s in SAMPLES] if args.grid else \
         [(e, SAMPLES[1]) for e in EXPERTS] + [(EXPERTS[1], s) for s in SAMPLES if s != SAMPLES[1]]
-    ta = {e: run_child(args, "task_arithmetic", e, 0) for e in EXPERTS}
-    rows = []
-    print(f"{'method':16s} {'experts':>7s} {'samples':>7s} {'wall s':>8s} {'x TA':>6s} {'RSS MiB':>8s} {'x TA':>6s}"
-          f" {'GPU MiB':>8s}")
+    results = {}
     for e in EXPERTS:
-        t = ta[e]
-        print(f"{'task_arithmetic':16s} {e:7d} {'-':>7s} {t['wall_s']:8.2f} {1:6.2f} {t['peak_rss_mib']:8.0f} {1:6.2f}"
-              f" {t['gpu_peak_mib'] or 0:8.0f}")
-    for method in ("regmean", "chain_of_merges"):
-        for e, s in points:
-            r = run_child(args, method, e, s)
-            r.update(method=method, experts=e, samples=s, wall_x_ta=r["wall_s"] / ta[e]["wall_s"],
-                     rss_x_ta=r["peak_rss_mib"] / ta[e]["peak_rss_mib"])
-            rows.append(r)
-            print(f"{method:16s} {e:7d} {s:7d} {r['wall_s']:8.2f} {r['wall_x_ta']:6.2f} {r['peak_rss_mib']:8.0f} "
-                  f"{r['rss_x_ta']:6.2f} {r['gpu_peak_mib'] or 0:8.0f}", flush=True)
-    (root / "results.json").write_text(json.dumps({"task_arithmetic": ta, "layerwise": rows, "args": vars(args)},
-                                                  indent=2))
+        cases = {"task_arithmetic": child(args, "task_arithmetic", e, 0)}
+        for method in ("regmean", "chain_of_merges"):
+            for s in (s for pe, s in points if pe == e):
+                cases[f"{method}, {s} samples"] = child(args, method, e, s)
+        m = measure(cases, args.rounds, args.warmup)
+        print_table(m, baseline="task_arithmetic", keys=("wall", "run_merge"), title=f"## {e} experts")
+        results[e] = m.as_dict()
+    (root / "results.json").write_text(json.dumps({"runs": results, "args": vars(args)}, indent=2))
     print(f"results: {root / 'results.json'}")
 
 
