@@ -149,14 +149,14 @@ def geometry_figure(rows: List[dict], out_stem: Path) -> List[Path]:
         ax.bar([x + 0.2 for x in xs], [r["ensemble_mean"] for r in sub], 0.4, yerr=[sd(r, "ensemble") for r in sub],
                label="ensemble")
         for x, r in zip(xs, sub):
-            ax.annotate(f"Δ{r['delta_mean']:+.3f}", (x, min(1.0, max(r["composer_mean"], r["ensemble_mean"]) + 0.03)),
-                        ha="center", fontsize=7)
+            top = max(r["composer_mean"] + sd(r, "composer"), r["ensemble_mean"] + sd(r, "ensemble"))
+            ax.annotate(f"Δ{r['delta_mean']:+.3f}", (x, min(1.02, top + 0.03)), ha="center", fontsize=7)
         ax.set_xticks(list(xs))
         ax.set_xticklabels([f"{r['model_id']}\n{r['partition']}" for r in sub], rotation=60, ha="right", fontsize=7)
         ax.set_ylim(0, 1.1)
         ax.set_ylabel("accuracy")
         ax.set_title(f"Fig. 2 (geometry boundary): {task}", fontsize=9)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return list(save_figure(fig, out_stem).values())
 
