@@ -150,6 +150,8 @@ def run(args) -> int:
         out = Path(args.out or Path("wildmerge-probe") / suite.name)
         _probe(args, None, models, out, suite, tasks, skipped, reference, partitions, router or models[0].path)
         return 0
+    for run_dir in args.run:  # every run's plan and --models checked before any model is read
+        _run_models(args, run_dir)
     several = len(args.run) > 1
     per_run, geometry = [], []
     for run_dir in args.run:
