@@ -196,3 +196,106 @@ def test_a_lora_adapter_is_probed_folded_into_its_base(family, tmp_path, monkeyp
     b = factors["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"].double()
     expected = base[key].double() + (4 / 2) * b @ a  # Hu et al. 2021: W + (alpha / r) B A
     assert torch.allclose(weights[key].double(), expected, atol=1e-5)
+
+
+def test_probe_over_model_seeds_and_class_partitions_on_real_runs(family, tmp_path):
+    """Two runs sampled with different seeds (two model seeds), probed in one command with Ward and random class
+    partitions: the tables over model seeds equal float64 numpy over the runs' own tables; the Ward partition equals
+    scipy's Ward on the router's class means; one composer cell equals a float64 loop over the same heads."""
+    import numpy as np
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    from wildmerge.analysis.probe.metrics import HeadSettings, fit_head
+    from wildmerge.eval.fingerprint import fingerprint_model
+
+    info, probe, suite = family
+    runs = [tmp_path / f"run{s}" for s in (0, 2)]
+    for seed, run in zip((0, 2), runs):
+        assert main(["sample", "--base", info["pool_file"], "--out", str(run), "--seed", str(seed), "--methods", "ta",
+                     "--sizes", "2", "--k", "1", "--no-full", "--no-evaluate"]) == 0
+    subsets = [json.loads((r / "manifest.json").read_text())["subsets"][0]["experts"] for r in runs]
+    assert subsets[0] != subsets[1]  # the model seeds merge different experts
+    out = tmp_path / "seeds"
+    assert main(["analyze", "probe", *map(str, runs), "--suite", suite, "--reference", probe["joint"], "--seeds", "0,1",
+                 "--models", "base,ta__n02_s00", "--partitions", "ward,random:100", "--partition-tasks", "2",
+                 "--out", str(out)]) == 0
+    per_run = [{(r["model_id"], r["task"]): r for r in json.loads((run / "probe" / "probe_mini" / "probe.json")
+                                                                   .read_text())["rows"]} for run in runs]
+    rows = {(r["model_id"], r["task"]): r for r in json.loads((out / "seeds.json").read_text())["rows"]}
+    assert set(rows) == {(m, t) for m in ("base", "ta__n02_s00") for t in ("count", "add")}
+    for key, row in rows.items():
+        n = np.array([p[key]["native"] for p in per_run], dtype=np.float64)
+        fh = np.array([p[key]["fresh_head_mean"] for p in per_run], dtype=np.float64)
+        j = np.array([p[key]["joint"] for p in per_run], dtype=np.float64)
+        assert row["model_seeds"] == 2
+        assert row["native_mean"] == pytest.approx(n.mean(), abs=1e-12)
+        assert row["native_sd"] == pytest.approx(n.std(ddof=1), abs=1e-12)
+        assert row["fresh_head_mean"] == pytest.approx(fh.mean(), abs=1e-12)
+        assert row["fresh_head_sd"] == pytest.approx(fh.std(ddof=1), abs=1e-12)
+        assert row["delta_rr_sd"] == pytest.approx((fh - n).std(ddof=1), abs=1e-12)
+        if j.mean() - n.mean() > 0.01:
+            want = (fh.mean() - n.mean()) / (j.mean() - n.mean())
+            assert row["recovered_ratio_of_means"] == pytest.approx(want, abs=1e-12)
+        else:
+            assert row["recovered_ratio_of_means"] is None
+    geo_runs = [{(r["model_id"], r["task"], r["partition"]): r for r in json.loads(
+        (run / "probe" / "probe_mini" / "geometry.json").read_text())["rows"]} for run in runs]
+    geo = {(r["model_id"], r["task"], r["partition"]): r for r in json.loads((out / "geometry.json").read_text())["rows"]}
+    assert set(geo) == {(m, t, p) for m in ("base", "ta__n02_s00") for t in ("count", "add")
+                        for p in ("ward", "random:100")}
+    for key, row in geo.items():
+        c = np.array([g[key]["composer_mean"] for g in geo_runs], dtype=np.float64)
+        e = np.array([g[key]["ensemble_mean"] for g in geo_runs], dtype=np.float64)
+        assert row["composer_mean"] == pytest.approx(c.mean(), abs=1e-12)
+        assert row["ensemble_sd"] == pytest.approx(e.std(ddof=1), abs=1e-12)
+        assert row["delta_mean"] == pytest.approx((c - e).mean(), abs=1e-12)
+        assert row["delta_sd"] == pytest.approx((c - e).std(ddof=1), abs=1e-12)
+        for g in geo_runs:  # per run: mean over head seeds of per-seed deltas
+            assert g[key]["delta_mean"] == pytest.approx(np.mean(json.loads(g[key]["delta_per_seed"])), abs=1e-6)
+    # Ward on the router's (the base's) class means, by scipy in float64, against the partition the run used
+    tasks, _ = load_probe_tasks(load_suite(suite))
+    cache = runs[0] / "probe" / "probe_mini" / "features"
+    routed = features_for(info["base"], fingerprint_model(info["base"]), tasks, cache)
+    plan = json.loads((runs[0] / "plan.json").read_text())
+    merged = next(e["path"] for e in plan["entries"] if e["model_id"] == "ta__n02_s00")
+    backbone = features_for(merged, fingerprint_model(merged), tasks, cache)
+    for name, task in tasks.items():
+        z = routed[name]["train"]["features"].double().numpy()
+        y = routed[name]["train"]["labels"].numpy()
+        classes = sorted(set(y.tolist()))
+        means = np.stack([z[y == c].mean(0) for c in classes])
+        cluster = fcluster(linkage(means, method="ward"), t=2, criterion="maxclust")
+        want = {frozenset(task.labels[classes[i]] for i in np.flatnonzero(cluster == k)) for k in (1, 2)}
+        got = json.loads(geo_runs[0][("ta__n02_s00", task.label, "ward")]["class_sets"])
+        assert {frozenset(s) for s in got} == want
+    # one composer cell, recomputed: the same head experts, routing and masking in a float64 loop
+    name, task = "demo_probe_add", tasks["demo_probe_add"]
+    row = geo_runs[0][("ta__n02_s00", "add", "ward")]
+    parts = [[task.labels.index(x) for x in s] for s in json.loads(row["class_sets"])]
+    d, r = backbone[name], routed[name]
+    heads = []
+    for t, cs in enumerate(parts):
+        keep_tr, keep_va = torch.isin(d["train"]["labels"], torch.tensor(cs)), torch.isin(d["validation"]["labels"],
+                                                                                         torch.tensor(cs))
+        val = ((d["validation"]["features"][keep_va], d["validation"]["labels"][keep_va]) if bool(keep_va.any())
+               else (d["train"]["features"][keep_tr], d["train"]["labels"][keep_tr]))
+        heads.append(fit_head((d["train"]["features"][keep_tr], d["train"]["labels"][keep_tr]), val,
+                              len(task.labels), 0 + t, HeadSettings())[0])
+    with torch.no_grad():
+        logits = np.stack([h(d["test"]["features"]).double().numpy() for h in heads])
+    rz, ry = r["train"]["features"].double().numpy(), r["train"]["labels"].numpy()
+    cents = [rz[np.isin(ry, cs)].mean(0) for cs in parts]
+    correct = 0
+    for b, q in enumerate(r["test"]["features"].double().numpy()):
+        s = [q @ c / (np.linalg.norm(q) * np.linalg.norm(c)) for c in cents]
+        chosen = sorted(range(len(parts)), key=lambda t: -s[t])[:3]
+        w = {t: math.exp(s[t]) / sum(math.exp(s[u]) for u in chosen) for t in chosen}
+        z = [sum(w[t] * logits[t, b, c] for t in chosen if c in parts[t]) if any(c in parts[t] for t in chosen)
+             else -1e9 for c in range(len(task.labels))]
+        correct += int(np.argmax(z) == int(d["test"]["labels"][b]))
+    assert json.loads(row["composer_per_seed"])[0] == pytest.approx(correct / len(d["test"]["labels"]), abs=1e-6)
+    text = (out / "geometry.md").read_text()
+    assert "Tables 2 and 7" in text and "2 model seeds" in text and "Tables 5-6" in (out / "seeds.md").read_text()
+    assert (out / "geometry_fig2.png").stat().st_size > 0 and (out / "geometry_fig2.svg").stat().st_size > 0
+    assert main(["analyze", "probe", str(runs[0]), str(runs[0]), "--suite", suite]) == 2  # one model seed twice
+    assert main(["analyze", "probe", str(runs[0]), "--suite", suite, "--partitions", "wrd"]) == 2

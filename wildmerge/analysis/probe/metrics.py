@@ -58,10 +58,21 @@ def train_fresh_head(train, val, test, n_labels: int, seed: int, settings: HeadS
 
 
 def _fit(ztr, ytr, zva, yva, zte, yte, n_labels, seed, settings) -> dict:
+    import torch
+
+    head, best, best_epoch = fit_head((ztr, ytr), (zva, yva), n_labels, seed, settings)
+    with torch.no_grad():
+        return {"fh": accuracy(head(zte), yte), "val": best, "epoch": best_epoch}
+
+
+def fit_head(train, val, n_labels: int, seed: int, settings: HeadSettings = HeadSettings()):
+    """(head at its best validation epoch, that accuracy, the epoch (1-based)): the paper's App. C.1 recipe; the
+    partition experts of ``partitions.py`` are heads of this same recipe."""
     import copy
 
     import torch
 
+    (ztr, ytr), (zva, yva) = train, val
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     head = torch.nn.Linear(ztr.shape[1], n_labels, bias=settings.bias)
@@ -80,8 +91,7 @@ def _fit(ztr, ytr, zva, yva, zte, yte, n_labels, seed, settings) -> dict:
         if acc > best:
             best, best_state, best_epoch = acc, copy.deepcopy(head.state_dict()), epoch + 1
     head.load_state_dict(best_state)
-    with torch.no_grad():
-        return {"fh": accuracy(head(zte), yte), "val": best, "epoch": best_epoch}
+    return head, best, best_epoch
 
 
 def gap_metrics(native: float, fresh: float, joint: Optional[float]) -> Dict[str, float]:
