@@ -1,12 +1,14 @@
 """Wall time and peak RSS of the weight-metric pass (18 metrics, Zhou et al. arXiv 2601.22285) against one plain read
 of the same checkpoints (the I/O floor), on a random Llama of >= 50M parameters and 12 noisy experts built locally.
 
-Each measurement runs in its own subprocess, so its peak RSS (VmHWM) is its own. The checkpoints are written once
+Each measurement runs in its own process, so its peak RSS (VmHWM) is its own; the three run interleaved, round after
+round (``paired.py``: ratios to the read within each round, median [min, max], LOADED figures marked), timed whole
+and as the measured part alone (``measured``). The checkpoints are written once
 in bfloat16 (the metric pass upcasts to float32 before subtracting). Reported: the plain read, the full pass (all
 12 models new: reads, Gram entries, 672 SVDs), and the pass after adding one expert to a cached 11 (one model's SVDs
 plus its 11 pairs' dot products).
 
-    python benchmarks/bench_mergeability_weights.py                 # CPU, single-threaded SVDs
+    python benchmarks/bench_mergeability_weights.py [--rounds 5]    # CPU, single-threaded SVDs
     python benchmarks/bench_mergeability_weights.py --device cuda   # SVDs on the GPU
 """
 
@@ -14,12 +16,10 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from wildmerge.resources import peak_rss_mib
+from paired import Process, measure, print_table, report_seconds
 
 N_EXPERTS = 12
 
@@ -49,7 +49,7 @@ def build(root: Path) -> int:
 
 
 def child(args) -> None:
-    """One measurement; prints a JSON line."""
+    """One measurement, reporting its measured part's time (``paired.report_seconds``)."""
     root = Path(args.root)
     experts = {f"expert_{i:02d}": str(root / f"expert_{i:02d}") for i in range(N_EXPERTS)}
     t = time.time()
@@ -73,24 +73,22 @@ def child(args) -> None:
             compute_metrics(str(root / "base"), subset, settings=settings, cache_dir=args.cache, progress=False)
             t = time.time()
         compute_metrics(str(root / "base"), experts, settings=settings, cache_dir=args.cache, progress=False)
-    print(json.dumps({"wall_s": time.time() - t, "peak_rss_mib": peak_rss_mib()}))
+    report_seconds("measured", time.time() - t)
 
 
-def run_child(args, kind: str, cache: Path) -> dict:
-    shutil.rmtree(cache, ignore_errors=True)
-    cmd = [sys.executable, __file__, "--root", args.root, "--child", kind, "--cache", str(cache), "--device",
-           args.device]
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode:
-        raise SystemExit(proc.stderr[-3000:])
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def run_child(args, kind: str, cache: Path) -> Process:
+    """One measurement in a fresh process, its metric cache emptied before each run."""
+    argv = [__file__, "--root", args.root, "--child", kind, "--cache", str(cache), "--device", args.device]
+    return Process(argv, env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")},
+                   before=lambda: shutil.rmtree(cache, ignore_errors=True))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", default="/tmp/wildmerge-bench-mergeability")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds after the warm-up (paired.py)")
+    p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--cache", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -101,14 +99,11 @@ def main() -> None:
     params = build(root)
     print(f"model: {params / 1e6:.1f}M parameters, {N_EXPERTS} experts + base (bfloat16 safetensors), "
           f"device {args.device}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')}")
-    read = run_child(args, "read", root / "cache")
-    rows = [("plain read (I/O floor)", read)]
-    rows.append(("weight pass, 12 new", run_child(args, "full", root / "cache")))
-    rows.append(("add 1 expert to 11 cached", run_child(args, "add_one", root / "cache")))
-    print(f"{'measurement':28s} {'wall_s':>8s} {'x read':>7s} {'peak_MiB':>9s} {'x read':>7s}")
-    for name, r in rows:
-        print(f"{name:28s} {r['wall_s']:8.2f} {r['wall_s'] / read['wall_s']:7.2f} {r['peak_rss_mib']:9.0f} "
-              f"{r['peak_rss_mib'] / read['peak_rss_mib']:7.2f}")
+    cache = root / "cache"
+    m = measure({"plain read (I/O floor)": run_child(args, "read", cache),
+                 "weight pass, 12 new": run_child(args, "full", cache),
+                 "add 1 expert to 11 cached": run_child(args, "add_one", cache)}, args.rounds, args.warmup)
+    print_table(m, baseline="plain read (I/O floor)", keys=("wall", "measured"))
 
 
 if __name__ == "__main__":
