@@ -27,6 +27,8 @@ _POST_IMPORT_HOOKS = {
     "wildmerge.plugins.norm_methods": ("wildmerge.plugins.registration", "on_our_methods_imported"),
     "wildmerge.plugins.baselines": ("wildmerge.plugins.registration", "on_our_methods_imported"),
     "wildmerge.plugins.lines": ("wildmerge.plugins.registration", "on_our_methods_imported"),
+    "wildmerge.plugins.knots": ("wildmerge.plugins.registration", "on_our_methods_imported"),
+    "wildmerge.plugins.localize_stitch": ("wildmerge.plugins.registration", "on_our_methods_imported"),
     "mergekit.merge": ("wildmerge.plugins.entrypoint", "on_merge_module_imported"),
 }
 

@@ -258,12 +258,14 @@ OURS = ("from mergekit.merge_methods import registered_methods; "
 
 @pytest.mark.parametrize("first", ["wildmerge.plugins.methods", "wildmerge.plugins.spectral",
                                    "wildmerge.plugins.norm_methods", "wildmerge.plugins.baselines",
-                                   "wildmerge.plugins.lines"])
+                                   "wildmerge.plugins.lines", "wildmerge.plugins.knots",
+                                   "wildmerge.plugins.localize_stitch"])
 def test_hook_registers_our_methods_whatever_is_imported_first(first):
     done = python(f"import {first}; {OURS}")
     assert done.stderr == ""  # no "could not hook into ...: partially initialized module"
-    assert done.stdout.strip() == ("['consensus_ta', 'iso_c', 'iso_cts', 'lines_consensus', 'lines_ta', 'metagpt', "
-                                   "'norm_avg', 'star', 'task_arithmetic_sb', 'ties_sb', 'tsv_lossless', 'tsv_m']")
+    assert done.stdout.strip() == ("['consensus_ta', 'iso_c', 'iso_cts', 'knots_ties', 'lines_consensus', 'lines_ta', "
+                                   "'localize_stitch', 'metagpt', 'norm_avg', 'star', 'task_arithmetic_sb', 'ties_sb', "
+                                   "'tsv_lossless', 'tsv_m']")
 
 
 def test_hook_can_be_turned_off():

@@ -22,6 +22,8 @@ METHOD_MODULES = (
     "wildmerge.plugins.norm_methods",
     "wildmerge.plugins.baselines",
     "wildmerge.plugins.lines",
+    "wildmerge.plugins.knots",
+    "wildmerge.plugins.localize_stitch",
 )
 
 
