@@ -96,8 +96,11 @@ def write_combined(run_dirs, out_dir, suite: Optional[str] = None) -> Dict[str, 
     runs = [RunData.read(r) for r in run_dirs]  # a clear error for a folder that is not a run, before any result
     protocols = _protocols(runs, suite)
     tables = combined_tables(runs, suite, protocols)  # a base without a score is refused before any norm is read
+    notes: List[str] = []
     for data, protocol in zip(runs, protocols.values()):  # from each run's norm cache (its report filled it)
-        add_norms(data, protocol, [])
+        add_norms(data, protocol, notes)
+    for note in notes:
+        print(f"note: {note}")
     target = Path(out_dir).resolve()
     written = {}
     with atomic_dir(target) as tmp:
