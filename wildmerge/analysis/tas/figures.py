@@ -50,13 +50,21 @@ def distance_table(records: List[dict]):
     return pd.DataFrame(rows)
 
 
+def _x_axis(ax, values, key: str) -> None:
+    """The swept value; a log scale where the grid spans 20x or more (the TA sweep's lambda = 10 point)."""
+    low, high = min(values), max(values)
+    if low > 0 and high / low >= 20:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"{key} (swept hyperparameter)")
+
+
 def _lines(table, key: str, series: str, ylabel: str, title: str, stem: Path) -> Dict[str, Path]:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, name in enumerate(dict.fromkeys(table[series])):
         g = table[table[series] == name]
         ax.plot(g[key], g["scaled"], ms=4, lw=1.6, label=str(name), **style(i))
-    ax.set_xlabel(f"{key} (swept hyperparameter)")
+    _x_axis(ax, table[key].tolist(), key)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -137,7 +145,7 @@ def write_adamms(records: List[dict], out_dir, name: str) -> List[Path]:
     scored = table.dropna(subset=["score"])
     best = scored.loc[scored["score"].idxmin()]
     ax.axvline(best[key], color="grey", ls=":", lw=1, label=f"selected {key} = {best[key]:g}")
-    ax.set_xlabel(f"{key} (swept hyperparameter)")
+    _x_axis(ax, table[key].tolist(), key)
     ax.set_ylabel("feature distance (l2, mean over tokens)")
     ax.set_title(f"{name}: AdaMMS* (the reality-check paper, Fig. 9)")
     ax.grid(alpha=0.3)
