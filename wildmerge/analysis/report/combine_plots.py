@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Dict
 
 from wildmerge.analysis.plotting import pyplot, save_figure
-from wildmerge.analysis.report.plots import NORM_LABEL, curves, draw_curves, with_norm
+from wildmerge.analysis.report.plots import curves, draw_curves, with_norm
 
-PANELS = (("mean", "mean accuracy (%)", "Figs. 3 / 6"), ("task_vector_norm", NORM_LABEL, "Fig. 4"))
+PANELS = (("mean", "mean accuracy (%)", "Figs. 3 / 6"),
+          ("task_vector_norm", "task-vector norm ‖θ_merged − θ_base‖₂ (L2)", "Fig. 4"))
 
 
 def _panel_rows(protocol, column: str):
@@ -32,14 +33,16 @@ def curve_table(protocols: Dict[str, object]):
 
 
 def draw_combined(protocols: Dict[str, object], out_dir) -> Dict[str, Path]:
-    """``combined_vs_n.png`` / ``.svg``: columns = base models, rows = accuracy vs n and norm vs n; one legend."""
+    """``combined_vs_n.png`` / ``.svg``: columns = base models, rows = accuracy vs n and norm vs n; one legend, a
+    method drawn alike in every panel."""
     plt = pyplot()
     cols = len(protocols)
     fig, axes = plt.subplots(len(PANELS), cols, figsize=(4.2 * cols, 3.4 * len(PANELS)), squeeze=False)
+    order = list(dict.fromkeys(v for p in protocols.values() for v in p[p["kind"] == "merge"]["variant"]))
     for j, (base_model, protocol) in enumerate(protocols.items()):
         for i, (column, label, figure) in enumerate(PANELS):
             ax = axes[i][j]
-            draw_curves(ax, _panel_rows(protocol, column), column, label, refs=column == "mean")
+            draw_curves(ax, _panel_rows(protocol, column), column, label, refs=column == "mean", order=order)
             ax.set_title(f"{base_model} ({figure})", fontsize=10)
     handles = {}
     for ax in axes.flat:  # every method of every base, once

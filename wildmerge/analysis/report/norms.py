@@ -56,12 +56,12 @@ def norm_per_task_table(df):
 def draw_norm_per_task(table, out_dir, title: str) -> Dict[str, Path]:
     """Bars: each expert's (task's) whole-model task-vector norm, in the order of ``table``."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * len(table) + 2), 4))
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.6 * len(table) + 2), 4))
     ax.bar(range(len(table)), table["task_vector_norm"], color="C0")
     ax.set_xticks(range(len(table)), table["expert"], rotation=45, ha="right")
-    ax.set_ylabel(NORM_LABEL)
+    ax.set_ylabel("task-vector norm ‖θ_t − θ_base‖₂ (L2, weight units)")
     ax.set_xlabel("expert (its task)")
-    ax.set_title(f"{title}: whole-model task-vector norm per task")
+    ax.set_title(f"{title}: whole-model task-vector norm per task", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     return save_figure(fig, Path(out_dir) / "norm_per_task")
 

@@ -34,11 +34,12 @@ def curves(df, column: str):
     return curves
 
 
-def draw_curves(ax, df, column: str, ylabel: str, refs: bool = True) -> None:
+def draw_curves(ax, df, column: str, ylabel: str, refs: bool = True, order: Optional[List[str]] = None) -> None:
+    """One curve per method; ``order``: the methods in style order, so a method keeps its look across panels."""
     import numpy as np
 
     for i, (variant, (ns, means, stds)) in enumerate(curves(df, column).items()):
-        st = style(i)
+        st = style(order.index(variant) if order and variant in order else i)
         ax.plot(ns, means, ms=4, lw=1.8, label=variant, **st)
         ax.fill_between(ns, np.subtract(means, stds), np.add(means, stds), color=st["color"], alpha=0.12, lw=0)
     ok = df[df["status"] == OK]
