@@ -113,3 +113,32 @@ def fabricate_run(run: Path, family, base_scores=True) -> Path:
             path.write_text(path.read_text().replace("0.9", "0.95"))
     (store / "index.json").write_text(json.dumps({"suite": "mini", "models": index, "jobs": {}}))
     return run
+
+
+# the "study" run: real TA merges of conftest's tiny family (`wildmerge sample`, sizes 1-2, a lambda grid), chosen
+# scores (t1, t2 as lm-eval fractions)
+STUDY_SCORES = {"base": (0.50, 0.30), "expert__x0": (0.40, 0.30), "expert__x1": (0.60, 0.30),
+                "expert__x2": (0.50, 0.20), "ta__n02_s00": (0.50, 0.34), "ta__n02_s01": (0.52, 0.36),
+                "ta__n03_full": (0.60, 0.40), "ta__n03_full__lambda-0.5": (0.56, 0.36),
+                "ta__n03_full__lambda-1.5": (0.40, 0.20)}
+
+
+def study_pool(root: Path, family) -> Path:
+    lines = ["name: tiny", f"base: {{model: {family['base']}}}", "experts:"]
+    lines += [f"  - {{model: {e}, name: x{i}}}" for i, e in enumerate(family["experts"])]
+    (root / "pool.yml").write_text("\n".join(lines) + "\n")
+    (root / "grid.yml").write_text("lam: {method: ta, grid: {lambda: [0.5, 1.0, 1.5]}}\n")
+    return root / "pool.yml"
+
+
+def sample_study(root: Path, family) -> Path:
+    """The study run under ``root/run``, merged for real and given ``STUDY_SCORES`` (no report written yet)."""
+    from wildmerge.cli import main
+
+    pool = study_pool(root, family)
+    run = root / "run"
+    assert main(["sample", "--base", str(pool), "--out", str(run), "--sizes", "1,2", "--k", "2", "--methods", "ta",
+                 "--grid", str(root / "grid.yml"), "--no-evaluate"]) == 0
+    assert {e.model_id for e in RunFolder(run).read_plan().entries} == set(STUDY_SCORES)
+    fabricate_results(run, STUDY_SCORES)
+    return run

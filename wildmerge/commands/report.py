@@ -1,5 +1,6 @@
 """``wildmerge report RUN_DIR``: leaderboard tables, plots and the index.html page of a run;
-``wildmerge report --combine RUN RUN ... --out DIR``: Tables 1-3 across runs (one per base) with Average rows."""
+``wildmerge report --combine RUN RUN ... --out DIR``: Tables 1-3 across runs (one per base) with Average rows
+and Figs. 3 / 4 / 6 with one column per base."""
 
 from wildmerge.errors import ConfigError
 
@@ -10,7 +11,7 @@ def configure(parser) -> None:
     parser.add_argument("--out", help="output folder (default: RUN_DIR/report; with --combine: combined-report)")
     parser.add_argument("--combine", nargs="+", metavar="RUN",
                         help="several evaluated runs (one per base model): write their Tables 1-3 side by side with "
-                             "the paper's Average rows")
+                             "the paper's Average rows, and Figs. 3 / 4 / 6 with one column per base")
     parser.add_argument("--hf-dataset", metavar="OUT",
                         help="also write the leaderboard as a Hugging Face dataset folder (the CSVs and a dataset "
                              "card) ready for `huggingface-cli upload USER/NAME OUT --repo-type dataset`")
@@ -22,7 +23,7 @@ def run(args) -> int:
 
         runs = ([args.run_dir] if args.run_dir else []) + list(args.combine)
         written = write_combined(runs, args.out or "combined-report", suite=args.suite)
-        print(f"combined tables: {written['combined_md']}")
+        print(f"combined tables and figures: {written['combined_md']}")
         return 0
     if not args.run_dir:
         raise ConfigError("give a run folder (`wildmerge report RUN_DIR`) or several with `--combine RUN RUN ...`")

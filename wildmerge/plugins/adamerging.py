@@ -48,11 +48,13 @@ class AdaMergingSettings(BaseModel):
 
 @dataclasses.dataclass
 class Learned:
-    """Coefficients ``[T, L + 1]`` (column L: tensors outside the blocks), with the loss after every step."""
+    """Coefficients ``[T, L + 1]`` (column L: tensors outside the blocks), with the loss after every step and each
+    expert's mean coefficient over the groups after every step (its trajectory: the reality-check paper, Fig. 14)."""
 
     experts: List[str]
     coefficients: torch.Tensor
     losses: List[float]
+    trajectory: List[List[float]] = dataclasses.field(default_factory=list)
 
 
 def groups_of(names: List[str], n_layers: int) -> Dict[str, int]:
@@ -114,7 +116,7 @@ def learn_coefficients(model, base: Dict[str, torch.Tensor], experts: Dict[str, 
     streams = {n: _batches_cycle(batches[n], settings.batch_size, settings.seed + i) for i, n in enumerate(names)}
     for p in model.parameters():
         p.requires_grad_(False)
-    losses = []
+    losses, trajectory = [], []
     for _ in tqdm(range(settings.iterations), desc=f"AdaMerging ({settings.loss})", unit="step",
                   disable=not progress):
         params = merged_parameters(base, taus, lam, groups)
@@ -139,7 +141,8 @@ def learn_coefficients(model, base: Dict[str, torch.Tensor], experts: Dict[str, 
             with torch.no_grad():
                 lam.clamp_(0.0, 1.0)
         losses.append(float(loss.detach()))
-    return Learned(names, lam.detach().cpu(), losses)
+        trajectory.append(lam.detach().mean(dim=1).cpu().tolist())
+    return Learned(names, lam.detach().cpu(), losses, trajectory)
 
 
 def recipe(base_path: str, expert_paths: List[str], coefficients: torch.Tensor, out_dtype: Optional[str] = None) -> dict:
@@ -229,7 +232,7 @@ def adamerge(base_path: str, experts: Dict[str, str], texts: Dict[str, list], ou
                "coefficients": write_json(out / "coefficients.json", {
                    "experts": learned.experts, "groups": [f"layers.{l}" for l in range(num_layers(base_path))]
                    + ["other"], "coefficients": learned.coefficients.tolist(), "losses": learned.losses,
-                   "settings": settings.model_dump(), "samples": samples,
+                   "trajectory": learned.trajectory, "settings": settings.model_dump(), "samples": samples,
                    "data": json.loads(json.dumps(data_key, default=str))})}
     return written
 

@@ -1,4 +1,5 @@
-"""Tables 1-3 across several runs (one per base model) with the paper's "Average" rows.
+"""Tables 1-3 across several runs (one per base model) with the paper's "Average" rows, and Figs. 3 / 4 / 6 with
+one column per base (``combine_plots.py``).
 
 Hitit et al. (arXiv 2511.21437, Tables 1-3) list each base's ``P / D`` cells and then an Average row per method: the
 unweighted mean over the bases of the reference accuracy, of P and of D (e.g. TA, n = 1: (17 + 25 + 25 + 33) / 4 =
@@ -10,6 +11,8 @@ from typing import Dict, List, Optional
 
 from wildmerge.analysis.report import leaderboard
 from wildmerge.analysis.markdown import markdown_table
+from wildmerge.analysis.report.combine_plots import curve_table, draw_combined
+from wildmerge.analysis.report.norms import add_norms
 from wildmerge.analysis.report.run_data import RunData
 from wildmerge.analysis.report.scores import collect_scores, protocol_rows
 from wildmerge.atomic import atomic_dir, write_text
@@ -18,21 +21,28 @@ from wildmerge.errors import WildmergeError
 AVERAGE = "Average"
 
 
-def combined_tables(runs: List, suite: Optional[str] = None) -> Dict[str, object]:
+def _label(data: RunData, taken) -> str:
+    label = data.plan.pool or data.run.name
+    return f"{label} ({data.run.name})" if label in taken else label
+
+
+def _protocols(runs: List, suite: Optional[str] = None) -> Dict[str, object]:
+    """{base label (the pool's name): the run's main-protocol rows}."""
+    out = {}
+    for data in map(RunData.of, runs):
+        df, _, _ = collect_scores(data, suite)
+        out[_label(data, out)] = protocol_rows(df).copy()
+    return out
+
+
+def combined_tables(runs: List, suite: Optional[str] = None, protocols=None) -> Dict[str, object]:
     """{"vs_base": long table, "vs_best": long table}, each with a ``base_model`` column and Average rows.
-    ``runs``: run folders or their ``RunData``."""
+    ``runs``: run folders or their ``RunData``; ``protocols``: their ``_protocols``, when read already."""
     import pandas as pd
 
     frames: Dict[str, list] = {"vs_base": [], "vs_best": []}
-    labels = []
-    for data in map(RunData.of, runs):
-        df, _, _ = collect_scores(data, suite)
-        protocol = protocol_rows(df)
+    for (label, protocol), data in zip((protocols or _protocols(runs, suite)).items(), map(RunData.of, runs)):
         base, best_id, best = leaderboard.references(protocol)
-        label = data.plan.pool or data.run.name
-        if label in labels:
-            label = f"{label} ({data.run.name})"
-        labels.append(label)
         if base is None:
             raise WildmergeError(f"{data.root}: the base model has no score, so its Table 1 row cannot be averaged; "
                                  f"evaluate it (`wildmerge eval {data.root}`) or leave the run out")
@@ -84,11 +94,17 @@ def write_combined(run_dirs, out_dir, suite: Optional[str] = None) -> Dict[str, 
     if len(run_dirs) < 2:
         raise WildmergeError("--combine needs at least two run folders (one per base model)")
     runs = [RunData.read(r) for r in run_dirs]  # a clear error for a folder that is not a run, before any result
-    tables = combined_tables(runs, suite)
+    protocols = _protocols(runs, suite)
+    tables = combined_tables(runs, suite, protocols)  # a base without a score is refused before any norm is read
+    notes: List[str] = []
+    for data, protocol in zip(runs, protocols.values()):  # from each run's norm cache (its report filled it)
+        add_norms(data, protocol, notes)
+    for note in notes:
+        print(f"note: {note}")
     target = Path(out_dir).resolve()
     written = {}
     with atomic_dir(target) as tmp:
-        md = [f"# Tables 1-3 across {len(runs)} runs\n",
+        md = [f"# Tables 1-3 and Figs. 3 / 4 / 6 across {len(runs)} runs\n",
               "Cells `P / D` per base model as in each run's report; Average = unweighted mean over the bases of "
               "the reference accuracy, P and D.\n"]
         for key, title, ref in (("vs_base", "Merges vs the base (Tables 1 and 3)", "Base"),
@@ -98,6 +114,12 @@ def write_combined(run_dirs, out_dir, suite: Optional[str] = None) -> Dict[str, 
             write_text(tmp / f"combined_{key}.csv", tables[key].to_csv(index=False, float_format="%.10g"))
             written[f"combined_{key}_csv"] = target / f"combined_{key}.csv"
             md += [f"## {title}\n", combined_markdown(tables[key], ref)]
+        write_text(tmp / "combined_curves.csv", curve_table(protocols).to_csv(index=False, float_format="%.10g"))
+        written["combined_curves_csv"] = target / "combined_curves.csv"
+        for ext, path in draw_combined(protocols, tmp).items():
+            written[f"combined_vs_n_{ext}"] = target / path.name
+        md += ["## Accuracy and task-vector norm against n, every base (Figs. 3 / 6 and 4)\n",
+               "![accuracy and norm vs n](combined_vs_n.png)\n\nThe points drawn: `combined_curves.csv`.\n"]
         write_text(tmp / "combined.md", "\n".join(md))
         written["combined_md"] = target / "combined.md"
     return written

@@ -68,6 +68,17 @@ def build_page(run: str, suite: str, df, tasks: List[str], tables: Dict[str, obj
             "chosen: the point with the best validation mean, whose test mean is the number to report; oracle: the "
             "best test mean (optimistic)." if validated else
             "Points are chosen on test (no validation split): the best mean is an optimistic number."))
+    balance = tables.get("balance")
+    if balance is not None:
+        page_tables.append(table_from_frame("balance", "Norm-balanced against norm-unbalanced subsets (the "
+                                            "reality-check paper, Fig. 6)", balance, [
+            Column(key="method", filter=True), Column(key="n", filter=True), Column(key="merges"),
+            Column(key="balanced_ratio", label="balanced max/min", digits=3),
+            Column(key="balanced_mean", label="balanced mean (%)", digits=2),
+            Column(key="unbalanced_ratio", label="unbalanced max/min", digits=3),
+            Column(key="unbalanced_mean", label="unbalanced mean (%)", digits=2),
+            Column(key="diff_pp", label="balanced − unbalanced (pp)", digits=2)],
+            "Split at the median max/min whole-model task-vector norm of each size's merges."))
     homogeneous = tables.get("homogeneous")
     if homogeneous is not None:
         page_tables.append(table_from_frame("homogeneous", "Homogeneous vs heterogeneous merges", homogeneous, [

@@ -17,7 +17,7 @@ OK = "ok"
 NORM_LABEL = "task-vector norm ‖θ_merged − θ_base‖₂ (L2, weight units)"  # plain text: stays text in the SVG
 
 
-def _curves(df, column: str):
+def curves(df, column: str):
     """{variant: (ns, means, stds)} with n = 1 taken from the experts."""
     ok = df[(df["status"] == OK) & df[column].notna()]
     experts = ok[ok["kind"] == "expert"][column]
@@ -34,11 +34,12 @@ def _curves(df, column: str):
     return curves
 
 
-def _draw(ax, df, column: str, ylabel: str, refs: bool = True) -> None:
+def draw_curves(ax, df, column: str, ylabel: str, refs: bool = True, order: Optional[List[str]] = None) -> None:
+    """One curve per method; ``order``: the methods in style order, so a method keeps its look across panels."""
     import numpy as np
 
-    for i, (variant, (ns, means, stds)) in enumerate(_curves(df, column).items()):
-        st = style(i)
+    for i, (variant, (ns, means, stds)) in enumerate(curves(df, column).items()):
+        st = style(order.index(variant) if order and variant in order else i)
         ax.plot(ns, means, ms=4, lw=1.8, label=variant, **st)
         ax.fill_between(ns, np.subtract(means, stds), np.add(means, stds), color=st["color"], alpha=0.12, lw=0)
     ok = df[df["status"] == OK]
@@ -61,7 +62,7 @@ def accuracy_vs_n(df, out_dir, title: str) -> Dict[str, Path]:
     """Fig. 3/6: mean accuracy over the suite vs n."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    _draw(ax, df, "mean", "mean accuracy (%)")
+    draw_curves(ax, df, "mean", "mean accuracy (%)")
     ax.set_title(title)
     ax.legend(fontsize=8, loc="best", ncol=2)
     return save_figure(fig, Path(out_dir) / "accuracy_vs_n")
@@ -74,7 +75,7 @@ def per_task_vs_n(df, tasks: List[str], out_dir, title: str) -> Dict[str, Path]:
     rows = math.ceil(len(tasks) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
     for ax, task in zip(axes.flat, tasks):
-        _draw(ax, df, task, "accuracy (%)")
+        draw_curves(ax, df, task, "accuracy (%)")
         ax.set_title(task, fontsize=11)
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
@@ -86,14 +87,18 @@ def per_task_vs_n(df, tasks: List[str], out_dir, title: str) -> Dict[str, Path]:
     return save_figure(fig, Path(out_dir) / "accuracy_vs_n_per_task")
 
 
+def with_norm(df):
+    """The rows a norm curve reads: a model counts where it has a norm (the base and compositions have none)."""
+    return df.assign(status=df["task_vector_norm"].notna().map({True: OK, False: "no norm"}))
+
+
 def norm_vs_n(df, out_dir, title: str) -> Optional[Dict[str, Path]]:
     """Fig. 4: ||theta_merged - theta_base||_2 vs n (mean and std over subsets)."""
     if "task_vector_norm" not in df or df["task_vector_norm"].notna().sum() == 0:
         return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ok = df.assign(status=df["task_vector_norm"].notna().map({True: OK, False: "no norm"}))
-    _draw(ax, ok, "task_vector_norm", NORM_LABEL, refs=False)
+    draw_curves(ax, with_norm(df), "task_vector_norm", NORM_LABEL, refs=False)
     ax.set_title(title)
     ax.legend(fontsize=8, loc="best", ncol=2)
     return save_figure(fig, Path(out_dir) / "norm_vs_n")

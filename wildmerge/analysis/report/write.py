@@ -13,15 +13,14 @@ import shutil
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from tqdm.auto import tqdm
 
 from wildmerge.analysis.report import sweeps
 from wildmerge.analysis.report import domains
 from wildmerge.analysis.report import leaderboard
+from wildmerge.analysis.report import norms
 from wildmerge.analysis.report import plots
 from wildmerge.analysis.report.layerwise_plots import layerwise_figures
 from wildmerge.analysis.report.costs import cost_markdown, cost_points, merge_seconds
-from wildmerge.analysis.pool.norms import NormCache
 from wildmerge.analysis.report.page_tables import build_page
 from wildmerge.analysis.report.run_data import RunData
 from wildmerge.analysis.report.scores import TUNED, collect_scores, protocol_rows, validation_columns
@@ -30,24 +29,6 @@ from wildmerge.errors import WildmergeError
 from wildmerge.eval.store import ResultStore
 from wildmerge.locks import wait_claim
 from wildmerge.run import RECIPE
-
-
-def _norms(data: RunData, df, notes) -> None:
-    """Task-vector norm of every merge and expert against the base (streaming; cached in RUN/eval/norms.json)."""
-    entries = data.entries
-    base = next(e.path for e in entries.values() if e.kind == "base")
-    cache = NormCache(data.run.norms_cache)
-    values = []
-    for model_id, kind in tqdm(list(zip(df["model_id"], df["kind"])), desc="task-vector norms", unit="model"):
-        value = float("nan")
-        if kind not in ("base", "composition"):  # a composition keeps its experts: it has no weights of its own
-            try:
-                value = cache.norm(entries[model_id].path, base)
-            except (WildmergeError, OSError) as exc:
-                notes.append(f"{model_id}: no task-vector norm ({exc})")
-        values.append(value)
-    cache.save()
-    df["task_vector_norm"] = values
 
 
 class _Out:
@@ -135,6 +116,28 @@ def _sweeps(out: _Out, df, base, title: str, md: List[str]):
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def _norm_figures(out: _Out, df, protocol, title: str, md: List[str]):
+    """The whole-model norm per task, accuracy against the norm, and the balanced / unbalanced table, each with its
+    numbers in a CSV; returns the balance table (or None)."""
+    per_task = norms.norm_per_task_table(df)
+    if per_task is not None:
+        out.csv("norm_per_task.csv", per_task)
+        out.plot("Whole-model task-vector norm per task (the reality-check paper, Fig. 5 left and Fig. 12)",
+                 norms.draw_norm_per_task(per_task, out.tmp, title))
+    points = norms.accuracy_vs_norm_points(protocol)
+    if points is not None:
+        out.csv("accuracy_vs_norm.csv", points)
+        out.plot("Accuracy against task-vector norm, main protocol (Hitit et al., Figs. 3 and 4 together)",
+                 norms.draw_accuracy_vs_norm(points, out.tmp, title))
+    balance = norms.balance_frame(protocol)
+    if balance is not None:
+        out.csv("table_balance.csv", balance)
+        md += [f"## {norms.BALANCE_CAPTION}\n",
+               "Per method and n, the merges whose experts' max/min whole-model task-vector norm is at most the "
+               "median of that size (balanced) against the rest (unbalanced).\n", norms.balance_markdown(balance)]
+    return balance
+
+
 def _homogeneous(out: _Out, df, base, title: str, md: List[str]):
     if domains.domain_merges(df).empty:
         return None
@@ -210,7 +213,7 @@ def missing_references(df) -> list:
 def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
     name = data.run.name
     df, tasks, notes = collect_scores(data, suite)
-    _norms(data, df, notes)
+    norms.add_norms(data, df, notes)
     leaderboard.add_normalized(df, leaderboard.expert_tasks(data.run))  # experts' declared tasks (pool ``tasks:``)
     protocol = protocol_rows(df)
     base, best_id, best = leaderboard.references(protocol)
@@ -242,6 +245,7 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
             out.plot("Cost against performance (the reality-check paper's Fig. 2)", plots.cost_vs_performance(
                 cost_points(ResultStore(data.run.eval_dir(suite)), protocol, merge_seconds(data.plan.entries)), tmp,
                 title))
+        tables["balance"] = _norm_figures(out, df, protocol, title, md)
         tables["sweeps"] = _sweeps(out, df, base, title, md)
         tables["homogeneous"] = _homogeneous(out, df, base, title, md)
         model_dirs = {e.model_id: Path(e.path) for e in data.plan.entries if e.kind == "merge"}

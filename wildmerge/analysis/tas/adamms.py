@@ -66,15 +66,18 @@ def select_adamms(records: List[dict]) -> dict:
 
 
 def tune_grid_adamms(tas, method, points: List[dict], out_dir, progress: bool = True) -> dict:
-    """Like ``setup.tune_grid`` with AdaMMS*'s rule: writes ``adamms.json``, ``selected.json`` and ``recipe.yml``."""
+    """Like ``setup.tune_grid`` with AdaMMS*'s rule: writes ``adamms.json`` (with ``adamms.csv`` and its figure),
+    ``selected.json`` and ``recipe.yml``."""
     import yaml
 
+    from wildmerge.analysis.tas.figures import write_adamms
     from wildmerge.atomic import write_json, write_text
     from wildmerge.recipes.render import render_recipe
 
     out = Path(out_dir)
     records = adamms_records(tas, method, points, progress)
     write_json(out / "adamms.json", records)
+    write_adamms(records, out, method.name)  # Fig. 9
     best = select_adamms(records)
     recipe = render_recipe(method, tas.base_path, list(tas.expert_paths.values()), best["hparams"])
     write_text(out / "recipe.yml", yaml.safe_dump(recipe, sort_keys=False))

@@ -5,6 +5,7 @@ from typing import Dict, List, Optional
 
 import yaml
 
+from wildmerge.analysis.tas.figures import write_distances
 from wildmerge.analysis.tas.sweep import DEFAULT_SAMPLES, TASSweep, check_fits, check_points, select, sweep, \
     write_tas_csv
 from wildmerge.atomic import write_json, write_text
@@ -47,12 +48,14 @@ def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Option
 
 def tune_grid(tas: TASSweep, method, points: List[dict], out_dir, distance: str = "l2",
               progress: bool = True) -> Dict:
-    """Sweep one grid; write ``tas.csv``, ``selected.json`` and ``recipe.yml`` (runs with stock mergekit-yaml)."""
+    """Sweep one grid; write ``tas.csv``, ``selected.json``, ``recipe.yml`` (runs with stock mergekit-yaml) and, for
+    a one-hyperparameter grid, ``tas_distances.csv`` with its figure."""
     from wildmerge.recipes.render import render_recipe
 
     out = Path(out_dir)
     records = sweep(tas, method, points, out, progress=progress)
     write_tas_csv(records, out / "tas.csv")
+    write_distances(records, out, method.name)  # Fig. 11: the curve under each distance
     best = select(records, distance)
     recipe = render_recipe(method, tas.base_path, list(tas.expert_paths.values()), best["hparams"])
     write_text(out / "recipe.yml", yaml.safe_dump(recipe, sort_keys=False))

@@ -158,7 +158,9 @@ def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, l
                   exclude=(), out=None, samples: int = DEFAULT_SAMPLES, seq_len=None, device: str = "cpu",
                   threads=None, allow_pickle: bool = False) -> dict:
     """AdaMerging+TAS (``loss="tas"``) or AdaMerging (``"entropy"``) on the whole pool: writes ``model/`` (the merged
-    checkpoint), ``recipe.yml`` (stock mergekit) and ``coefficients.json`` under ``out``."""
+    checkpoint), ``recipe.yml`` (stock mergekit), ``coefficients.json`` and its curves (``adamerging.csv``, ``.png``,
+    ``.svg``) under ``out``."""
+    from wildmerge.analysis.tas.figures import write_adamerging
     from wildmerge.analysis.tas.setup import check_calibration
     from wildmerge.expert_data.read import expert_texts
     from wildmerge.plugins.adamerging import AdaMergingSettings, adamerge
@@ -180,5 +182,6 @@ def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, l
                                 generated_dir=out / "calibration") for name, path in experts.items()}
     written = adamerge(resolved.base_path, experts, texts, out, settings=settings, samples=samples, seq_len=seq_len,
                        device=device, data_key={n: data[n].model_dump(exclude_none=True) for n in experts})
-    print(f"AdaMerging ({loss}): model {written['model']}; recipe {written['recipe']}")
+    figure = write_adamerging(out)  # Fig. 14: the loss and each expert's coefficient over the steps
+    print(f"AdaMerging ({loss}): model {written['model']}; recipe {written['recipe']}; curves {figure[1]}")
     return written
