@@ -327,6 +327,7 @@ class RunFolder:
         self.search_geometry = self.search_dir / "geometry.json"  # the pool's task-vector cosines and norms, cached
         self.search_models_dir = self.search_dir / "models"  # its merged candidates, one folder each
         self.mergeability_dir = self.root / "mergeability"  # the fitted predictor (``wildmerge analyze predictor``)
+        self.predictor_study_dir = self.mergeability_dir / "study"  # its robustness studies (``--study``)
         self.weight_checks_path = self.root / WEIGHT_CHECKS
         self.norms_cache = self.eval_root / "norms.json"  # task-vector norms, shared by every suite's report
         self.report_claim = self.claims_dir / "report.lock"  # held while a report of the run is written
