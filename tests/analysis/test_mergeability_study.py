@@ -121,3 +121,19 @@ def test_study_files(study, tmp_path):
     assert "Table 4 / Table 20" in page and "Table 19" in page and "Fig. 3" in page and "Table 3" in page
     files = plot_nonzero_frequency(s, tmp_path)
     assert {f.suffix for f in files} == {".png", ".svg"} and all(f.stat().st_size > 0 for f in files)
+
+
+def test_the_command_writes_one_study_folder(tmp_path, capsys):
+    import argparse
+
+    from wildmerge.commands.analyze_predictor import _study
+
+    df, targets = _fixture()
+    targets = targets[targets["method"] == "wa"].assign(target_kind="normalized")
+    args = argparse.Namespace(run=str(tmp_path / "run"), out=str(tmp_path / "study"), profile="paper", lam=1.0,
+                              seed=0, seeds=1, metric_set="auto")
+    assert _study(args, df, targets) == 0
+    names = {p.name for p in (tmp_path / "study").iterdir()}
+    assert {"study.json", "README.md", "ablation.csv", "objective.csv", "mlp.csv", "seeds.csv", "seed_selection.csv",
+            "regularization.csv", "stable_metrics.csv", "nonzero_frequency.png", "nonzero_frequency.svg"} <= names
+    assert "delta_no_gradient" in capsys.readouterr().out

@@ -13,6 +13,7 @@ ANALYSES = {
     "mergeability": "wildmerge.commands.analyze_mergeability",
     "predictor": "wildmerge.commands.analyze_predictor",
     "probe": "wildmerge.commands.analyze_probe",
+    "importance": "wildmerge.commands.analyze_importance",
 }
 
 
