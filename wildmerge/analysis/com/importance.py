@@ -217,7 +217,7 @@ def write_importance(run_dir, out=None, suite: Optional[str] = None, reference: 
                                "r_merged_base": correlations(ab["share_merged"], ab["share_base"])}
     written = [write_json(out / "importance.json", result)]
     for name, df in frames.items():
-        written.append(write_text(out / f"{name}.csv", df.to_csv(index=False, float_format="%.6g")))
+        written.append(write_text(out / f"{name}.csv", df.to_csv(index=False, float_format="%.10g")))
     written += plot_importance(summary["per_expert"], summary["r_per_expert"], out)
     if reference:
         written += plot_reference(frames["omega_reference"], out)
