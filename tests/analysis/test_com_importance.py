@@ -71,6 +71,9 @@ def test_reference_ablation_and_the_merged_reference_gives_back_com_omegas(com_r
     ab = pd.read_csv(out / "omega_reference.csv")
     assert len(ab) == 9 and np.isfinite(ab[["share_merged", "share_base"]].to_numpy()).all()
     assert ab.groupby("model_id")["share_base"].sum().to_numpy() == pytest.approx(1.0)
+    result = json.loads((out / "importance.json").read_text())["reference"]
+    assert result["r_base_gap"]["pearson"] == pytest.approx(_pearson64(ab["rel_base"], ab["gap"]), abs=1e-7)
+    assert result["r_merged_base"]["pearson"] == pytest.approx(_pearson64(ab["rel_merged"], ab["rel_base"]), abs=1e-7)
     model = next(p for p in (run / "models").iterdir() if p.name.startswith("com__n03"))
     diag = json.loads((model / "layerwise_diagnostics.json").read_text())
     cal = recipe_calibration(model / "mergekit_config.yml")

@@ -131,9 +131,11 @@ def reference_ablation(merges: List[dict], gaps: Dict[str, float], device: str =
         base_flat = np.array([base[k] for k in keys]).ravel()
         r_refs = correlations(merged_flat, base_flat)
         sm, sb = shares(mean_omega(m["omega"])), shares(mean_omega({k: base[k] for k in keys}))
+        n = len(sm)
         for name, a, b in zip(m["experts"], sm, sb):
             rows.append({"model_id": m["model_id"], "expert": name, "share_merged": float(a), "share_base": float(b),
-                         "gap": gaps.get(name, float("nan")), "r_merged_base_layers": r_refs["pearson"]})
+                         "rel_merged": float(n * a), "rel_base": float(n * b), "gap": gaps.get(name, float("nan")),
+                         "r_merged_base_layers": r_refs["pearson"]})
     return pd.DataFrame(rows)
 
 
@@ -164,13 +166,15 @@ def plot_importance(per_expert, r: dict, out) -> List[Path]:
 
 
 def plot_reference(ablation, out) -> List[Path]:
-    """Grouped bars per expert: omega share under the merged and base references, and the gap's share (Fig. 6)."""
+    """Grouped bars per expert, each reference's importance as a share over the experts (n x share averaged over
+    the merges, then normalised), beside the gap's share (Fig. 6)."""
     from wildmerge.analysis.plotting import HATCHES, pyplot, save_figure
 
-    per = ablation.groupby("expert", sort=False)[["share_merged", "share_base", "gap"]].mean()
-    gap = per["gap"].clip(lower=0)
-    bars = {"CoM (merged reference)": per["share_merged"], "zero-shot (base reference)": per["share_base"],
-            "oracle (gap share)": gap / gap.sum() if gap.sum() > 0 else gap * np.nan}
+    per = ablation.groupby("expert", sort=False)[["rel_merged", "rel_base", "gap"]].mean()
+    per["gap"] = per["gap"].clip(lower=0)
+    bars = {label: per[col] / per[col].sum() if per[col].sum() > 0 else per[col] * np.nan
+            for label, col in [("CoM (merged reference)", "rel_merged"), ("zero-shot (base reference)", "rel_base"),
+                               ("oracle (gap share)", "gap")]}
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.5 + 1.1 * len(per), 4))
     x, width = np.arange(len(per)), 0.8 / len(bars)
@@ -212,9 +216,9 @@ def write_importance(run_dir, out=None, suite: Optional[str] = None, reference: 
     result = {"gaps": gaps, "r_per_expert": summary["r_per_expert"], "r_pooled": summary["r_pooled"]}
     if reference:
         ab = frames["omega_reference"]
-        result["reference"] = {"r_merged_gap": correlations(ab["share_merged"], ab["gap"]),
-                               "r_base_gap": correlations(ab["share_base"], ab["gap"]),
-                               "r_merged_base": correlations(ab["share_merged"], ab["share_base"])}
+        result["reference"] = {"r_merged_gap": correlations(ab["rel_merged"], ab["gap"]),
+                               "r_base_gap": correlations(ab["rel_base"], ab["gap"]),
+                               "r_merged_base": correlations(ab["rel_merged"], ab["rel_base"])}
     written = [write_json(out / "importance.json", result)]
     for name, df in frames.items():
         written.append(write_text(out / f"{name}.csv", df.to_csv(index=False, float_format="%.10g")))
