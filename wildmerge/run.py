@@ -17,7 +17,9 @@ A run folder is what ``wildmerge sample`` writes and every other command reads::
       weight_checks.json    weight files already found free of NaN / Inf
       report.json, .csv     the demo family's table (``wildmerge demo report``)
       probe/<suite>/        the fresh-head probe (``wildmerge analyze probe``)
-      mergeability/         the fitted mergeability predictor (``wildmerge analyze predictor``)
+      mergeability/         the fitted mergeability predictor (``wildmerge analyze predictor``); study/: its
+                            robustness studies (``--study``)
+      com_importance/       CoM's importance weights analysed (``wildmerge analyze importance``)
       search.json           a guided search's settings, candidates and result (``wildmerge search``)
       search_log.jsonl      its rungs, one line each
       search/               its merged candidates (models/<id>/), their scores (eval/<suite>/), geometry.json
@@ -327,6 +329,8 @@ class RunFolder:
         self.search_geometry = self.search_dir / "geometry.json"  # the pool's task-vector cosines and norms, cached
         self.search_models_dir = self.search_dir / "models"  # its merged candidates, one folder each
         self.mergeability_dir = self.root / "mergeability"  # the fitted predictor (``wildmerge analyze predictor``)
+        self.predictor_study_dir = self.mergeability_dir / "study"  # its robustness studies (``--study``)
+        self.com_importance_dir = self.root / "com_importance"  # CoM's omegas analysed (``analyze importance``)
         self.weight_checks_path = self.root / WEIGHT_CHECKS
         self.norms_cache = self.eval_root / "norms.json"  # task-vector norms, shared by every suite's report
         self.report_claim = self.claims_dir / "report.lock"  # held while a report of the run is written

@@ -14,6 +14,7 @@ ANALYSES = {
     "predictor": "wildmerge.commands.analyze_predictor",
     "probe": "wildmerge.commands.analyze_probe",
     "tas": "wildmerge.commands.analyze_tas",
+    "importance": "wildmerge.commands.analyze_importance",
 }
 
 

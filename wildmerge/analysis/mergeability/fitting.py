@@ -42,18 +42,43 @@ def choose_metrics(metrics_df, n_train_pairs: int, metric_set: str = "auto") -> 
 
 
 def fit_methods(metrics_df, targets_df, profile: str = "ref", lam: float = 1.0, seed: int = 0,
-                metric_set: str = "auto") -> dict:
+                metric_set: str = "auto", objective: str = "pearson") -> dict:
     """Per method: the cross-validated fit. Pairs are matched by their two experts, in either order."""
+    experts = _experts(metrics_df)
+    n_train = len(experts) * (len(experts) - 1) // 2 - (len(experts) - 1)
+    cols, notes = choose_metrics(metrics_df, n_train, metric_set)
+    out = {"metrics": cols, "notes": notes, "profile": profile, "lambda": lam, "seed": seed, "objective": objective,
+           "profile_settings": PR.PROFILES[profile], "folds": "leave one expert out", "methods": {}}
+    for method, data in method_data(metrics_df, targets_df, cols).items():
+        if isinstance(data, int):
+            out["notes"].append(f"{method}: only {data} pairs with targets; not fitted")
+            continue
+        X, y, pairs, used = data
+        result = PR.loto(X, y, pairs, used, lam=lam, profile=profile, seed=seed, objective=objective)
+        result["n_pairs"] = len(y)
+        result["single_metric_r"] = {m: PR.pearson(X[:, k], y) for k, m in enumerate(cols)}
+        out["methods"][method] = result
+    if not out["methods"]:
+        raise WildmergeError("no method has enough pairs with targets to fit; see the notes: " + "; ".join(notes))
+    out["agreement"] = agreement(out)
+    return out
+
+
+def _experts(metrics_df) -> list:
     experts = list(dict.fromkeys(list(metrics_df["expert_a"]) + list(metrics_df["expert_b"])))
     if len(experts) < MIN_EXPERTS:
         raise WildmergeError(f"the predictor needs at least {MIN_EXPERTS} experts ({MIN_EXPERTS * (MIN_EXPERTS - 1) // 2}"
                              f" pairs) so that every leave-one-expert-out fold has training and validation pairs; "
                              f"got {len(experts)} experts ({len(metrics_df)} pairs)")
-    n_train = len(experts) * (len(experts) - 1) // 2 - (len(experts) - 1)
-    cols, notes = choose_metrics(metrics_df, n_train, metric_set)
+    return experts
+
+
+def method_data(metrics_df, targets_df, cols) -> dict:
+    """{method: (X, y, pairs, experts used)} over the metric columns ``cols``; for a method with fewer than
+    MIN_EXPERTS experts or 6 pairs with finite targets, its number of such pairs instead."""
+    experts = _experts(metrics_df)
     index = {frozenset((a, b)): i for i, (a, b) in enumerate(zip(metrics_df["expert_a"], metrics_df["expert_b"]))}
-    out = {"metrics": cols, "notes": notes, "profile": profile, "lambda": lam, "seed": seed,
-           "profile_settings": PR.PROFILES[profile], "folds": "leave one expert out", "methods": {}}
+    out = {}
     for method, group in targets_df.groupby("method", sort=False):
         rows = [(index.get(frozenset((a, b))), t) for a, b, t in zip(group["expert_a"], group["expert_b"],
                                                                          group["target"])]
@@ -61,18 +86,12 @@ def fit_methods(metrics_df, targets_df, profile: str = "ref", lam: float = 1.0, 
         used = sorted({e for i, _ in rows for e in (metrics_df["expert_a"][i], metrics_df["expert_b"][i])},
                       key=experts.index)
         if len(used) < MIN_EXPERTS or len(rows) < 6:
-            out["notes"].append(f"{method}: only {len(rows)} pairs with targets; not fitted")
+            out[method] = len(rows)
             continue
         X = metrics_df.loc[[i for i, _ in rows], cols].to_numpy(float)
         y = np.array([t for _, t in rows])
         pairs = [(metrics_df["expert_a"][i], metrics_df["expert_b"][i]) for i, _ in rows]
-        result = PR.loto(X, y, pairs, used, lam=lam, profile=profile, seed=seed)
-        result["n_pairs"] = len(rows)
-        result["single_metric_r"] = {m: PR.pearson(X[:, k], y) for k, m in enumerate(cols)}
-        out["methods"][method] = result
-    if not out["methods"]:
-        raise WildmergeError("no method has enough pairs with targets to fit; see the notes: " + "; ".join(notes))
-    out["agreement"] = agreement(out)
+        out[method] = (X, y, pairs, used)
     return out
 
 

@@ -7,6 +7,9 @@ s = sum_k w_k m~_k that maximises the Pearson correlation with the post-merge ta
   sparsity and relative sizes under one profile compare (so the profile is logged with every result);
 - folds: leave one task out; for pools, leave one expert out (every pair with that expert is validation).
 
+Objectives: ``pearson`` (the paper's, Eq. 7) and ``mse`` (mean squared error of Xw against y, Eq. 8; the
+robustness study's comparison, Tables 11-12).
+
 Profiles: ``paper`` (1000 iterations, patience 50, tol 1e-4, stop on the training correlation, as Table 23) and
 ``ref`` (2000 / 100 / 1e-5, stop on the loss, as the authors' released script). Both zero |w| < 1e-3 afterwards.
 """
@@ -38,8 +41,9 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def fit(X: np.ndarray, y: np.ndarray, lam: float = 1.0, profile: str = "ref", lr: float = 0.01,
-        init_std: float = 0.1, seed: int = 0) -> Tuple[np.ndarray, int]:
-    """(thresholded w, iterations run) minimising -r(Xw, y) + lam |w|_1 with Adam from a seeded N(0, 0.1^2) start."""
+        init_std: float = 0.1, seed: int = 0, objective: str = "pearson") -> Tuple[np.ndarray, int]:
+    """(thresholded w, iterations run) minimising -r(Xw, y) + lam |w|_1 (or mean (Xw - y)^2 + lam |w|_1 with
+    ``objective="mse"``) with Adam from a seeded N(0, 0.1^2) start."""
     import torch
 
     p = PROFILES[profile]
@@ -54,7 +58,8 @@ def fit(X: np.ndarray, y: np.ndarray, lam: float = 1.0, profile: str = "ref", lr
         pc = Xt @ w
         pc = pc - pc.mean()
         r = (pc * yc).sum() / (torch.sqrt((pc ** 2).sum() * (yc ** 2).sum()) + 1e-8)
-        loss = -r + lam * w.abs().sum()
+        fit_term = -r if objective == "pearson" else ((Xt @ w - yt) ** 2).mean()
+        loss = fit_term + lam * w.abs().sum()
         loss.backward()
         opt.step()
         watched = loss.item() if p["stop"] == "loss" else -r.item()
@@ -80,7 +85,7 @@ def expert_folds(pairs: Sequence[Tuple[str, str]], experts: Sequence[str]) -> Li
 
 
 def loto(X: np.ndarray, y: np.ndarray, pairs, experts, lam: float = 1.0, profile: str = "ref",
-         seed: int = 0) -> dict:
+         seed: int = 0, objective: str = "pearson") -> dict:
     """Cross-validated fit: per fold, scale on the training pairs, fit, and score train and validation r."""
     from scipy.stats import spearmanr
 
@@ -89,7 +94,7 @@ def loto(X: np.ndarray, y: np.ndarray, pairs, experts, lam: float = 1.0, profile
         tr, va = f["train"], f["val"]
         lo, rng = minmax_fit(X[tr])
         Xtr, Xva = minmax_apply(X[tr], lo, rng), minmax_apply(X[va], lo, rng)
-        w, iters = fit(Xtr, y[tr], lam, profile, seed=seed)
+        w, iters = fit(Xtr, y[tr], lam, profile, seed=seed, objective=objective)
         pva = Xva @ w
         rho = spearmanr(pva, y[va])[0] if np.std(pva) > 0 and len(va) > 1 else float("nan")
         folds.append({"held_out": f["held_out"], "n_train": len(tr), "n_val": len(va), "iters": iters,
@@ -98,7 +103,7 @@ def loto(X: np.ndarray, y: np.ndarray, pairs, experts, lam: float = 1.0, profile
     W = np.array([f["w"] for f in folds])
     rv, rt = np.array([f["r_val"] for f in folds]), np.array([f["r_train"] for f in folds])
     lo, rng = minmax_fit(X)
-    w_all, _ = fit(minmax_apply(X, lo, rng), y, lam, profile, seed=seed)  # all pairs: used to score subsets
+    w_all, _ = fit(minmax_apply(X, lo, rng), y, lam, profile, seed=seed, objective=objective)  # all pairs: used to score subsets
     return {"val_r": _nanmean(rv), "val_r_std": _nanstd(rv), "train_r": _nanmean(rt), "train_r_std": _nanstd(rt),
             "nan_folds": int(np.isnan(rv).sum()), "w_mean": W.mean(0).tolist(), "w_std": W.std(0).tolist(),
             "nonzero_freq": (W != 0).mean(0).tolist(), "mean_nonzero": float((W != 0).sum(1).mean()),

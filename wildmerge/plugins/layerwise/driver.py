@@ -182,7 +182,8 @@ def _check_recipe(merge_config, raw: Optional[Dict[str, Any]], out_path) -> _Inp
     if getattr(params, "init", None) == "task_arithmetic" and base_ref is None:
         raise ConfigError("mats starts from task arithmetic, which needs the base model: set base_model, or use "
                           "init: average")
-    _check_out_empty(Path(out_path), method)
+    if out_path is not None:
+        _check_out_empty(Path(out_path), method)
     return _Inputs(method, params, raw, base_ref, expert_refs)
 
 
@@ -335,6 +336,28 @@ def run_layerwise_merge(merge_config, out_path, options, config_source=None):
         raise ConfigError("the recipe must be a YAML mapping")
     quiet = bool(getattr(options, "quiet", False))
     merge_from_config(merge_config, out_path, options, raw=raw, config_source=config_source, progress=not quiet)
+
+
+def recipe_calibration(recipe_path, cache: Optional[str] = None) -> Dict[str, Any]:
+    """What a layer-wise recipe merges from, checked and tokenised as its merge did (no weight read): the model
+    folders, the expert references, the config and each expert's token batches. For analyses that re-read a
+    merge's data with another reference model (the importance-weight ablation, CoM paper Fig. 6)."""
+    from mergekit.config import MergeConfiguration
+
+    path = Path(recipe_path)
+    if not path.is_file():
+        raise ConfigError(f"recipe {str(recipe_path)!r} not found")
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    try:
+        merge_config = MergeConfiguration.model_validate(raw)
+    except (ValidationError, RuntimeError) as exc:
+        raise ConfigError(f"invalid mergekit recipe {path}: {exc}") from None
+    inputs = _check_recipe(merge_config, raw, None)
+    _resolve_models(inputs, cache)
+    _load_calibration(inputs, path.parent)
+    return {"method": inputs.method, "params": inputs.params, "base_path": inputs.base_path,
+            "expert_refs": [str(r) for r in inputs.expert_refs], "expert_paths": inputs.expert_paths,
+            "config": inputs.config, "batches": inputs.batches}
 
 
 def merge_layerwise(recipe: Union[str, os.PathLike, Dict[str, Any]], out_path, *, options=None,
