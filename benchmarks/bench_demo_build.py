@@ -1,44 +1,40 @@
 """How long the demo family takes to build, how much memory it needs, and how fast a cached family is reused.
 
 Budget: the full family builds in at most 10 minutes on 2 CPU cores within 4 GiB of RAM.
-Each build runs in a fresh subprocess so its peak RSS is its own. Baseline: the quick build in the same run;
-ratios are against it. On a shared machine, wall time depends on the load: CPU time is printed too.
+Each build runs in a fresh process so its peak RSS is its own; the cases run interleaved, round after round
+(``paired.py``: ratios to the quick build within each round, median [min, max], the load of other processes, LOADED
+figures marked), each build into an emptied cache folder of its own, the reuse into the full build's. Timed whole
+(``wall``), as the build call alone (``build``) and as the build's CPU time (``cpu``).
 
-    python benchmarks/bench_demo_build.py            # quick + full build, then cached reuse
+    python benchmarks/bench_demo_build.py [--rounds 5]   # quick + full build, then cached reuse
     python benchmarks/bench_demo_build.py --quick-only
 """
 
 import argparse
-import json
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
-import time
+from pathlib import Path
 
-from wildmerge.resources import peak_rss_mib
+from paired import Process, measure, print_table
 
 CHILD = """
-import json, sys, time
+import sys, time
+from paired import report_seconds
 from wildmerge.families.demo.family import ensure_family
-from wildmerge.resources import peak_rss_mib
 t0, c0 = time.perf_counter(), time.process_time()
-info = ensure_family(sys.argv[1], seed=int(sys.argv[2]), quick=sys.argv[3] == "1", threads=int(sys.argv[4]),
-                     progress=sys.argv[5] == "1")
-print("RESULT " + json.dumps({"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
-      "peak_rss_mib": peak_rss_mib(), "root": info["root"]}))
+ensure_family(sys.argv[1], seed=int(sys.argv[2]), quick=sys.argv[3] == "1", threads=int(sys.argv[4]), progress=False)
+report_seconds("build", time.perf_counter() - t0)
+report_seconds("cpu", time.process_time() - c0)
 """
 
 
-def run_child(cache, seed, quick, threads, progress) -> dict:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WILDMERGE_DEMO_QUICK="")
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(cache), str(seed), "1" if quick else "0", str(threads),
-                           "1" if progress else "0"], env=env, stdout=subprocess.PIPE, text=True, check=True)
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    result = json.loads(line[len("RESULT "):])
-    result["process_wall_s"] = time.perf_counter() - start  # with interpreter start and imports
-    return result
+def build(cache: Path, seed: int, quick: bool, threads: int, fresh: bool) -> Process:
+    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WILDMERGE_DEMO_QUICK": "",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    return Process(["-c", CHILD, str(cache), str(seed), "1" if quick else "0", str(threads)], env=env,
+                   before=(lambda: shutil.rmtree(cache, ignore_errors=True)) if fresh else None)
 
 
 def main() -> int:
@@ -46,25 +42,24 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick-only", action="store_true")
-    ap.add_argument("--cache", help="cache folder (default: a fresh temporary folder, so nothing is reused)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds after the warm-up (paired.py)")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--cache", help="parent of the cache folders (default: a fresh temporary folder)")
     args = ap.parse_args()
-    cache = args.cache or tempfile.mkdtemp(prefix="bench_demo_")
-    print(f"cache {cache}; cores visible {os.cpu_count()}; load average {os.getloadavg()[0]:.2f}")
-
-    rows = {"quick build": run_child(cache, args.seed, True, args.threads, False)}
+    root = Path(args.cache or tempfile.mkdtemp(prefix="bench_demo_"))
+    print(f"caches under {root}; cores visible {os.cpu_count()}")
+    cases = {"quick build": build(root / "quick", args.seed, True, args.threads, fresh=True)}
     if not args.quick_only:
-        rows["full build"] = run_child(cache, args.seed, False, args.threads, True)
-        rows["full cached reuse"] = run_child(cache, args.seed, False, args.threads, False)
-    base = rows["quick build"]["wall_s"]
-    print(f"\n{'step':<20}{'wall s':>10}{'cpu s':>10}{'process s':>11}{'peak RSS MiB':>14}{'x quick':>9}")
-    for name, r in rows.items():
-        print(f"{name:<20}{r['wall_s']:>10.1f}{r['cpu_s']:>10.1f}{r['process_wall_s']:>11.1f}"
-              f"{r['peak_rss_mib']:>14.0f}{r['wall_s'] / base:>9.2f}")
-    if "full build" in rows:
-        full = rows["full build"]
-        ok = full["wall_s"] <= 600 and full["peak_rss_mib"] <= 4096
-        print(f"\nbudget (<= 600 s wall, <= 4096 MiB): {'within' if ok else 'OVER'} "
-              f"(load average now {os.getloadavg()[0]:.2f}; this process {peak_rss_mib():.0f} MiB)")
+        cases["full build"] = build(root / "full", args.seed, False, args.threads, fresh=True)
+        cases["full cached reuse"] = build(root / "full", args.seed, False, args.threads, fresh=False)
+    m = measure(cases, args.rounds, args.warmup)
+    print_table(m, baseline="quick build", keys=("wall", "build", "cpu"))
+    if "full build" in cases:
+        wall = m.median("full build", "build")
+        peak = max(r.peak_rss_mib or 0 for r in m.runs["full build"])
+        ok = wall <= 600 and peak <= 4096
+        print(f"\nbudget (<= 600 s wall, <= 4096 MiB): {'within' if ok else 'OVER'} (median {wall:.0f} s, "
+              f"peak {peak:.0f} MiB{', LOADED' if m.loaded('full build') else ''})")
     return 0
 
 

@@ -1,21 +1,28 @@
 """How heavy the leaderboard page is for a run at the paper's scale (545 models: base, 12 experts, 532 merges).
 
 Builds the run from tiny real checkpoints with fabricated scores (tests/report_fixtures.py), then measures:
-- ``wildmerge report`` end to end (the baseline), and the page alone (``build_page``) as a ratio of it;
+- ``wildmerge report`` end to end, first run, then reruns with the norms cached in rounds (``paired.py``: load of
+  other processes, LOADED figures marked), and the page alone (``build_page``) as its share of each rerun (median
+  [min, max]);
 - the size of ``index.html`` and of its embedded plots;
-- in headless Chromium (when installed): time until the page's tables are rendered, against an empty page loaded in
-  the same browser (ratio), and the time to re-render after sorting and after filtering the 545-row table.
+- in headless Chromium (when installed): load time of the page against an empty page in the same browser, loaded
+  alternately (the median of the per-round ratios), and the time to re-render after sorting and after filtering the
+  545-row table.
 Peak RSS (VmHWM) of this process is printed last.
 
-    python benchmarks/bench_report_page.py
+    python benchmarks/bench_report_page.py [--rounds 5]
 """
 
+import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from paired import Call, measure, print_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,6 +49,9 @@ def _load_ms(driver, path: Path) -> float:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds after the warm-up (paired.py)")
+    args = ap.parse_args()
     from helpers import make_tiny_model
     from report_fixtures import big_run
 
@@ -53,31 +63,33 @@ def main() -> None:
         base = make_tiny_model(root / "base", "llama", seed=0)
         experts = [make_tiny_model(root / f"e{i}", base=base, seed=i + 1, noise=0.02) for i in range(3)]
         run = big_run(root, base, experts)
-        timings = {}
+        page_s = []
         real_build = report_page.build_page
 
-        def timed_build(*args, **kwargs):
+        def timed_build(*a, **kw):
             start = time.perf_counter()
             try:
-                return real_build(*args, **kwargs)
+                return real_build(*a, **kw)
             finally:
-                timings["page_s"] = time.perf_counter() - start
+                page_s.append(time.perf_counter() - start)
 
-        report_page.build_page = timed_build
         import wildmerge.analysis.report.write as report_module
 
         report_module.build_page = timed_build
         start = time.perf_counter()
         written = write_report(run)
         report_s = time.perf_counter() - start
-        start = time.perf_counter()
-        write_report(run)  # norms cached in RUN/eval/norms.json: what a rerun costs
-        rerun_s = time.perf_counter() - start
+        m = measure({"report rerun (norms cached)": Call(lambda: write_report(run))}, args.rounds, warmup=1)
+        reruns = [r.seconds["wall"] for r in m.runs["report rerun (norms cached)"]]
+        share = [p / r for p, r in zip(page_s[-len(reruns):], reruns)]  # the page inside each rerun
+        print(f"models: 545; first report: {report_s:.1f} s")
+        print_table(m, baseline="report rerun (norms cached)")
+        print(f"page alone (build_page) inside each rerun: {statistics.median(page_s[-len(reruns):]):.2f} s, "
+              f"{statistics.median(share):.3f} [{min(share):.3f}, {max(share):.3f}] of the rerun"
+              + (" (LOADED)" if m.loaded(*m.runs) else ""))
         index = Path(written["index_html"])
         html = index.read_text()
         images = html.count("data:image/png;base64,")
-        print(f"models: 545; report: {report_s:.1f} s (rerun with cached norms {rerun_s:.1f} s); page alone "
-              f"{timings['page_s']:.2f} s = {timings['page_s'] / rerun_s:.3f} x the rerun")
         print(f"index.html: {index.stat().st_size / 1024:.0f} KiB with {images} embedded plots "
               f"({sum(Path(p).stat().st_size for k, p in written.items() if k.endswith('_png')) / 1024:.0f} KiB "
               f"of PNG before base64)")
@@ -86,9 +98,10 @@ def main() -> None:
             empty.write_text("<!DOCTYPE html><html><body>empty</body></html>")
             driver = _browser(root / "profile")
             try:
-                _load_ms(driver, empty)  # warm the browser
-                base_ms = min(_load_ms(driver, empty) for _ in range(3))
-                page_ms = min(_load_ms(driver, index) for _ in range(3))
+                _load_ms(driver, empty), _load_ms(driver, index)  # warm the browser
+                pairs = [(_load_ms(driver, empty), _load_ms(driver, index)) for _ in range(args.rounds)]
+                ratios = [p / max(e, 1) for e, p in pairs]
+                base_ms, page_ms = (statistics.median(x) for x in zip(*pairs))
                 sort_ms = driver.execute_script(
                     "var th = document.querySelectorAll('[data-table=models] th')[9]; var t = performance.now();"
                     "th.click(); return performance.now() - t;")
@@ -97,8 +110,9 @@ def main() -> None:
                     "var t = performance.now(); i.dispatchEvent(new Event('input')); return performance.now() - t;")
             finally:
                 driver.quit()
-            print(f"chromium load: page {page_ms:.0f} ms vs empty page {base_ms:.0f} ms "
-                  f"(ratio {page_ms / max(base_ms, 1):.1f}); sort 545 rows {sort_ms:.0f} ms; filter {filter_ms:.0f} ms")
+            print(f"chromium load, {args.rounds} alternating rounds: page {page_ms:.0f} ms vs empty page {base_ms:.0f} ms "
+                  f"(median ratio {statistics.median(ratios):.1f} [{min(ratios):.1f}, {max(ratios):.1f}]); "
+                  f"sort 545 rows {sort_ms:.0f} ms; filter {filter_ms:.0f} ms")
         else:
             print("chromium not installed: browser timings skipped")
     print(f"peak RSS (VmHWM): {peak_rss_mib():.0f} MiB")
