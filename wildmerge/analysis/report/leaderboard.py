@@ -182,21 +182,25 @@ def expert_tasks(run) -> dict:
     return {e.label: list(e.tasks) for e in pool.experts if e.tasks}
 
 
-def add_normalized(df, tasks_of: dict) -> None:
-    """Column ``normalized``: a model's accuracy on each of its experts' own tasks over that expert's, averaged over
-    its experts that declare tasks (the reality-check paper's normalized performance; Zhou et al. 2026's normalized
-    accuracy). An expert scores 1 on its own tasks; the base and models without a declaring expert stay empty."""
+def add_normalized(df, tasks_of: dict, lower_is_better=()) -> None:
+    """Column ``normalized``: the reality-check paper's normalized performance (Zhou et al. 2026, Sec. 4:
+    1/T sum_t rho_t(merged) / rho_t(theta_t), with rho = 1 / metric where lower is better): for each of a model's
+    experts that declares tasks, the mean over its own tasks of the model's score over the expert's (the expert's
+    over the model's for a task in ``lower_is_better``), averaged over those experts. An expert scores 1; the base,
+    models without a declaring expert and tasks where a score is not positive stay out."""
     ok = df[df["status"] == OK].set_index("model_id")
+    lower = set(lower_is_better)
     values = []
     for _, row in df.iterrows():
         members = [row["model_id"]] if row["kind"] == "expert" else [e for e in str(row["experts"]).split(";") if e]
-        ratios = []
+        per_expert = []
         for expert in members:
             own = [t for t in tasks_of.get(expert, []) if t in df.columns]
             if row["status"] != OK or expert not in ok.index or not own:
                 continue
-            reference = sum(ok.loc[expert, t] for t in own)
-            if reference > 0:
-                ratios.append(sum(row[t] for t in own) / reference)
-        values.append(sum(ratios) / len(ratios) if ratios else float("nan"))
+            pairs = [(ok.loc[expert, t], row[t]) if t in lower else (row[t], ok.loc[expert, t]) for t in own]
+            ratios = [top / bottom for top, bottom in pairs if bottom > 0 and top >= 0]
+            if ratios:
+                per_expert.append(sum(ratios) / len(ratios))
+        values.append(sum(per_expert) / len(per_expert) if per_expert else float("nan"))
     df["normalized"] = values

@@ -45,7 +45,8 @@ def build_page(run: str, suite: str, df, tasks: List[str], tables: Dict[str, obj
         Column(key="d_best", label="Δ best expert (pp)", digits=2),
         Column(key="normalized", label="normalized acc.", digits=3), Column(key="norm", label="‖τ‖₂", digits=3)],
         "The main protocol (Tables 1-3): each method at its recipe's settings on random subsets; n = 1 is the "
-        "experts alone; normalized acc.: accuracy on each expert's own tasks over that expert's (pool `tasks:`). "
+        "experts alone; normalized acc.: the reality-check paper's normalized performance (its Tables 1 and 4): each "
+        "expert's own tasks (pool `tasks:`), model over expert, inverted for a lower-is-better metric. "
         "Click a header to sort, type to filter.")]
     change = tables.get("task_change")
     if change is not None and len(change):

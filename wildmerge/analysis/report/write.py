@@ -24,7 +24,8 @@ from wildmerge.analysis.report.costs import cost_markdown, cost_points, merge_se
 from wildmerge.analysis.pool.norms import NormCache
 from wildmerge.analysis.report.page_tables import build_page
 from wildmerge.analysis.report.run_data import RunData
-from wildmerge.analysis.report.scores import TUNED, collect_scores, protocol_rows, validation_columns
+from wildmerge.analysis.report.scores import (TUNED, collect_scores, lower_is_better, protocol_rows,
+                                             validation_columns)
 from wildmerge.atomic import atomic_dir, write_text
 from wildmerge.errors import WildmergeError
 from wildmerge.eval.store import ResultStore
@@ -211,7 +212,8 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
     name = data.run.name
     df, tasks, notes = collect_scores(data, suite)
     _norms(data, df, notes)
-    leaderboard.add_normalized(df, leaderboard.expert_tasks(data.run))  # experts' declared tasks (pool ``tasks:``)
+    leaderboard.add_normalized(df, leaderboard.expert_tasks(data.run),  # experts' declared tasks (pool ``tasks:``)
+                               lower_is_better(data, suite))
     protocol = protocol_rows(df)
     base, best_id, best = leaderboard.references(protocol)
     title = f"{name} / {suite}"
@@ -233,7 +235,10 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
         md += missing_references(df)
         tables = _main_tables(out, protocol, tasks, base, best_id, best, md)
         if protocol["normalized"].notna().any():
-            md += ["## Normalized accuracy (each expert's own tasks, merge / expert)\n",
+            md += ["## Normalized accuracy (the reality-check paper's normalized performance, Tables 1 and 4)\n",
+                   "Per expert of a model, the mean over its own tasks (pool `tasks:`) of the model's score over "
+                   "the expert's (inverted for a lower-is-better metric), averaged over the model's experts; an "
+                   "expert alone scores 1.\n",
                    leaderboard.summary_markdown(protocol, [], digits=3, columns=["normalized"])]
         if ((protocol["kind"] == "merge") & (protocol["status"] == "ok")).any():  # no curve, no figure
             out.plot("Mean accuracy vs n (Fig. 3/6)", plots.accuracy_vs_n(protocol, tmp, title))
