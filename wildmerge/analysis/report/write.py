@@ -20,6 +20,7 @@ from wildmerge.analysis.report import domains
 from wildmerge.analysis.report import leaderboard
 from wildmerge.analysis.report import plots
 from wildmerge.analysis.report.layerwise_plots import layerwise_figures
+from wildmerge.analysis.report.choice_cost import choice_cost, choice_cost_markdown
 from wildmerge.analysis.report.costs import cost_markdown, cost_points, merge_seconds
 from wildmerge.analysis.pool.norms import NormCache
 from wildmerge.analysis.report.page_tables import build_page
@@ -148,6 +149,21 @@ def _homogeneous(out: _Out, df, base, title: str, md: List[str]):
     return table
 
 
+def _choice_cost(out: _Out, data: RunData, df, store: ResultStore, md: List[str]):
+    """The cost of choosing hyperparameters per method (grid against TAS), where the run has either."""
+    from wildmerge.analysis.tas.sweep import recorded_cost
+
+    tas = recorded_cost(data.run.tune_dir)
+    evals = {m: float(store.load(j)["seconds"]) for m, j in zip(df["model_id"], df["job_id"])
+             if j and store.load(j).get("seconds") is not None}
+    table = choice_cost(data.plan.entries, merge_seconds(data.plan.entries), evals, tas)
+    if table.empty:
+        return None
+    out.csv("choice_cost.csv", table)
+    md.append(choice_cost_markdown(table, tas, bool(validation_columns(df))))
+    return table
+
+
 def _update_cards(data: RunData, df, tasks: List[str], suite: str, notes: List[str]) -> int:
     """Rewrite each merged model's README.md with its scores (HF model-index); returns how many."""
     from wildmerge.merging.model_card import write_card
@@ -249,6 +265,7 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
                 title))
         tables["sweeps"] = _sweeps(out, df, base, title, md)
         tables["homogeneous"] = _homogeneous(out, df, base, title, md)
+        tables["choice_cost"] = _choice_cost(out, data, df, ResultStore(data.run.eval_dir(suite)), md)
         model_dirs = {e.model_id: Path(e.path) for e in data.plan.entries if e.kind == "merge"}
         for variant, saved in layerwise_figures(df, model_dirs, tmp).items():
             out.plot(f"{variant}: covariate shift and importance weights per layer", saved)
