@@ -92,17 +92,19 @@ def test_normalized_inverts_a_lower_is_better_task_per_task():
               "m12": {"t1": 60.0, "ppl": 25.0}, "m1": {"t1": 88.0, "ppl": 16.0}}
     experts_of = {"e1": ["e1"], "e2": ["e2"], "m12": ["e1", "e2"], "m1": ["e1"]}
     own = {"e1": ["t1", "ppl"], "e2": ["ppl"]}
-    df = pd.DataFrame([{"model_id": m, "kind": "expert" if m.startswith("e") else "merge",
+    # as in a run folder: an expert's row is ``expert__<name>``, its name in the ``experts`` cell
+    df = pd.DataFrame([{"model_id": f"expert__{m}" if m.startswith("e") else m,
+                        "kind": "expert" if m.startswith("e") else "merge",
                         "experts": ";".join(experts_of[m]), "status": "ok", **s} for m, s in scores.items()])
     add_normalized(df, own, lower_is_better=["ppl"])
-    got = dict(zip(df["model_id"], df["normalized"]))
+    got = dict(zip(df["model_id"].str.removeprefix("expert__"), df["normalized"]))
     want = _reference_normalized(scores, experts_of, own, {"ppl"})
     assert got == pytest.approx(want, rel=1e-12)
     assert got["e1"] == got["e2"] == 1.0  # invariant: an expert against itself
     assert got["m1"] == pytest.approx((88 / 80 + 20 / 16) / 2)  # a lower perplexity than the expert's is > 1
     assert got["m12"] == pytest.approx(((60 / 80 + 20 / 25) / 2 + 10 / 25) / 2)
     add_normalized(df, own)  # read as higher-is-better the perplexity's ratio flips: the direction matters
-    assert dict(zip(df["model_id"], df["normalized"]))["m1"] == pytest.approx((88 / 80 + 16 / 20) / 2)
+    assert df.set_index("model_id").loc["m1", "normalized"] == pytest.approx((88 / 80 + 16 / 20) / 2)
 
 
 def test_metric_direction_from_lm_eval_or_the_suite():

@@ -255,7 +255,8 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
                    "Per expert of a model, the mean over its own tasks (pool `tasks:`) of the model's score over "
                    "the expert's (inverted for a lower-is-better metric), averaged over the model's experts; an "
                    "expert alone scores 1.\n",
-                   leaderboard.summary_markdown(protocol, [], digits=3, columns=["normalized"])]
+                   leaderboard.summary_markdown(protocol[protocol["kind"] != "base"], [], digits=3,
+                                                columns=["normalized"])]
         if ((protocol["kind"] == "merge") & (protocol["status"] == "ok")).any():  # no curve, no figure
             out.plot("Mean accuracy vs n (Fig. 3/6)", plots.accuracy_vs_n(protocol, tmp, title))
             out.plot("Accuracy vs n per task (Figs. 7-10)", plots.per_task_vs_n(protocol, tasks, tmp, title))
