@@ -65,3 +65,12 @@ def test_the_dry_run_says_so_before_the_plan(tiny_family, tmp_path, capsys):
     planned = [line.split()[0] for line in out.split("  plan:")[1].splitlines() if line.strip()]
     assert [m for m in planned if m.startswith("com__")] == ["com__n03_full__n_samples-2", "com__n03_full__n_samples-5"]
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
+
+
+def test_an_expert_without_data_is_left_to_the_preflight(tiny_family, tmp_path):
+    path = _pool(tmp_path, tiny_family)
+    path.write_text(path.read_text().replace(", data: {text: {generate: {n_samples: 6}}}", ""))
+    pool = load_pool(path)
+    assert pool.data_for("x2") is None
+    capped, notes = cap_sample_sweeps(pool, load_sweeps(["com_samples"]))  # the files' 12 and 7 texts count
+    assert [p["n_samples"] for p in capped["com_samples"].points()] == [2, 5] and "expert 'x1' has 7" in notes[0]

@@ -23,7 +23,11 @@ def cap_sample_sweeps(pool, sweeps: dict) -> tuple:
     asking = [name for name, sweep in sweeps.items() if _asks(sweep)]
     if not asking:
         return sweeps, []
-    counts = {e.label: text_count(pool.data_for(e), e.label, relative_to=pool.folder) for e in pool.experts}
+    # an expert without data is the pre-flight's (and the dry run's MISSING DATA line's) to report
+    counts = {e.label: text_count(pool.data_for(e), e.label, relative_to=pool.folder) for e in pool.experts
+              if pool.data_for(e) is not None}
+    if not counts:
+        return sweeps, []
     fewest = min(counts, key=counts.get)
     have = counts[fewest]
     out, notes = dict(sweeps), []
