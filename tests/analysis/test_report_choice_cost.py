@@ -65,5 +65,5 @@ def test_the_section_names_the_paper_and_the_shared_features(run):
     assert "## Cost of choosing hyperparameters per method (the reality-check paper's Table 1" in md
     features = sum(_seconds(p) for p in (run / "tune" / "expert_features").glob("*/seconds.json"))
     assert features > 0 and f"computed once for every method's sweep: {features:.1f} s" in md
-    assert "no validation split: the grid is chosen on test" in md  # helpers' suite has none
+    assert "This suite has no validation split: the grid is chosen on test" in md  # helpers' suite has none
     assert "Cost of choosing hyperparameters" in (run / "report" / "index.html").read_text()

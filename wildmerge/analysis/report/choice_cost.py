@@ -62,9 +62,9 @@ def choice_cost_markdown(table, tas: dict, validated: bool) -> str:
              f"{r['tas_candidates']} / {num(r['tas_seconds'])}", num(r["grid_over_tas"])]
             for _, r in table.iterrows()]
     shared = tas.get(None)
-    on = ("the grid is chosen on the validation splits (each evaluation also scores the test split, so its seconds "
+    on = ("The grid is chosen on the validation splits (each evaluation also scores the test split, so its seconds "
           "bound the validation cost from above)" if validated else
-          "this suite has no validation split: the grid is chosen on test, at the same cost")
+          "This suite has no validation split: the grid is chosen on test, at the same cost")
     return (f"## {CAPTION}\n\n"
             f"Wall seconds from the run's records: grid = the method's sweep points, merged (`merge_info.json`) and "
             f"evaluated (result records); TAS = the candidates `wildmerge sample --tune` scored in memory. {on}. "
