@@ -142,6 +142,9 @@ def run_sample(s: SampleSettings) -> int:
                           f"use sizes between 1 and {len(pool.experts)}")
     methods = load_methods(_method_names(pool.protocol.methods if s.methods is None else s.methods))
     sweeps = load_sweeps(s.ablations, s.grid)  # each with its method's recipe loaded
+    from wildmerge.sampling.sample_cap import cap_sample_sweeps
+
+    sweeps, capped = cap_sample_sweeps(pool, sweeps)  # com_samples: no point asks more texts than an expert has
     from wildmerge.merging.workers import worker_count
 
     worker_count(s.merge_workers, s.merge_device, None, 0)  # cores and helper memory now; the models' share later
@@ -168,7 +171,9 @@ def run_sample(s: SampleSettings) -> int:
 
         return print_dry_run(run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune,
                              scoring=_scoring(suite, s.evaluation) if evaluate else None,
-                             merge_device=s.merge_device, calibrate_from=s.calibrate_from)
+                             merge_device=s.merge_device, calibrate_from=s.calibrate_from, capped=capped)
+    for note in capped:
+        print(f"note: {note}", file=sys.stderr)
     from wildmerge.sampling.preflight import check_expert_data
 
     check_expert_data(pool, methods, sweeps, s.tune)  # RegMean / CoM / --tune data, before any model is resolved

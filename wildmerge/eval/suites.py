@@ -32,6 +32,8 @@ class SuiteTask(BaseModel):
     metric: str = "acc,none"
     label: Optional[str] = None
     validation_split: Optional[str] = Field(default=None, min_length=1)  # held-out split for choosing (splits.py)
+    # the metric's direction where lm-eval's metric registry does not know it (a custom metric); see higher_is_better
+    higher_is_better: Optional[bool] = None
 
     @field_validator("label")
     @classmethod
@@ -43,10 +45,12 @@ class SuiteTask(BaseModel):
 
     @model_serializer(mode="wrap")
     def _plain_without_split(self, handler):
-        """A task without a validation split dumps as before: stored suites and job files stay byte for byte."""
+        """A task without a validation split (or a declared direction) dumps as before: stored suites and job files
+        stay byte for byte."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("validation_split") is None:
-            data.pop("validation_split", None)
+        for key in ("validation_split", "higher_is_better"):
+            if isinstance(data, dict) and data.get(key) is None:
+                data.pop(key, None)
         return data
 
     @field_validator("metric")
@@ -61,6 +65,18 @@ class SuiteTask(BaseModel):
     def name(self) -> str:
         """The column name in tables: the label, else the task name."""
         return self.label or self.task
+
+
+def higher_is_better(metric: str, declared: Optional[bool] = None) -> bool:
+    """Whether a larger score of ``metric`` ('word_perplexity,none') is better: the suite's ``higher_is_better``
+    where it declares one, else lm-eval's metric registry (perplexities and bits per byte are lower-is-better), else
+    True (accuracies). The reality-check paper's normalized performance inverts a lower-is-better metric."""
+    if declared is not None:
+        return declared
+    from lm_eval.api.registry import is_higher_better
+
+    known = is_higher_better(metric.split(",", 1)[0])
+    return True if known is None else bool(known)
 
 
 def parse_limit(value) -> Union[int, float]:

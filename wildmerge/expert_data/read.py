@@ -207,3 +207,13 @@ def expert_items(data: Optional[ExpertData], expert: str, **kw) -> List[dict]:
         if records and all(isinstance(r, dict) and "prompt" in r and "answer" in r for r in records):
             return [item_of(r, data.text, expert) for r in records]  # an old calibration file of labelled records
     return [{"prompt": t if isinstance(t, str) else "", "answer": ""} for t in expert_texts(data, expert, **kw)]
+
+
+def text_count(data: Optional[ExpertData], expert: str, relative_to=None) -> int:
+    """How many unlabelled texts ``expert_texts`` gives this expert: ``generate`` says how many it will sample
+    (nothing is generated), every other source is read (once, then from the cache) and counted. A sweep that asks
+    a layer-wise merge for more calibration samples than this cannot be merged."""
+    source = None if data is None else data.text or data.labelled
+    if source is not None and source.kind == "generate":
+        return source.generate.n_samples
+    return len(expert_texts(data, expert, relative_to=relative_to))

@@ -108,7 +108,9 @@ def _duration(seconds: float) -> str:
 
 
 def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "all", scorer=None,
-                  tune: bool = False, scoring=None, merge_device: str = "cpu", calibrate_from=None) -> int:
+                  tune: bool = False, scoring=None, merge_device: str = "cpu", calibrate_from=None,
+                  capped=()) -> int:
+    """``capped``: the notes of sweeps whose calibration-sample points were capped (``sample_cap.py``)."""
     from wildmerge.sampling.plan import build_entries
     from wildmerge.sampling.preflight import missing_expert_data
 
@@ -125,6 +127,8 @@ def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "
     print(f"  subsets: {len(subsets)} ({', '.join(f'n={n}: {c}' for n, c in Counter(s.n for s in subsets).items())})")
     for note in notes:
         print(f"  note: {note}")
+    for note in capped:  # before the merges: these points are not in the plan
+        print(f"  capped: {note}")
     print(f"  merges: {len(merges)} ({done} already done); per method: "
           + ", ".join(f"{m} {c}" for m, c in Counter(e.method for e in merges).items()))
     size = _one_model_bytes(pool, methods)

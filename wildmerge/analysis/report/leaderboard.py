@@ -182,21 +182,34 @@ def expert_tasks(run) -> dict:
     return {e.label: list(e.tasks) for e in pool.experts if e.tasks}
 
 
-def add_normalized(df, tasks_of: dict) -> None:
-    """Column ``normalized``: a model's accuracy on each of its experts' own tasks over that expert's, averaged over
-    its experts that declare tasks (the reality-check paper's normalized performance; Zhou et al. 2026's normalized
-    accuracy). An expert scores 1 on its own tasks; the base and models without a declaring expert stay empty."""
-    ok = df[df["status"] == OK].set_index("model_id")
+def _name(row) -> str:
+    """An expert row's expert name: its ``experts`` cell, else its model id."""
+    cell = row.get("experts")
+    return str(cell) if isinstance(cell, str) and cell else str(row["model_id"])
+
+
+def add_normalized(df, tasks_of: dict, lower_is_better=()) -> None:
+    """Column ``normalized``: the reality-check paper's normalized performance (Zhou et al. 2026, Sec. 4:
+    1/T sum_t rho_t(merged) / rho_t(theta_t), with rho = 1 / metric where lower is better): for each of a model's
+    experts that declares tasks, the mean over its own tasks of the model's score over the expert's (the expert's
+    over the model's for a task in ``lower_is_better``), averaged over those experts. An expert scores 1; the base,
+    models without a declaring expert and tasks where a score is not positive stay out."""
+    ok = df[df["status"] == OK]
+    # an expert's row by the expert's name (its ``experts`` cell: the run names it ``expert__<name>``)
+    alone = {_name(r): r for _, r in ok[ok["kind"] == "expert"].iterrows()}
+    lower = set(lower_is_better)
     values = []
     for _, row in df.iterrows():
-        members = [row["model_id"]] if row["kind"] == "expert" else [e for e in str(row["experts"]).split(";") if e]
-        ratios = []
+        members = [_name(row)] if row["kind"] == "expert" else [e for e in str(row["experts"]).split(";") if e]
+        per_expert = []
         for expert in members:
             own = [t for t in tasks_of.get(expert, []) if t in df.columns]
-            if row["status"] != OK or expert not in ok.index or not own:
+            if row["status"] != OK or expert not in alone or not own:
                 continue
-            reference = sum(ok.loc[expert, t] for t in own)
-            if reference > 0:
-                ratios.append(sum(row[t] for t in own) / reference)
-        values.append(sum(ratios) / len(ratios) if ratios else float("nan"))
+            ref = alone[expert]
+            pairs = [(ref[t], row[t]) if t in lower else (row[t], ref[t]) for t in own]
+            ratios = [top / bottom for top, bottom in pairs if bottom > 0 and top >= 0]
+            if ratios:
+                per_expert.append(sum(ratios) / len(ratios))
+        values.append(sum(per_expert) / len(per_expert) if per_expert else float("nan"))
     df["normalized"] = values

@@ -45,7 +45,8 @@ def build_page(run: str, suite: str, df, tasks: List[str], tables: Dict[str, obj
         Column(key="d_best", label="Δ best expert (pp)", digits=2),
         Column(key="normalized", label="normalized acc.", digits=3), Column(key="norm", label="‖τ‖₂", digits=3)],
         "The main protocol (Tables 1-3): each method at its recipe's settings on random subsets; n = 1 is the "
-        "experts alone; normalized acc.: accuracy on each expert's own tasks over that expert's (pool `tasks:`). "
+        "experts alone; normalized acc.: the reality-check paper's normalized performance (its Tables 1 and 4): each "
+        "expert's own tasks (pool `tasks:`), model over expert, inverted for a lower-is-better metric. "
         "Click a header to sort, type to filter.")]
     change = tables.get("task_change")
     if change is not None and len(change):
@@ -85,6 +86,18 @@ def build_page(run: str, suite: str, df, tasks: List[str], tables: Dict[str, obj
             Column(key="method", filter=True), Column(key="configuration", filter=True), Column(key="n"),
             Column(key="k"), Column(key="mean", label="mean (%)", digits=2),
             Column(key="diff_vs_base_pp", label="Δ base (pp)", digits=2)]))
+    choice = tables.get("choice_cost")
+    if choice is not None:
+        from wildmerge.analysis.report.choice_cost import CAPTION
+
+        page_tables.append(table_from_frame("choice_cost", "Cost of choosing hyperparameters", choice, [
+            Column(key="method", filter=True), Column(key="grid_points", label="grid points"),
+            Column(key="grid_merge_seconds", label="grid merges (s)", digits=1),
+            Column(key="grid_evaluations", label="grid evaluations"),
+            Column(key="grid_eval_seconds", label="grid evaluations (s)", digits=1),
+            Column(key="grid_seconds", label="grid (s)", digits=1), Column(key="tas_candidates", label="TAS candidates"),
+            Column(key="tas_seconds", label="TAS (s)", digits=1), Column(key="grid_over_tas", label="grid / TAS",
+                                                                        digits=1)], CAPTION + "."))
     models = df.assign(folder=df["model_id"].map(links), recipe=df["model_id"].map(
         lambda m: f"{links[m]}/recipe.yml" if m in links else None), card=df["model_id"].map(
         lambda m: f"{links[m]}/README.md" if m in links else None),

@@ -92,6 +92,20 @@ def validation_scores(scores: Dict, columns: List[str]) -> Dict:
     return {**values, VAL_MEAN: sum(values.values()) / len(values)}
 
 
+def lower_is_better(run, suite: str) -> List[str]:
+    """The task columns of ``suite`` whose metric is lower-is-better (perplexity ...), read from the suite file the
+    run was scored with (``eval.suites.higher_is_better``: the suite's ``higher_is_better``, else lm-eval's)."""
+    from wildmerge.eval.suites import higher_is_better
+
+    data = RunData.of(run)
+    try:
+        tasks = yaml.safe_load(ResultStore(data.run.eval_dir(suite)).suite_file.read_text())["tasks"]
+    except (OSError, yaml.YAMLError, TypeError, KeyError):
+        return []  # collect_scores names the damaged file
+    return [t.get("label") or t["task"] for t in tasks
+            if not higher_is_better(t.get("metric", "acc,none"), t.get("higher_is_better"))]
+
+
 def validation_columns(df) -> List[str]:
     """The validation-split score columns of a ``collect_scores`` frame (``add@validation``...)."""
     return [c for c in df.columns if "@" in str(c)]

@@ -20,10 +20,12 @@ from wildmerge.analysis.report import leaderboard
 from wildmerge.analysis.report import norms
 from wildmerge.analysis.report import plots
 from wildmerge.analysis.report.layerwise_plots import layerwise_figures
+from wildmerge.analysis.report.choice_cost import choice_cost, choice_cost_markdown
 from wildmerge.analysis.report.costs import cost_markdown, cost_points, merge_seconds
 from wildmerge.analysis.report.page_tables import build_page
 from wildmerge.analysis.report.run_data import RunData
-from wildmerge.analysis.report.scores import TUNED, collect_scores, protocol_rows, validation_columns
+from wildmerge.analysis.report.scores import (TUNED, collect_scores, lower_is_better, protocol_rows,
+                                             validation_columns)
 from wildmerge.atomic import atomic_dir, write_text
 from wildmerge.errors import WildmergeError
 from wildmerge.eval.store import ResultStore
@@ -150,6 +152,21 @@ def _homogeneous(out: _Out, df, base, title: str, md: List[str]):
     return table
 
 
+def _choice_cost(out: _Out, data: RunData, df, store: ResultStore, md: List[str]):
+    """The cost of choosing hyperparameters per method (grid against TAS), where the run has either."""
+    from wildmerge.analysis.tas.sweep import recorded_cost
+
+    tas = recorded_cost(data.run.tune_dir)
+    evals = {m: float(store.load(j)["seconds"]) for m, j in zip(df["model_id"], df["job_id"])
+             if j and store.load(j).get("seconds") is not None}
+    table = choice_cost(data.plan.entries, merge_seconds(data.plan.entries), evals, tas)
+    if table.empty:
+        return None
+    out.csv("choice_cost.csv", table)
+    md.append(choice_cost_markdown(table, tas, bool(validation_columns(df))))
+    return table
+
+
 def _update_cards(data: RunData, df, tasks: List[str], suite: str, notes: List[str]) -> int:
     """Rewrite each merged model's README.md with its scores (HF model-index); returns how many."""
     from wildmerge.merging.model_card import write_card
@@ -214,7 +231,8 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
     name = data.run.name
     df, tasks, notes = collect_scores(data, suite)
     norms.add_norms(data, df, notes)
-    leaderboard.add_normalized(df, leaderboard.expert_tasks(data.run))  # experts' declared tasks (pool ``tasks:``)
+    leaderboard.add_normalized(df, leaderboard.expert_tasks(data.run),  # experts' declared tasks (pool ``tasks:``)
+                               lower_is_better(data, suite))
     protocol = protocol_rows(df)
     base, best_id, best = leaderboard.references(protocol)
     title = f"{name} / {suite}"
@@ -236,8 +254,12 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
         md += missing_references(df)
         tables = _main_tables(out, protocol, tasks, base, best_id, best, md)
         if protocol["normalized"].notna().any():
-            md += ["## Normalized accuracy (each expert's own tasks, merge / expert)\n",
-                   leaderboard.summary_markdown(protocol, [], digits=3, columns=["normalized"])]
+            md += ["## Normalized accuracy (the reality-check paper's normalized performance, Tables 1 and 4)\n",
+                   "Per expert of a model, the mean over its own tasks (pool `tasks:`) of the model's score over "
+                   "the expert's (inverted for a lower-is-better metric), averaged over the model's experts; an "
+                   "expert alone scores 1.\n",
+                   leaderboard.summary_markdown(protocol[protocol["kind"] != "base"], [], digits=3,
+                                                columns=["normalized"])]
         if ((protocol["kind"] == "merge") & (protocol["status"] == "ok")).any():  # no curve, no figure
             out.plot("Mean accuracy vs n (Fig. 3/6)", plots.accuracy_vs_n(protocol, tmp, title))
             out.plot("Accuracy vs n per task (Figs. 7-10)", plots.per_task_vs_n(protocol, tasks, tmp, title))
@@ -248,6 +270,7 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
         tables["balance"] = _norm_figures(out, df, protocol, title, md)
         tables["sweeps"] = _sweeps(out, df, base, title, md)
         tables["homogeneous"] = _homogeneous(out, df, base, title, md)
+        tables["choice_cost"] = _choice_cost(out, data, df, ResultStore(data.run.eval_dir(suite)), md)
         model_dirs = {e.model_id: Path(e.path) for e in data.plan.entries if e.kind == "merge"}
         for variant, saved in layerwise_figures(df, model_dirs, tmp).items():
             out.plot(f"{variant}: covariate shift and importance weights per layer", saved)

@@ -18,6 +18,7 @@ from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.resources import free_device_memory
 
 DEFAULT_SAMPLES = 128  # the paper's default per task
+FEATURES_SECONDS = "seconds.json"  # beside an expert-features cache: what computing it took
 
 
 def _hash(obj) -> str:
@@ -87,11 +88,13 @@ class TASSweep:
         if (cache / "features.pt").is_file():
             return torch.load(cache / "features.pt")
         feats = {}
+        start = time.perf_counter()
         for name in self.expert_paths:
             self._load({**self.merger.base, **self.merger.experts[name]})
             feats[name] = features(self.model, self.batches[name])
         with atomic_dir(cache) as tmp:
             torch.save(feats, Path(tmp) / "features.pt")
+            write_json(Path(tmp) / FEATURES_SECONDS, {"seconds": round(time.perf_counter() - start, 3)})
         return feats
 
     def score(self, recipe: dict) -> Dict[str, Dict[str, float]]:
@@ -130,6 +133,21 @@ def sweep(tas: TASSweep, method, points: List[dict], out_dir, progress: bool = T
         write_json(path, record)
         records.append(record)
     return records
+
+
+def recorded_cost(out_dir) -> dict:
+    """What the TAS sweeps under ``out_dir`` recorded (``wildmerge sample --tune`` writes one folder per method
+    under the run's tune folder): {method: (candidates scored, their seconds)} and, under ``None``, the experts'
+    features computed once for all methods (folders without a record count nothing)."""
+    out = Path(out_dir)
+    cost = {}
+    for folder in sorted(p for p in out.iterdir() if (p / "candidates").is_dir()) if out.is_dir() else []:
+        records = [json.loads(f.read_text()) for f in sorted((folder / "candidates").glob("*.json"))]
+        cost[folder.name] = (len(records), sum(float(r.get("seconds") or 0.0) for r in records))
+    timed = [json.loads(f.read_text()) for f in sorted(out.glob(f"expert_features/*/{FEATURES_SECONDS}"))]
+    if timed:
+        cost[None] = (len(timed), sum(float(t["seconds"]) for t in timed))
+    return cost
 
 
 def write_tas_csv(records: List[dict], path) -> Path:
