@@ -322,20 +322,22 @@ def main():
                         help="with --fusionbench: compare FusionBench's merged weights with ours once, no timing")
     args = parser.parse_args()
 
+    theirs = fusionbench_methods(args.fusionbench, args.methods)
+    if args.check and not theirs:
+        parser.error("--check compares FusionBench's merges with ours: give --fusionbench PATH (its install folder) "
+                     "and at least one of iso_c, tsv_m, iso_cts in --methods")
     root = Path(args.workdir)
     base, experts, n_params = build_anchor(root, max(args.experts), args.hidden, args.layers)
     work = root / "merges"
     work.mkdir(exist_ok=True)
     print(f"# model: Llama, {n_params / 1e6:.1f}M parameters, float32 on disk ({root}); "
           f"device: {'cuda' if args.cuda else 'cpu'}; every merge a stock mergekit-yaml process")
-    theirs = fusionbench_methods(args.fusionbench, args.methods)
     if args.check:
         try:
-            if theirs:
-                check_fusionbench(args.fusionbench, theirs, base, experts, work, args.cuda)
+            check_fusionbench(args.fusionbench, theirs, base, experts, work, args.cuda)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        return 0 if theirs else 1
+        return 0
     results = {}
     try:
         for k in args.experts:
