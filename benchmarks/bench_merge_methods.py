@@ -8,7 +8,14 @@ plus Gaussian noise of standard deviation 0.01 (seeded). For each K in ``--exper
 of the whole process and of mergekit's ``run_merge`` alone (the process without the interpreter's start and the
 imports), its ratio to TA (median of the per-round ratios, with min and max), its peak RSS (the merge process's own
 VmHWM) and the load of other processes (figures taken under more than half a core of it are printed LOADED).
-FusionBench's implementations are not in this repository, so there is no FusionBench row.
+With ``--fusionbench PATH`` (a folder FusionBench is installed into, outside the repository: see
+benchmarks/README.md) the run also times FusionBench's own Iso-C, TSV-M and Iso-CTS (those of ``--methods``) in the
+same paired measurement, rows ``fusionbench:NAME``: each a fresh process (``fusionbench_merge.py``) that loads the
+base and the experts, merges with FusionBench's functions on FusionBench's defaults (scaling factor / alpha 1.0,
+Iso-CTS common_space_fraction 0.8, vocabulary matrices excluded as ours are) and writes a safetensors checkpoint; its
+``run_merge`` is the load, the merge and the save, as mergekit's. Without it those rows are skipped with the reason
+printed. ``--check`` merges once each way (K = the largest of ``--experts``) and prints how far FusionBench's merged
+weights are from ours, instead of timing.
 
 A method written ``name:float32`` runs with ``svd_precision: float32``, ``name:randomized`` with ``topk_solver:
 randomized`` (the opt-in approximate routes; ``name:float32+randomized`` both). ``--kernels`` times the spectral
@@ -16,6 +23,7 @@ kernels against a straightforward implementation of the papers (full float32 SVD
 process, paired the same way; ``--floor`` times the exact route's unavoidable LAPACK / BLAS calls alone.
 
     python benchmarks/bench_merge_methods.py [--experts 12] [--methods iso_c ta_sb tsv_m iso_cts] [--rounds 5]
+        [--fusionbench PATH [--check]]
 """
 
 import argparse
@@ -27,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import fusionbench_merge
 from paired import Call, Process, measure, print_table
 
 METHODS = ["iso_c", "ta_sb", "tsv_m", "iso_cts"]  # issue 32's four; any shipped recipe name works
@@ -105,6 +114,65 @@ def merge_process(method: str, base: str, experts: list, work: Path, cuda: bool)
     mergekit_yaml = shutil.which("mergekit-yaml") or str(Path(sys.executable).with_name("mergekit-yaml"))
     return Process([mergekit_yaml, str(path), str(out), *(["--cuda"] if cuda else [])],
                    before=lambda: shutil.rmtree(out, ignore_errors=True), time_call="mergekit.merge:run_merge")
+
+
+# ---------------------------------------------------------------- FusionBench's implementations of the same methods
+
+
+def fusionbench_process(folder, method: str, base: str, experts: list, work: Path, cuda: bool) -> Process:
+    """``fusionbench_merge.py`` for ``method``: load, merge with FusionBench's functions, save; output emptied first."""
+    out = work / f"out-fusionbench-{method}"
+    script = str(Path(__file__).resolve().with_name("fusionbench_merge.py"))
+    return Process([script, "--fusionbench", str(folder), "--method", method, "--out", str(out),
+                    *(["--cuda"] if cuda else []), base, *experts],
+                   before=lambda: shutil.rmtree(out, ignore_errors=True))
+
+
+def fusionbench_methods(folder, methods: list) -> list:
+    """The methods of ``methods`` FusionBench also has (plain names only), or none with the reason printed."""
+    shared = [m for m in methods if m in fusionbench_merge.METHODS]
+    reason = fusionbench_merge.missing(folder) or ("" if shared else "none of --methods is iso_c, tsv_m or iso_cts")
+    if reason:
+        print(f"# FusionBench rows skipped: {reason}")
+        return []
+    return shared
+
+
+def read_checkpoint(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    state = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        state.update(load_file(str(path)))
+    return state
+
+
+def check_fusionbench(folder, methods: list, base: str, experts: list, work: Path, cuda: bool) -> None:
+    """Merge once with ours (mergekit-yaml) and once with FusionBench's functions; print how far apart they are:
+    the largest absolute difference of any weight, and ||ours - theirs||_F / ||ours - base||_F over the merged
+    update (float64), for the spectral matrices and for the rest."""
+    import torch
+
+    base_state = read_checkpoint(Path(base))
+    print(f"## FusionBench against ours, K = {len(experts)}: each merged once (float32 checkpoints)")
+    print("| method | part | tensors | max abs difference | relative difference of the update |")
+    print("|---|---|---|---|---|")
+    for method in methods:
+        for proc in (merge_process(method, base, experts, work, cuda),
+                     fusionbench_process(folder, method, base, experts, work, cuda)):
+            proc()
+        ours = read_checkpoint(work / f"out-{method}")
+        theirs = read_checkpoint(work / f"out-fusionbench-{method}")
+        if set(ours) != set(theirs):
+            raise SystemExit(f"{method}: the checkpoints differ in tensor names: {sorted(set(ours) ^ set(theirs))}")
+        vocab = set(fusionbench_merge.vocab_keys(base_state, json.loads((Path(base) / "config.json").read_text())))
+        parts = {"spectral matrices": [k for k in ours if ours[k].dim() == 2 and k not in vocab],
+                 "vocabulary matrices and 1-D": [k for k in ours if ours[k].dim() != 2 or k in vocab]}
+        for part, keys in parts.items():
+            diff = max(float((ours[k].double() - theirs[k].double()).abs().max()) for k in keys)
+            num = sum(float(torch.sum((ours[k].double() - theirs[k].double()) ** 2)) for k in keys)
+            den = sum(float(torch.sum((ours[k].double() - base_state[k].double()) ** 2)) for k in keys)
+            print(f"| {method} | {part} | {len(keys)} | {diff:.3g} | {(num / den) ** 0.5:.3g} |")
 
 
 # ---------------------------------------------------------------- kernels and the exact route's floor
@@ -248,19 +316,35 @@ def main():
     parser.add_argument("--floor", action="store_true", help="also time the exact route's unavoidable calls")
     parser.add_argument("--cuda", action="store_true")
     parser.add_argument("--json", help="write every run (times, peak RSS, load samples) to this file")
+    parser.add_argument("--fusionbench", metavar="PATH",
+                        help="folder FusionBench is installed into: adds its iso_c / tsv_m / iso_cts rows")
+    parser.add_argument("--check", action="store_true",
+                        help="with --fusionbench: compare FusionBench's merged weights with ours once, no timing")
     args = parser.parse_args()
 
+    theirs = fusionbench_methods(args.fusionbench, args.methods)
+    if args.check and not theirs:
+        parser.error("--check compares FusionBench's merges with ours: give --fusionbench PATH (its install folder) "
+                     "and at least one of iso_c, tsv_m, iso_cts in --methods")
     root = Path(args.workdir)
     base, experts, n_params = build_anchor(root, max(args.experts), args.hidden, args.layers)
     work = root / "merges"
     work.mkdir(exist_ok=True)
     print(f"# model: Llama, {n_params / 1e6:.1f}M parameters, float32 on disk ({root}); "
           f"device: {'cuda' if args.cuda else 'cpu'}; every merge a stock mergekit-yaml process")
+    if args.check:
+        try:
+            check_fusionbench(args.fusionbench, theirs, base, experts, work, args.cuda)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     results = {}
     try:
         for k in args.experts:
             cases = {method: merge_process(method, base, experts[:k], work, args.cuda)
                      for method in ["task_arithmetic", *args.methods]}
+            cases.update({f"fusionbench:{method}": fusionbench_process(args.fusionbench, method, base, experts[:k],
+                                                                       work, args.cuda) for method in theirs})
             m = measure(cases, args.rounds, args.warmup)
             print_table(m, baseline="task_arithmetic", keys=("wall", "run_merge"),
                         title=f"## K = {k} experts: the whole mergekit-yaml process (wall) and its merge alone "
