@@ -227,3 +227,34 @@ def one_error_line(err: str) -> str:
     lines = [line for line in err.splitlines() if "error:" in line]
     assert len(lines) == 1, err
     return lines[0]
+
+
+TUNE_TEXTS = ["The sky is blue", "Two plus two is four", "Fire is hot", "Ice is cold", "A cat says meow",
+              "4 plus 4 equals 8", "Grass is red", "The sky is green", "Snow is blue", "1 plus 2 equals 3"]
+
+
+def text_pool(family, tmp_path):
+    """A pool file over a tiny family whose experts each have a few unlabelled texts (what TAS and tune read)."""
+    import json
+
+    import yaml
+
+    experts = []
+    for i, path in enumerate(family["experts"]):
+        data = tmp_path / f"texts{i}.jsonl"
+        data.write_text("".join(json.dumps({"text": t}) + "\n" for t in TUNE_TEXTS[i::2] * 2))
+        experts.append({"model": path, "name": f"e{i}", "calibration": str(data)})
+    pool = tmp_path / "pool.yml"
+    pool.write_text(yaml.safe_dump({"name": "tiny", "base": {"model": family["base"]}, "experts": experts}))
+    return str(pool)
+
+
+def run_tune(*argv):
+    """``wildmerge tune`` in this process, from string-able arguments."""
+    import argparse
+
+    from wildmerge.commands import tune
+
+    parser = argparse.ArgumentParser()
+    tune.configure(parser)
+    return tune.run(parser.parse_args([str(a) for a in argv]))

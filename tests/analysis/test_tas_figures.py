@@ -2,7 +2,6 @@
 tune`` runs on a tiny LM pool: each figure's CSV must equal the numbers tune wrote (``tas.csv``, ``adamms.json``,
 ``coefficients.json``), rescaled here in float64 from the paper's definitions (min-max over the curve)."""
 
-import argparse
 import json
 
 import numpy as np
@@ -11,30 +10,11 @@ import pytest
 import yaml
 
 from helpers import lm_family  # noqa: F401  (fixture)
+from helpers import run_tune as _tune, text_pool as _pool
 from wildmerge.cli import main
-from wildmerge.commands import tune
 from wildmerge.errors import ConfigError
 
-TEXTS = ["The sky is blue", "Two plus two is four", "Fire is hot", "Ice is cold", "A cat says meow",
-         "4 plus 4 equals 8", "Grass is red", "The sky is green", "Snow is blue", "1 plus 2 equals 3"]
 LAMBDAS = [0.2, 0.6, 1.0]
-
-
-def _pool(family, tmp_path):
-    experts = []
-    for i, path in enumerate(family["experts"]):
-        data = tmp_path / f"texts{i}.jsonl"
-        data.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[i::2] * 2))
-        experts.append({"model": path, "name": f"e{i}", "calibration": str(data)})
-    pool = tmp_path / "pool.yml"
-    pool.write_text(yaml.safe_dump({"name": "tiny", "base": {"model": family["base"]}, "experts": experts}))
-    return str(pool)
-
-
-def _tune(*argv):
-    parser = argparse.ArgumentParser()
-    tune.configure(parser)
-    return tune.run(parser.parse_args([str(a) for a in argv]))
 
 
 def _grid(tmp_path, grid):

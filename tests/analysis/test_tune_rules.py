@@ -1,7 +1,6 @@
 """``wildmerge tune --select adamms`` (AdaMMS*), ``wildmerge tune --adamerging``, and the new baselines in memory (a TAS
 sweep tells the block / model passes which folder each input name stands for) equal to the stock merge."""
 
-import argparse
 import json
 
 import pytest
@@ -13,29 +12,8 @@ from mergekit.options import MergeOptions
 from safetensors.torch import load_file
 
 from helpers import lm_family  # noqa: F401  (fixture)
-from wildmerge.commands import tune
+from helpers import run_tune as _tune, text_pool as _pool
 from wildmerge.errors import ConfigError
-
-TEXTS = ["The sky is blue", "Two plus two is four", "Fire is hot", "Ice is cold", "A cat says meow",
-         "4 plus 4 equals 8", "Grass is red", "The sky is green", "Snow is blue", "1 plus 2 equals 3"]
-
-
-def _pool(family, tmp_path):
-    experts = []
-    for i, path in enumerate(family["experts"]):
-        data = tmp_path / f"texts{i}.jsonl"
-        data.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[i::2] * 2))
-        experts.append({"model": path, "name": f"e{i}", "calibration": str(data)})
-    pool = tmp_path / "pool.yml"
-    pool.write_text(yaml.safe_dump({"name": "tiny", "base": {"model": family["base"]}, "experts": experts}))
-    return str(pool)
-
-
-def _tune(*argv):
-    parser = argparse.ArgumentParser()
-    tune.configure(parser)
-    return tune.run(parser.parse_args([str(a) for a in argv]))
-
 
 def _grid(tmp_path, method, grid):
     path = tmp_path / f"{method}.yml"
