@@ -65,6 +65,23 @@ def test_iso_c_in_mergekit_equals_base_plus_lambda_times_kernel():
     assert torch.allclose(out.double(), expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["w.weight", "norm.weight"])  # the spectral step, and the plain-mean path
+def test_unit_weights_and_lambda_skip_no_bits(dtype, name):
+    """Weights and lambda of 1 (the shipped TSV-M recipe) skip their multiplications: the merged bytes equal the
+    formula with every multiplication done, ``theta_0 + 1.0 * kernel(1.0 * delta_1, ...)``."""
+    tsv_m = methods.TSVMParams.with_defaults(spectral.tsv_m)
+    base, experts = inputs()
+    base, experts = base.to(dtype), [e.to(dtype) for e in experts]
+    if name == "norm.weight":
+        base, experts = base[0], [e[0] for e in experts]
+    out = merge_tensors([base, *experts], "tsv_m", base_index=0, name=name, parameters={"lambda": 1.0})
+    deltas = [1.0 * (e.to(torch.float32) - base.to(torch.float32)) for e in experts]
+    update = tsv_m(deltas) if name == "w.weight" else sum(deltas) / 3.0
+    expected = (base.to(update.dtype) + 1.0 * update).to(dtype)
+    assert out.dtype == dtype and torch.equal(out.view(torch.uint8), expected.view(torch.uint8))
+
+
 @pytest.mark.parametrize("method", [methods.ISO_C, methods.ISO_CTS, methods.TSV_M])
 def test_kernels_take_the_recipes_parameter_names(method):
     # a method hands its parameters to its kernel as they are: no adapter renames them

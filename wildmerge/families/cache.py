@@ -41,6 +41,7 @@ class CachedFamily:
     build_cost: str = ""  # said once when a first use builds the family: "about 15 minutes on 2 CPU cores"
     unsigned_dirs: tuple = ()  # folders whose files (derived, rewritten on every use) the signature leaves out
     validated: set = field(default_factory=set, compare=False)  # stat signatures checksummed in this process
+    derived: set = field(default_factory=set, compare=False)  # signatures whose derived files this process wrote
 
     def default_cache_dir(self) -> Path:
         env = os.environ.get(f"{self.env}_CACHE")
@@ -211,7 +212,8 @@ def ensure(family: CachedFamily, cache_dir, seed: int, quick: bool, *,
     Under the claim on its folder: reused when it validates (by stat signature, else by ``check(root)``: why it is
     unusable, or None), otherwise built by ``build(tmp, seed=, quick=)`` into a temporary sibling that is moved into
     place (``cannot_build()``: why it cannot be built here, refused before anything is removed); then
-    ``describe(root, family.json)`` gives the paths and ``write_derived(root, info)`` rewrites the derived files."""
+    ``describe(root, family.json)`` gives the paths and ``write_derived(root, info)`` rewrites the derived files
+    (once per process and family: their pool file, written last, is the sign they are there)."""
     family.check_seed(seed)
     cache = family.cache(cache_dir)
     key = family_key(seed, quick)
@@ -239,9 +241,15 @@ def ensure(family: CachedFamily, cache_dir, seed: int, quick: bool, *,
             clean_leftovers(cache, key)
             with atomic_dir(root) as tmp:
                 build(tmp, seed=seed, quick=quick)
-        family.validated.add(family.signature(root))
+        signature = family.signature(root)
+        family.validated.add(signature)
         info = describe(root, json.loads((root / MANIFEST).read_text()))
-        write_derived(root, info)
+        # once per process: every reference of a pool resolves here (13 for the demo pool), and the derived files
+        # (the experts' items above all) are the same each time; rewritten if the last one written is gone
+        fresh = reason is not None or signature not in family.derived
+        if fresh or not Path(info.get("pool_file") or root / "?").is_file():
+            write_derived(root, info)
+            family.derived.add(signature)
     return info
 
 

@@ -156,7 +156,7 @@ class SpectralMerge(TaskVectorMethod, GroupMergeMethod):
         else:
             total = sum(weights)
             update = sum(deltas) / (total if abs(total) > 1e-12 else 1.0)
-        return parameters["lambda"] * update
+        return update if parameters["lambda"] == 1.0 else parameters["lambda"] * update  # 1.0 * x is x
 
 
 # What picks and scales the tensors; every other parameter is the kernel's keyword of the same name.

@@ -8,13 +8,13 @@ the checked parameters).
 """
 
 import dataclasses
-import math
 from functools import cached_property
 from typing import Any, Dict, List, Optional
 
 import torch
 from mergekit.merge_methods.base import BasePolicy, InputContract, MergeMethodSpec, TensorGroup
 
+from wildmerge.checkpoints import all_finite
 from wildmerge.errors import ConfigError
 
 
@@ -43,7 +43,8 @@ class TaskVectorMethod:
         if not base.is_floating_point() or not group.non_base:
             return base
         weights = [float(parameters["weight"][e.id]) if "weight" in parameters else 1.0 for e in group.non_base]
-        deltas = [w * (e.tensor.to(torch.float32) - base.to(torch.float32)) for w, e in zip(weights, group.non_base)]
+        base32 = base.to(torch.float32)
+        deltas = [_scaled(w, e.tensor.to(torch.float32) - base32) for w, e in zip(weights, group.non_base)]
         update = self.merged_update(group, deltas, weights, parameters)
         if update is None:
             return base.clone()
@@ -53,6 +54,12 @@ class TaskVectorMethod:
                       parameters: Dict[str, Any]) -> Optional[torch.Tensor]:
         """The update added to the base (``lambda`` already applied), or None when it is exactly zero."""
         raise NotImplementedError
+
+
+def _scaled(weight: float, delta: torch.Tensor) -> torch.Tensor:
+    """``weight * delta``; a weight of 1 (every shipped recipe) skips the pass over the tensor: ``1.0 * x`` is ``x``
+    bit for bit."""
+    return delta if weight == 1.0 else weight * delta
 
 
 def all_zero(deltas: List[torch.Tensor]) -> bool:
@@ -67,13 +74,7 @@ def check_group(method: str, group: TensorGroup) -> None:
         if entry.tensor.shape != base_shape:
             raise ConfigError(f"{method}: tensor {name!r} of model {entry.id} has shape {tuple(entry.tensor.shape)}, "
                               f"expected {tuple(base_shape)} like the base: the models are not fine-tunes of one base")
-        if entry.tensor.is_floating_point() and not _finite(entry.tensor):
+        if entry.tensor.is_floating_point() and not all_finite(entry.tensor):
             raise ConfigError(f"{method}: tensor {name!r} of model {entry.id} contains NaN or Inf; "
                               "this checkpoint is corrupt or diverged, remove it from the recipe")
 
-
-def _finite(t: torch.Tensor) -> bool:
-    """No NaN / Inf in ``t``. A NaN or Inf makes the tensor's sum non-finite, so one summing pass (no boolean copy)
-    answers for the finite tensors that nearly every merge reads; only a non-finite sum (or one that overflowed) is
-    checked element by element."""
-    return math.isfinite(float(t.sum(dtype=torch.float32))) or bool(torch.isfinite(t).all())
