@@ -4,6 +4,7 @@ Streaming: tensors are read one at a time from the safetensors files (large ones
 accumulated in float64, so memory stays at one block whatever the model size.
 """
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -30,8 +31,16 @@ def task_vector_norm(merged_dir, base_dir) -> float:
                              f"only in base: {only_b}); is the base the right one?")
     aligned = resized_rows(str(base_dir), {"model": str(merged_dir)}).get("model", (None, None))
     total = 0.0
-    for name in sorted(merged):
-        with safe_open(str(merged[name]), framework="pt") as hm, safe_open(str(base[name]), framework="pt") as hb:
+    with contextlib.ExitStack() as stack:  # each shard opened once, not once per tensor
+        handles = {}
+
+        def handle(path):
+            if path not in handles:
+                handles[path] = stack.enter_context(safe_open(str(path), framework="pt"))
+            return handles[path]
+
+        for name in sorted(merged):
+            hm, hb = handle(merged[name]), handle(base[name])
             sm, sb = hm.get_slice(name), hb.get_slice(name)
             shape = sm.get_shape()
             if aligned[0] is not None and len(shape) == 2 and shape[0] == aligned[1]:
