@@ -1,28 +1,30 @@
 #!/usr/bin/env python
 """Evaluation throughput on the demo suite: a fresh process per job (``serial``) against long-lived workers
-(``local``, 1 and 2 workers), the same models in the same run; plus a bare lm-eval ``simple_evaluate`` per
-process as the floor of the per-process mode, and peak RSS (VmHWM).
+(``local``, 1 and 2 workers), the same models in the same run; a bare lm-eval ``simple_evaluate`` of the base as the
+floor of one job; and the demo main job against that bare evaluation. Every part is paired (``paired.py``: the
+cases run interleaved, round after round, each into an emptied output folder; ratios within each round, median
+[min, max]; the load of other processes, LOADED figures marked); peak RSS (VmHWM) of each process case.
 
-    python benchmarks/bench_eval_harness.py                 # full demo family (cached), base + 5 experts
-    python benchmarks/bench_eval_harness.py --quick         # the quick family (3 experts)
-    python benchmarks/bench_eval_harness.py --end-to-end    # also time `python sample_and_merge.py` (family cached)
+    python benchmarks/bench_eval_harness.py [--rounds 5]            # full demo family (cached), base + 5 experts
+    python benchmarks/bench_eval_harness.py --quick                  # the quick family (3 experts)
+    python benchmarks/bench_eval_harness.py --parts end-to-end       # the demo main job against one bare evaluation
 
-Ratios printed: ``long_lived_*_speedup`` (jobs per minute against the per-process mode; target >= 4x) and, with
-``--end-to-end``, ``main_job_x_bare`` (the demo main job against one bare ``simple_evaluate``; target <= 12x).
+Ratios printed: each mode's wall time over the per-process mode's (below 1 is faster: the long-lived speed-up is
+its inverse; target >= 4x) and, for the end-to-end part, the demo main job (``sample_and_merge.py``, family cached)
+over one bare ``simple_evaluate`` of the base (target <= 12x).
 """
 
 import argparse
 import json
 import os
-import resource
-import subprocess
+import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from wildmerge.resources import peak_rss_mib
+from paired import Call, Process, measure, print_table
 
+ROOT = Path(__file__).resolve().parent.parent
 BARE = """
 import sys, json, lm_eval
 from lm_eval.tasks import TaskManager
@@ -35,23 +37,28 @@ print(json.dumps({t: out["results"][t] for t in tasks}, default=str))
 """
 
 
-def timed_eval(paths, out, **options):
+def evaluation(paths, out: Path, scores: dict, name: str, **options) -> Call:
+    """One mode evaluating every model into an emptied folder; its scores kept to compare across modes."""
     from wildmerge.eval.evaluate import evaluate_models
     from wildmerge.eval.options import EvalOptions
 
-    t0 = time.perf_counter()
-    summary = evaluate_models(paths, "demo", out, EvalOptions(**options))
-    seconds = time.perf_counter() - t0
-    assert summary["ok"] == len(paths), summary
-    return seconds, summary
+    def run():
+        shutil.rmtree(out, ignore_errors=True)
+        summary = evaluate_models(paths, "demo", out, EvalOptions(**options))
+        assert summary["ok"] == len(paths), summary
+        scores[name] = {j: json.loads(Path(summary["store"], "results", f"{j}.json").read_text())["scores"]
+                        for j in summary["index"].values()}
+    return Call(run)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="the quick demo family instead of the full one")
     p.add_argument("--models", type=int, default=6, help="how many models of the family (base first)")
-    p.add_argument("--end-to-end", action="store_true", help="also time sample_and_merge.py on the cached family")
-    p.add_argument("--no-bare", action="store_true", help="skip the bare simple_evaluate floor")
+    p.add_argument("--parts", nargs="+", default=["modes", "end-to-end"], choices=["modes", "end-to-end"])
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds after the warm-up (paired.py)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--json", help="write every run (times, peak RSS, load samples) to this file")
     args = p.parse_args()
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
@@ -71,48 +78,39 @@ def main() -> int:
     where = f"{len(gpus)} GPU(s)" if gpus else f"CPU, {len(os.sched_getaffinity(0))} cores"
     print(f"{len(paths)} models x {len(tasks)} demo tasks ({'quick' if args.quick else 'full'} family), {where}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    result = {"models": len(paths), "where": where, "load_average_start": os.getloadavg()[0]}
-
-    if not args.no_bare:
-        t0 = time.perf_counter()
-        for path in paths:
-            subprocess.run([sys.executable, "-c", BARE, path, include, ",".join(tasks), suite.settings.dtype,
-                            str(suite.settings.batch_size)], check=True, capture_output=True)
-        result["bare_s_per_model"] = (time.perf_counter() - t0) / len(paths)
-    modes = {"per_process": dict(executor="serial"), "long_lived_1": dict(executor="local", workers=1),
-             "long_lived_2": dict(executor="local", workers=2)}
-    if gpus:
-        modes["long_lived_per_gpu"] = dict(executor="local")
-    scores = {}
+    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    bare = Process(["-c", BARE, paths[0], include, ",".join(tasks), suite.settings.dtype,
+                    str(suite.settings.batch_size)], env=env)
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, options in modes.items():
-            seconds, summary = timed_eval(paths, Path(tmp) / name, **options)
-            result[f"{name}_jobs_per_min"] = 60 * len(paths) / seconds
-            scores[name] = {j: json.loads(Path(summary["store"], "results", f"{j}.json").read_text())["scores"]
-                            for j in summary["index"].values()}
-        t0 = time.perf_counter()
-        again, _ = timed_eval(paths, Path(tmp) / "long_lived_1", executor="local", workers=1)
-        result["rerun_all_done_s"] = again
-    result["identical_scores"] = all(s == scores["per_process"] for s in scores.values())
-    for name in modes:
-        if name != "per_process":
-            result[f"{name}_speedup"] = result[f"{name}_jobs_per_min"] / result["per_process_jobs_per_min"]
-    result["peak_rss_child_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    result["peak_rss_driver_mib"] = peak_rss_mib()
-    result["load_average_end"] = os.getloadavg()[0]
-
-    if args.end_to_end:
-        with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "sample_and_merge.py", "--out", str(Path(tmp) / "run")], check=True,
-                           cwd=Path(__file__).resolve().parent.parent, capture_output=True)
-            result["sample_and_merge_s"] = time.perf_counter() - t0
-        if "bare_s_per_model" in result:  # target: within 12x one bare simple_evaluate of the base
-            result["main_job_x_bare"] = result["sample_and_merge_s"] / result["bare_s_per_model"]
-
-    for key, value in result.items():
-        print(f"{key:28s} {value:.2f}" if isinstance(value, float) else f"{key:28s} {value}")
-    print(json.dumps(result))
+        if "modes" in args.parts:
+            scores = {}
+            cases = {"per process (serial)": evaluation(paths, Path(tmp) / "serial", scores, "serial",
+                                                        executor="serial"),
+                     "long-lived, 1 worker": evaluation(paths, Path(tmp) / "local1", scores, "local1",
+                                                        executor="local", workers=1),
+                     "long-lived, 2 workers": evaluation(paths, Path(tmp) / "local2", scores, "local2",
+                                                         executor="local", workers=2)}
+            if gpus:
+                cases["long-lived, one per GPU"] = evaluation(paths, Path(tmp) / "gpus", scores, "gpus",
+                                                              executor="local")
+            m = measure(cases, args.rounds, args.warmup)
+            print_table(m, baseline="per process (serial)",
+                        title=f"## {len(paths)} models, every mode (wall time of the whole evaluation)")
+            same = all(v == scores["serial"] for v in scores.values())
+            print(f"scores identical across modes: {'yes' if same else 'NO'}")
+            results["modes"] = {**m.as_dict(), "identical_scores": same}
+        if "end-to-end" in args.parts:
+            run_dir = Path(tmp) / "main-job"
+            main_job = Process([str(ROOT / "sample_and_merge.py"), "--out", str(run_dir)], env=env, cwd=str(ROOT),
+                               before=lambda: shutil.rmtree(run_dir, ignore_errors=True))
+            m = measure({"demo main job (sample_and_merge.py)": main_job, "bare simple_evaluate of the base": bare},
+                        args.rounds, args.warmup)
+            print_table(m, baseline="bare simple_evaluate of the base",
+                        title="## The demo main job against one bare lm-eval evaluation of its base (target <= 12x)")
+            results["end_to_end"] = m.as_dict()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
 
 
