@@ -294,3 +294,19 @@ def test_stock_mergekit_yaml_runs_the_shipped_recipe_on_the_demo_family(demo, tm
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"))
     with torch.no_grad():
         assert torch.isfinite(model(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_sampler_merges_the_demo_pool_with_prodistill(demo, tmp_path, monkeypatch):
+    """`wildmerge sample --methods prodistill` on the demo pool: each expert's `data:` reaches its recipe."""
+    from wildmerge.cli import main
+
+    monkeypatch.setenv("WILDMERGE_DEMO_QUICK", "1")
+    run = tmp_path / "run"
+    assert main(["sample", "--pool", "demo", "--methods", "prodistill", "--sizes", "2", "--k", "1", "--no-full",
+                 "--no-evaluate", "--out", str(run)]) == 0
+    folder = run / "models" / "prodistill__n02_s00"
+    recipe = yaml.safe_load((folder / "recipe.yml").read_text())
+    assert recipe["merge_method"] == "prodistill" and all(m.get("calibration") for m in recipe["models"])
+    diag = json.loads((folder / DIAGNOSTICS_FILE).read_text())
+    assert diag["method"] == "prodistill" and all(r["loss_end"] <= r["loss_start"]
+                                                   for r in diag["layers"] if r["group"] == "block")
