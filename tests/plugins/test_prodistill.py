@@ -120,7 +120,7 @@ def _reference(base, experts, inputs, cfg, steps, lr, init):
     for t in range(1, steps + 1):
         loss = loss_of(lam)
         (g,) = torch.autograd.grad(loss, lam)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         m = 0.9 * m + 0.1 * g
         v = 0.999 * v + 0.001 * g * g
         with torch.no_grad():
