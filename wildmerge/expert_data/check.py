@@ -14,6 +14,7 @@ NEEDS = {
     "chain_of_merges": "text",
     "mats": "text",
     "fisher": "text",
+    "prodistill": "text",
     "tas": "text",
     "composer": "text",
     "activation metrics": "text",

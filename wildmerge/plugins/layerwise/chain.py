@@ -11,6 +11,10 @@ Per decoder block k, in forward order:
 4. push each model's hidden states through the merged block (and through its own block when RegMean or the
    covariate-shift diagnostic needs them).
 Only block k of each model, its Grams and the hidden states of the calibration data are in memory.
+
+ProDistill (``prodistill.py``) runs on the same two streams: step 2 is each model through its own block (the
+teachers' outputs), step 3 trains the block's task-arithmetic coefficients on the merged stream, step 4 as above;
+its tensors outside the blocks are task arithmetic, not the average.
 """
 
 from dataclasses import dataclass, field
@@ -33,11 +37,12 @@ from wildmerge.plugins.layerwise.arch import (
 from wildmerge.plugins.layerwise.io import Checkpoint
 from wildmerge.plugins.layerwise.covariate_shift import MomentAccumulator, mcs
 from wildmerge.plugins.layerwise.mats import mats_merge
-from wildmerge.plugins.layerwise.methods import LayerwiseParams, MaTSParams
+from wildmerge.plugins.layerwise.methods import LayerwiseParams, MaTSParams, ProDistillParams
+from wildmerge.plugins.layerwise.prodistill import distill_block
 from wildmerge.plugins.layerwise.regmean import GramAccumulator, all_equal, closed_form_merge, omega, solve_precision
 
 FIRST_MODULE = {g: mods[0] for g, mods in GROUPS}
-PROGRESS = {"chain_of_merges": "CoM", "regmean": "RegMean", "mats": "MaTS"}
+PROGRESS = {"chain_of_merges": "CoM", "regmean": "RegMean", "mats": "MaTS", "prodistill": "ProDistill"}
 DIAGNOSTIC_GROUPS = ("qkv", "o")  # the paper's Fig. 1/3: pre- and post-attention projections
 
 
@@ -50,7 +55,8 @@ class ChainJob:
     base: Optional[Checkpoint]
     batches: List[list]  # per expert: [(input_ids, attention_mask)]
     config: object
-    settings: LayerwiseParams  # the recipe's checked parameters (norm, sim, ridge, lam_rel, diagnostics)
+    settings: LayerwiseParams  # the recipe's checked parameters (norm, sim, ridge, lam_rel, diagnostics;
+    # ProDistillParams for ProDistill)
     compute_dtype: torch.dtype = torch.float32
     device: str = "cpu"
     progress: bool = True
@@ -61,6 +67,8 @@ class ChainJob:
     def method(self) -> str:
         if self.chain:
             return "chain_of_merges"
+        if isinstance(self.settings, ProDistillParams):
+            return "prodistill"
         return "mats" if isinstance(self.settings, MaTSParams) else "regmean"
 
 
@@ -106,11 +114,30 @@ def _stream_average(experts: List[Checkpoint], name: str, device="cpu", dtype=No
     return (acc / len(experts)).to(first.dtype)
 
 
+def _task_arithmetic(job: ChainJob, name: str, device="cpu", dtype=None) -> torch.Tensor:
+    """``base + init_lambda * Σ_i (θ_i - base)`` of one tensor (ProDistill outside the blocks), one copy at a time."""
+    base = job.base.get(name, device, dtype)
+    if not base.is_floating_point():
+        return base
+    acc = base.to(torch.float32, copy=True)
+    for e in job.experts:
+        acc += job.settings.init_lambda * (e.get(name, device, dtype).float() - base.float())
+    return acc.to(base.dtype)
+
+
+def _outside_blocks(job: ChainJob, name: str, device="cpu", dtype=None) -> torch.Tensor:
+    """A tensor outside the decoder blocks (embeddings, final norm, head): the mean, or ProDistill's start."""
+    if job.method == "prodistill":
+        return _task_arithmetic(job, name, device, dtype)
+    return _stream_average(job.experts, name, device, dtype)
+
+
 def _initial_batches(job: ChainJob, skeleton: DecoderSkeleton, need_own: bool, need_hat: bool) -> List[List[_Batch]]:
     """Layer-0 inputs: each model's own embeddings and the averaged (merged) embeddings of its data."""
     name = "model.embed_tokens.weight"
     dev, dt = job.device, job.compute_dtype
-    merged_emb = _stream_average(job.experts, name, dev, dt) if len(job.experts) > 1 else None
+    merged_emb = (_outside_blocks(job, name, dev, dt) if len(job.experts) > 1 or job.method == "prodistill"
+                  else None)
     out = []
     for i, expert in enumerate(job.experts):
         own_emb = expert.get(name, dev, dt) if (need_own or merged_emb is None) else None
@@ -206,7 +233,8 @@ def _open_block(job: ChainJob, skeleton: DecoderSkeleton, k: int, names: List[st
 def _own_stream(job: ChainJob, block: _Block, data: List[List[_Batch]]) -> None:
     """Each model's inputs inside its own block: RegMean's statistics (then its solve) and the MCS reference."""
     k, layer = block.k, block.layer
-    own_accs = {g: block.new_accs(job, g) for g in block.groups if block.changed[g] and not job.chain}
+    own_accs = {g: block.new_accs(job, g) for g in block.groups
+                if block.changed[g] and job.method in ("regmean", "mats")}
     for i, p in enumerate(block.params):
         load_block(layer, p, k)
         for g in block.diag_groups:
@@ -254,6 +282,31 @@ def _chain_stream(job: ChainJob, block: _Block, data: List[List[_Batch]]) -> Non
             solve_group(job, k, g, block.groups[g], block.params, block.merged, accs, tok, block.entries[g])
 
 
+def _distill(job: ChainJob, block: _Block, data: List[List[_Batch]]) -> None:
+    """ProDistill: train block k's coefficients on the merged stream (``b.hat``, this block's input) against each
+    model's own block output (``b.own``, just computed), on the first ``samples`` sequences of each model."""
+    k, s = block.k, job.settings
+    prefix = block_prefix(k)
+    names = list(block.merged)
+    base = {n[len(prefix):]: job.base.get(n, job.device, torch.float32) for n in names}
+    vectors = [{n[len(prefix):]: p[n].float() - base[n[len(prefix):]] for n in names} for p in block.params]
+    rows = []
+    for batches in data:
+        chosen, seen = [], 0
+        for b in batches:
+            if seen >= s.samples:
+                break
+            chosen.append((b.hat.to(job.device, torch.float32), b.own.to(job.device, torch.float32),
+                           b.valid.to(job.device), b.kwargs[k]))
+            seen += b.valid.shape[0]
+        rows.append(chosen)
+    merged, report = distill_block(block.layer, base, vectors, rows, steps=s.steps, lr=s.lr,
+                                   init_lambda=s.init_lambda)
+    for n in names:
+        block.merged[n] = merged[n[len(prefix):]].to(job.compute_dtype)
+    block.entries["distill"] = {"layer": k, "group": "block", **report}
+
+
 def _propagate(job: ChainJob, block: _Block, data: List[List[_Batch]]) -> None:
     """Push every model's data through the finished merged block (RegMean: measuring the MCS on the way)."""
     k, layer = block.k, block.layer
@@ -286,6 +339,8 @@ def _merge_block(job: ChainJob, skeleton: DecoderSkeleton, k: int, names: List[s
         _own_stream(job, block, data)
     if job.chain:
         _chain_stream(job, block, data)
+    if job.method == "prodistill":
+        _distill(job, block, data)
     if _needs_hat(job):
         _propagate(job, block, data)
     _covariate_shift(block)
@@ -301,7 +356,7 @@ def _needs_own(job: ChainJob) -> bool:
 
 def _needs_hat(job: ChainJob) -> bool:
     """Whether each model's data is pushed through the merged blocks (CoM's statistics, the MCS)."""
-    return job.chain or job.settings.diagnostics
+    return job.chain or job.method == "prodistill" or job.settings.diagnostics
 
 
 def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:
@@ -313,7 +368,7 @@ def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -
     with torch.no_grad():
         for n in tqdm([n for n in names if n not in blocked], desc="average embeddings/norms/head",
                       disable=not job.progress, leave=False):
-            save_tensor(n, _stream_average(job.experts, n))
+            save_tensor(n, _outside_blocks(job, n))
         _release(job)
         skeleton = DecoderSkeleton.build(job.config, job.device)
         data = _initial_batches(job, skeleton, _needs_own(job), _needs_hat(job))

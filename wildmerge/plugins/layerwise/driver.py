@@ -137,11 +137,16 @@ HOW = {
             "mean of the merged models.",
     "fisher": "Every parameter is the average of the models weighted by their diagonal empirical Fisher on their own "
               "data (plus fisher_floor).",
+    "prodistill": "Every decoder block is task arithmetic with one coefficient per model and tensor, trained by Adam "
+                  "so that the merged block, fed the merged model's activations, matches each model's block on its "
+                  "own activations (mean squared error), block after block; every other tensor is task arithmetic.",
 }
 REPORT = {"chain_of_merges": "The merging covariate shift (Eq. 8) per layer",
           "regmean": "The merging covariate shift (Eq. 8) per layer",
           "mats": "The merging covariate shift (Eq. 8) and the conjugate-gradient residual per layer",
-          "fisher": "Each expert's Fisher sum and samples used"}
+          "fisher": "Each expert's Fisher sum and samples used",
+          "prodistill": "The distillation loss before and after training, the coefficients and the merging "
+                        "covariate shift (Eq. 8) per layer"}
 
 
 def _check_out_empty(out: Path, method: str) -> None:
@@ -179,6 +184,8 @@ def _check_recipe(merge_config, raw: Optional[Dict[str, Any]], out_path) -> _Inp
         raise ConfigError(f"{method} needs at least one model besides the base under 'models:'")
     if getattr(params, "ridge", None) == "delta" and base_ref is None:
         raise ConfigError("ridge 'delta' shrinks towards the base model: set base_model, or use ridge: per_task")
+    if method == "prodistill" and base_ref is None:
+        raise ConfigError("prodistill trains coefficients on task vectors, which need the base model: set base_model")
     if getattr(params, "init", None) == "task_arithmetic" and base_ref is None:
         raise ConfigError("mats starts from task arithmetic, which needs the base model: set base_model, or use "
                           "init: average")

@@ -1,4 +1,4 @@
-"""The data-based merge methods (RegMean, Chain of Merges, MaTS, Fisher merging): names, papers and parameters with
+"""The data-based merge methods (RegMean, Chain of Merges, MaTS, Fisher merging, ProDistill): names, papers and parameters with
 their own defaults.
 
 A module of its own so that the recipe check, the mergekit entry point and the layer-wise driver all read one
@@ -72,6 +72,20 @@ class FisherParams(MethodParams):
     diagnostics: bool = Field(True, description="write each expert's Fisher totals and the samples used")
 
 
+class ProDistillParams(MethodParams):
+    """ProDistill (Xu et al. 2025): per decoder block, per expert and per tensor a scalar coefficient on the task
+    vector, trained by Adam so that the merged block on the merged prefix's activations matches each expert's block
+    on its own activations (mean squared error), block after block."""
+
+    steps: int = Field(20, ge=0, le=100000, description="Adam steps per decoder block (0: task arithmetic)")
+    lr: float = Field(0.01, ge=0.0, allow_inf_nan=False, description="Adam's learning rate on the coefficients")
+    samples: int = Field(16, ge=1, le=1000000,
+                         description="sequences per expert in the distillation loss (whole calibration batches)")
+    init_lambda: float = Field(0.4, ge=0.0, allow_inf_nan=False,
+                               description="every coefficient's start: task arithmetic with this scaling")
+    diagnostics: bool = Field(True, description="write the merging covariate shift (CoM paper, Eq. 8) per layer")
+
+
 @dataclass(frozen=True)
 class LayerwiseMethod:
     label: str
@@ -99,4 +113,8 @@ LAYERWISE_METHODS = {
         label="Fisher merging",
         paper="Matena, Raffel: Merging Models with Fisher-Weighted Averaging, NeurIPS 2022, arXiv:2111.09832",
         params=FisherParams),
+    "prodistill": LayerwiseMethod(
+        label="ProDistill",
+        paper="Xu et al.: Scalable Model Merging with Progressive Layer-wise Distillation (ProDistill), 2025",
+        params=ProDistillParams),
 }
