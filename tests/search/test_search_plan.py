@@ -44,3 +44,16 @@ def test_seconds_add_merges_job_starts_and_tokens():
     assert t["merge_s"] == pytest.approx(plan.candidates * 2.0 * 4)
     assert t["eval_s"] == pytest.approx(plan.jobs * (10.0 + 2.0) + 0.5 * 1e9 * 1e6 * plan.full_evaluations / 1e12)
     assert t["wall_s"] == pytest.approx(t["merge_s"] + t["eval_s"])
+
+
+def test_search_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    from wildmerge.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--base", "demo", "--budget", "10", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    plan = plan_search({t: 100 for t in ("add", "add_gen", "compare", "count", "facts", "reverse")}, 10)
+    assert f"{plan.brackets} bracket(s), {plan.candidates} candidates merged at most" in out
+    assert f"{plan.jobs} evaluation jobs, <= {plan.item_evaluations:,} item evaluations" in out
+    assert "one GPU: merges" in out and "this machine's CPU: merges" in out
+    assert not (tmp_path / "runs").exists()

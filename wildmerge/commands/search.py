@@ -28,12 +28,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--merge-device", default="cpu", help="where candidates are merged: cpu, cuda, cuda:N (default "
                                                          "%(default)s)")
     p.add_argument("--out", help="run folder (default runs/search-<pool>); rerun the same command to resume")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what the search will cost (brackets, merges, evaluations, hours); run nothing")
 
 
 def run(args) -> int:
     from wildmerge.resources import checked_device
     from wildmerge.search.guided import search_pool
 
+    if args.dry_run:
+        from wildmerge.search.plan import print_search_plan
+
+        print_search_plan(args.pool, args.budget, args.suite, args.limit, args.first_fraction, args.eta, args.exclude)
+        return 0
     checked_device(args.merge_device, "--merge-device")  # a missing GPU said before any model is read
     methods = [m for m in args.methods.split(",") if m]
     search_pool(args.pool, args.budget, out=args.out, suite_name=args.suite, methods=methods,

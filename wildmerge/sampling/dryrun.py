@@ -47,6 +47,17 @@ def _base_config(pool) -> dict | None:
         return None
 
 
+def base_parameters(pool, config: dict | None = None) -> int | None:
+    """The base's parameter count: the pool's declared ``base.parameters``, else from its config.json when the base
+    is on this machine (``config``: that config, already read); None when neither is known."""
+    from wildmerge.sampling import cost
+
+    if pool.base.parameters:
+        return pool.base.parameters
+    config = config or _base_config(pool)
+    return cost.parameters_from_config(config) if config else None
+
+
 def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: str = "cpu",
                keep_models: str = "all", calibrate_from=None) -> None:
     """The cost plan: merges, evaluations, disk, and wall time / GPU-hours per executor (``cost.py``);
@@ -55,7 +66,7 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     from wildmerge.sampling import cost
 
     config = _base_config(pool)
-    params = pool.base.parameters or (config and cost.parameters_from_config(config))
+    params = base_parameters(pool, config)
     if not params:
         print(f"  cost: unknown (the base is not on this machine and {pool.source or 'the pool'} declares no size: "
               f"add `parameters: N` to its base)")

@@ -71,3 +71,41 @@ def search_seconds(plan: SearchPlan, parameters: int, tokens_per_model: int, mea
     starts = plan.jobs * (cal.eval_start_s + cost.merge_seconds(parameters, 1, cal))
     scoring = cal.eval_s_per_tparam_token * parameters * tokens_per_model * plan.full_evaluations / 1e12
     return {"merge_s": merges, "eval_s": starts + scoring, "wall_s": merges + starts + scoring}
+
+
+def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", limit: Optional[int] = None,
+                      first: float = 0.125, eta: float = 2.0, exclude=()) -> SearchPlan:
+    """``wildmerge search --dry-run``: the plan's counts and its time at the cost plan's rates (one GPU with the
+    default H100 rates, and this machine's CPU), without resolving a model or writing anything."""
+    from wildmerge.eval.suites import load_suite
+    from wildmerge.pools import load_pool
+    from wildmerge.sampling.dryrun import base_parameters
+
+    pool = load_pool(pool_name, exclude)
+    scored = cost.suite_tokens([t.task for t in load_suite(suite_name).tasks], limit)
+    items, tokens = {t: i for t, (i, _) in scored.items()}, sum(t for _, t in scored.values())
+    plan = plan_search(items, budget, first, eta)
+    print(f"search plan: {budget:g} full evaluations of {plan.per_model} items (suite {suite_name}"
+          f"{f', limit {limit}' if limit else ''}), rungs {', '.join(f'{f:g}' for f in fractions(first, eta))}")
+    print(f"  {plan.brackets} bracket(s), {plan.candidates} candidates merged at most (experts alone included), "
+          f"{plan.jobs} evaluation jobs, <= {plan.item_evaluations:,} item evaluations "
+          f"({plan.full_evaluations:.3g} full evaluations, the base's included)")
+    params = base_parameters(pool)
+    if not params:
+        print(f"  cost: unknown (the base is not on this machine and {pool.source or 'the pool'} declares no size: "
+              f"add `parameters: N` to its base)")
+        return plan
+    mean_inputs = (2 + len(pool.experts)) / 2 + 1  # subsets of 2..N experts, drawn across sizes, and the base
+    rates = [cost.DEFAULTS["cuda"]] + ([cost.DEFAULTS["cpu"]] if params < 1e9 else [])  # a CPU plan of a 1B+ model
+    for cal in rates:                                                                    # is no plan
+        t = search_seconds(plan, params, tokens, mean_inputs, cal)
+        where = "one GPU" if cal.device == "cuda" else "this machine's CPU"
+        print(f"  {where}: merges {_duration(t['merge_s'])}, evaluations {_duration(t['eval_s'])}, "
+              f"{_duration(t['wall_s'])} in all ({cal.source}; good to about x{cal.error:g})")
+    print(f"  the protocol's plan for the same pool: python sample_and_merge.py --base {pool_name} --evaluate "
+          f"--suite {suite_name} --dry-run")
+    return plan
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
