@@ -121,6 +121,24 @@ def recorded_set(rec: Recording, methods: dict, sizes, per_size: int, seed: int)
     return arms
 
 
+def recorded_arms(arms: dict, items: dict) -> dict:
+    """The arms cut to the subsets whose candidate was scored already (arms with none left out)."""
+    out = {}
+    for (m, k), subsets in arms.items():
+        kept = [s for s in subsets if candidate_id({"method": m, "experts": list(s)}) in items]
+        if kept:
+            out[(m, k)] = kept
+    return out
+
+
+def recorded_summary(arms: dict) -> dict:
+    """What the replay drew from: per method, the subsets recorded at each size."""
+    out = {}
+    for (m, k), subsets in arms.items():
+        out.setdefault(m, {})[str(k)] = len(subsets)
+    return out
+
+
 def lookup(items: dict, seed: int):
     """``evaluate`` for ``bandit.search`` on recorded items: the fraction's seeded items of each task."""
     sizes = {t: len(v) for t, v in items["base"].items()}
@@ -196,6 +214,9 @@ def main() -> None:
     p.add_argument("--summary-seeds", type=int, default=0,
                    help="also average both searches over this many more seeds (offline, cheap) in the summary")
     p.add_argument("--replot", action="store_true", help="redraw table and figure from --out's results.json")
+    p.add_argument("--recorded-only", action="store_true",
+                   help="record nothing: replay on the candidates already in --out's items.json (a recording that "
+                        "is still running, or was stopped)")
     args = p.parse_args()
     out = Path(args.out)
     if args.replot:
@@ -215,14 +236,19 @@ def main() -> None:
     methods = load_methods(args.methods.split(","))
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(range(2, len(rec.experts) + 1))
     arms = recorded_set(rec, methods, sizes, args.per_size, args.record_seed)
-    rec.record(["base"] + [cid for cid, s in rec.specs.items() if s["recipe"] is None]
-               + [cid for cid, s in rec.specs.items() if s["recipe"] is not None], args.batch)
+    if args.recorded_only:
+        arms = recorded_arms(arms, rec.items)
+        rec.specs = {cid: s for cid, s in rec.specs.items() if cid in rec.items}
+    else:
+        rec.record(["base"] + [cid for cid, s in rec.specs.items() if s["recipe"] is None]
+                   + [cid for cid, s in rec.specs.items() if s["recipe"] is not None], args.batch)
     items = rec.items
     merges = [cid for cid, s in rec.specs.items() if s["recipe"] is not None]
     experts = {cid: suite_score(items[cid]) for cid, s in rec.specs.items() if s["recipe"] is None}
     results = {"args": vars(args), "resolution": resolution(items, merges), "seeds": {},
                "best_expert": [max(experts, key=experts.get), max(experts.values())],
-               "arms": {f"{a[0]}@{a[1]}": [list(s) for s in v] for a, v in arms.items()}}
+               "arms": {f"{a[0]}@{a[1]}": [list(s) for s in v] for a, v in arms.items()},
+               "recorded": recorded_summary(arms)}
     print(json.dumps(results["resolution"]))
     for seed in (int(s) for s in args.seeds.split(",")):
         prot = protocol(items, merges, seed)
@@ -268,6 +294,17 @@ def _ci(v) -> str:
     return f"{v[0]:+.2f} [{v[1]:+.2f}, {v[2]:+.2f}]"
 
 
+def recorded_line(recorded: dict) -> str:
+    """One sentence: what was recorded, per method and size (the experts alone counted once)."""
+    parts = []
+    for m, per in recorded.items():
+        if m == EXPERT:
+            parts.append(f"{sum(per.values())} experts alone")
+        else:
+            parts.append(f"{m} " + ", ".join(f"{k}:{n}" for k, n in per.items()))
+    return "Recorded (method size:subsets): " + "; ".join(parts) + "; and the base."
+
+
 def table(results: dict) -> str:
     res = results["resolution"]
     lines = [f"Testbed: {sum(res['items_per_task'].values())} items per model "
@@ -275,6 +312,7 @@ def table(results: dict) -> str:
              f"difference of the protocol's two best merges {_ci(res['best_two_points'])} points; median half-width "
              f"over pairs of its merges +-{res['median_half_width_points']:.2f} points. Best expert alone: "
              f"{results['best_expert'][0]} {results['best_expert'][1]:.4f}.", "",
+             *([recorded_line(results["recorded"]), ""] if "recorded" in results else []),
              "| seed | protocol merges | protocol best | protocol items | budget | search | candidates | winner (full "
              "eval) | vs base, points [95 % CI] | items | items / protocol's | vs protocol best, points "
              "[paired 95 % CI] | best of its candidates |", "|" + "---|" * 13]

@@ -45,6 +45,12 @@ class Space:
         arms = {(m, k): None for m in methods for k in sizes if 2 <= k <= len(names)}
         return cls(list(names), {**({(EXPERT, 1): None} if experts else {}), **arms})
 
+    def left(self, arm: Arm) -> int:
+        """How many subsets the arm has not drawn yet."""
+        listed = self.arms[arm]
+        total = len(listed) if listed is not None else math.comb(len(self.names), arm[1])
+        return total - len(self.used.get(arm, ()))
+
     def draw(self, arm: Arm, rng: np.random.Generator) -> Optional[Tuple[str, ...]]:
         """An unused subset of the arm, at random; None when the arm has none left."""
         used = self.used.setdefault(arm, set())
@@ -67,10 +73,21 @@ class Space:
         return pick
 
 
-def choose(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Generator, rule: str) -> Arm:
-    """One arm: Thompson sampling on first-rung scores (shrunk to the method's mean), or uniform (``random``)."""
+def choose(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Generator, rule: str,
+           units: Optional[Dict[Arm, int]] = None, cover: Sequence[str] = ()) -> Arm:
+    """One arm: Thompson sampling on first-rung scores (shrunk to the method's mean), or uniform (``random``).
+
+    ``units``: an arm that stands for several arms of one each (the experts arm: one per expert not tried yet) counts
+    that many times, each with its own draw around the arm's mean, so every expert has the chance of an arm of its
+    own. ``cover``: methods not drawn yet; Thompson draws among their arms first (every method, and the experts,
+    once before the search learns from anything)."""
+    units = units or {}
     if rule == "random":
-        return arms[rng.integers(len(arms))]
+        weights = np.array([units.get(arm, 1) for arm in arms], dtype=np.float64)
+        return arms[int(rng.choice(len(arms), p=weights / weights.sum()))]
+    fresh = [arm for arm in arms if arm[0] in cover]
+    if fresh:
+        return fresh[int(rng.integers(len(fresh)))]
     every = [s for v in observed.values() for s in v]
     scale = max(float(np.std(every)), 0.01) if len(every) >= 2 else PRIOR_SD
     overall = float(np.mean(every)) if every else 0.0
@@ -79,7 +96,11 @@ def choose(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Gen
         method = [s for a, v in observed.items() if a[0] == arm[0] for s in v]
         prior = float(np.mean(method)) if method else overall
         obs = observed.get(arm, [])
-        draws.append(rng.normal((sum(obs) + prior) / (len(obs) + 1), scale / math.sqrt(len(obs) + 1)))
+        mean = (sum(obs) + prior) / (len(obs) + 1)
+        if units.get(arm, 1) > 1:  # untried members: each its own draw, as wide as one unseen candidate
+            draws.append(float(np.max(rng.normal(mean, scale, units[arm]))))
+        else:
+            draws.append(rng.normal(mean, scale / math.sqrt(len(obs) + 1)))
     return arms[int(np.argmax(draws))]
 
 
@@ -119,7 +140,9 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
             break
         drawn = []
         while len(drawn) < n and open_arms:
-            arm = choose(open_arms, observed, rng, rule)
+            units = {a: space.left(a) for a in open_arms if a[0] == EXPERT}
+            cover = sorted({a[0] for a in open_arms} - {c["method"] for c in candidates.values()})
+            arm = choose(open_arms, observed, rng, rule, units=units, cover=cover)
             subset = space.draw(arm, rng)
             if subset is None:
                 open_arms.remove(arm)
