@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """The search (``wildmerge.search.bandit``) against the protocol's order and random search, replayed on recorded items.
 
-Recording (paid once, resumable): the protocol's candidates, the paper's methods at their recipes' settings on
+Recording (paid once, resumable): the protocol's candidates, the paper's methods (or any: RegMean and CoM merge
+through mergekit with each expert's data, as in a live search) at their recipes' settings on
 ``--per-size`` random subsets of every size (drawn with ``--record-seed``), every expert alone and the base, each
 merged once and scored once on every item with per-item scores kept (``<out>/items.json``, written after every
 batch of ``--batch`` models: a killed recording resumes where it stopped).
@@ -51,8 +52,8 @@ class Recording:
         self.out, self.suite, self.limit, self.workers = out, suite, limit, workers
         self.pool = load_pool(pool_name)
         resolved = resolve(self.pool)  # as the search: LoRA adapters folded into the base
-        self.base, self.experts = resolved.base_path, resolved.experts
-        self.specs, self.items = {}, {}
+        self.base, self.experts, self.resolved = resolved.base_path, resolved.experts, resolved
+        self.specs, self.items, self.methods = {}, {}, {}
         self.cache = out / "items.json"
         if self.cache.is_file():
             self.items = {k: {t: np.asarray(v, dtype=np.float64) for t, v in d.items()}
@@ -65,7 +66,9 @@ class Recording:
 
         cid = candidate_id({"method": method_name, "experts": list(subset)})
         recipe = None if method is None else subset_recipe(method, "base", list(subset), self.experts)
-        self.specs.setdefault(cid, {"recipe": recipe, "experts": list(subset)})
+        self.specs.setdefault(cid, {"recipe": recipe, "experts": list(subset), "method": method_name})
+        if method is not None:
+            self.methods[method_name] = method  # RegMean / CoM merge through mergekit with the experts' data
         return cid
 
     def record(self, ids, batch: int) -> None:
@@ -86,7 +89,8 @@ class Recording:
 
         if self.merger is None:  # base and experts loaded once; it merges and saves, the harness scores
             self.merger = LiveEvaluator(RunFolder(self.out), self.base, self.experts, self.specs,
-                                        load_suite(self.suite))
+                                        load_suite(self.suite), pool_models=self.resolved.pool_models(),
+                                        methods=self.methods)
         start = time.perf_counter()
         paths = {i: self.base if i == "base" else self.merger.model_path(i) for i in ids}
         self.seconds["merge"] += time.perf_counter() - start
