@@ -96,3 +96,35 @@ def test_thompson_prefers_the_arm_that_scored_well():
     # an arm never tried borrows its method's mean: ("good", 3) beats ("bad", 3)
     picks = [choose([("good", 3), ("bad", 3)], observed, rng, "thompson") for _ in range(200)]
     assert picks.count(("good", 3)) > 150
+
+
+def test_every_method_and_the_experts_are_drawn_before_the_search_learns():
+    for seed in range(4):
+        result, _ = _run(seed=seed)
+        first = [c["method"] for c in result["candidates"].values() if c["bracket"] == 0]
+        assert set(first[:3]) == {"good", "bad", EXPERT}  # one arm of each, in a seeded order, then Thompson
+
+
+def test_the_experts_arm_counts_once_per_untried_expert():
+    """Each untried expert is an arm of its own: uniform draws pick the experts arm in proportion to how many are
+    left, and Thompson's chance for it is the float64 integral of max-of-u draws against the merge arm's draw."""
+    from scipy.stats import norm
+
+    arms = [("ta", 2), (EXPERT, 1)]
+    rng = np.random.default_rng(3)
+    picks = [choose(arms, {}, rng, "random", units={(EXPERT, 1): 9}) for _ in range(4000)]
+    assert abs(picks.count((EXPERT, 1)) / 4000 - 0.9) < 0.02
+    observed = {("ta", 2): [0.6, 0.5], (EXPERT, 1): [0.55]}
+    scale = float(np.std([0.6, 0.5, 0.55]))
+    m_ta, sd_ta = (0.6 + 0.5 + 0.55) / 3, scale / np.sqrt(3)  # two own scores and the method's mean as a prior
+    m_ex = (0.55 + 0.55) / 2
+    x = np.linspace(m_ta - 10 * sd_ta, m_ta + 10 * sd_ta, 20001)
+    for u in (1, 5):
+        ta_wins = np.trapezoid(norm.pdf(x, m_ta, sd_ta) * norm.cdf(x, m_ex, scale) ** u, x)
+        want = 1 - ta_wins if u > 1 else None
+        picks = [choose(arms, observed, rng, "thompson", units={(EXPERT, 1): u}) for _ in range(4000)]
+        got = picks.count((EXPERT, 1)) / 4000
+        if want is not None:
+            assert abs(got - want) < 0.03
+        else:  # one expert left: an ordinary arm, N(0.55, scale / sqrt(2)) against N(0.55, scale / sqrt(3))
+            assert abs(got - 0.5) < 0.03
