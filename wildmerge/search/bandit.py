@@ -6,8 +6,11 @@ sampling on the arms' first-rung scores (every candidate's first rung is the sam
 comparable across brackets), and each arm draws its own random subsets with the search's seed. An arm that scored
 well at the cheap rung gets more candidates; an arm never tried borrows the mean of its method (or of everything)
 as its prior. The arm's belief is a normal with the spread of all first-rung scores as its scale and one pseudo-
-observation of the prior. ``rule="random"`` draws arms uniformly instead: the same halving, no learning (the
-baseline of ``benchmarks/experiment_guided_search.py``).
+observation of the prior. Before it learns, the search draws one arm of every method (and the experts) in a seeded
+order, so no method is judged by its prior alone. The experts arm stands for one arm per expert not tried yet
+(experts differ from each other more than subsets of one method do): each untried expert gets its own draw.
+``rule="random"`` draws arms uniformly instead (the experts arm weighted by its untried experts): the same halving,
+no learning (the baseline of ``benchmarks/experiment_guided_search.py``).
 
 The same code runs live (``evaluate`` merges and scores with lm-eval: ``live.py``) and offline (``evaluate`` looks
 recorded per-item scores up), so a replay is the live search's decisions exactly. The base is scored first, on every
