@@ -128,3 +128,18 @@ def test_the_experts_arm_counts_once_per_untried_expert():
             assert abs(got - want) < 0.03
         else:  # one expert left: an ordinary arm, N(0.55, scale / sqrt(2)) against N(0.55, scale / sqrt(3))
             assert abs(got - 0.5) < 0.03
+
+
+def test_the_default_bracket_shrinks_until_four_fit():
+    from wildmerge.search.bandit import MIN_BRACKETS, default_bracket
+    from wildmerge.search.halving import bracket_cost, rung_costs
+
+    costs = rung_costs(SIZES, 0.125, 2.0, 0)  # rungs 1/8, 1/4, 1/2, 1 of 800 items
+    assert default_bracket(costs, 2.0, 100 * 800, 4) == 8  # plenty: one survivor of 8 reaches every item
+    for left in (800, 4 * 800, 6 * 800, 10 * 800, 20 * 800):
+        n = default_bracket(costs, 2.0, left, 4)
+        assert n in (2, 4, 8)
+        assert n == 2 or MIN_BRACKETS * bracket_cost(n, costs, 2.0) <= left
+        assert n == 8 or MIN_BRACKETS * bracket_cost(2 * n, costs, 2.0) > left  # the largest that fits
+    # by hand: a bracket of 4 is 4 x 100 + 2 x 200 + 800 (a lone survivor skips to every item) = 1,600 items
+    assert bracket_cost(4, costs, 2.0) == 1600 and default_bracket(costs, 2.0, 4 * 1600, 4) == 4

@@ -33,6 +33,7 @@ Arm = Tuple[str, int]
 RULES = ("thompson", "random")
 MAX_LISTED = 5000  # subsets of a size listed in full below this; above it, drawn by rejection
 PRIOR_SD = 0.1  # the arms' spread before two first-rung scores exist (suite means are fractions)
+MIN_BRACKETS = 4  # the default bracket shrinks until this many fit in the budget: rounds to learn from
 
 
 @dataclass
@@ -107,22 +108,31 @@ def choose(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Gen
     return arms[int(np.argmax(draws))]
 
 
+def default_bracket(costs: Dict[float, int], eta: float, left: int, rungs: int) -> int:
+    """``eta ** (rungs - 1)`` candidates (one survivor reaches every item), halved while fewer than ``MIN_BRACKETS``
+    such brackets fit in what is left: a small budget learns from more, smaller brackets (at least 2 each)."""
+    n = max(2, math.ceil(eta ** (rungs - 1) - 1e-9))
+    while n > 2 and MIN_BRACKETS * bracket_cost(n, costs, eta) > left:
+        n = max(2, math.ceil(n / eta))
+    return n
+
+
 def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callable[[Arm, Tuple[str, ...]], str],
            on_new: Callable[[str, dict], None] = lambda cid, c: None, first: float = 0.125, eta: float = 2.0,
            seed: int = 0, rule: str = "thompson", bracket: Optional[int] = None,
            log: Callable[[dict], None] = lambda record: None, iters: int = 1000) -> Dict:
     """Spend at most ``budget`` full evaluations of the suite (the base's included) on brackets of ``bracket``
-    candidates (default ``eta ** (rungs - 1)``: one survivor reaches every item); returns the winner (the best full
+    candidates (default ``default_bracket``); returns the winner (the best full
     evaluation of any bracket), its paired interval to the base, what was spent, and every candidate drawn."""
     if rule not in RULES:
         raise ValueError(f"rule {rule!r}: use one of {', '.join(RULES)}")
     rng = np.random.default_rng(seed)
     rungs = fractions(first, eta)
-    bracket = bracket or max(2, math.ceil(eta ** (len(rungs) - 1) - 1e-9))
     base_items, per_model = evaluate(["base"], 1.0)["base"]
     sizes = {t: len(v) for t, v in base_items.items()}
     costs = rung_costs(sizes, first, eta, seed)
     limit = int(math.floor(budget * per_model + 1e-6))
+    bracket = bracket or default_bracket(costs, eta, limit - per_model, len(rungs))
     spent, lines = per_model, 0
     observed: Dict[Arm, List[float]] = {}
     candidates: Dict[str, dict] = {}
