@@ -20,6 +20,8 @@ merges, and the median half-width over pairs of its merges.
     python benchmarks/experiment_guided_search.py --suite demo_large --out runs/exp-guided-large \\
         --methods ta,ties,tsv_m --sizes 2,3,5,8,12 --per-size 1 --seeds 0,1,2 --fractions-of-protocol 0.2
     python benchmarks/experiment_guided_search.py --out runs/exp-guided-large --replot   # table and figure again
+    python benchmarks/experiment_guided_search.py --out runs/replot --replot \
+        --results benchmarks/results/guided_search_demo_large_full.json   # from the committed results
 
 Writes ``results.json``, ``table.md`` and ``best_vs_cost.png`` under ``--out``.
 """
@@ -218,13 +220,15 @@ def main() -> None:
     p.add_argument("--summary-seeds", type=int, default=0,
                    help="also average both searches over this many more seeds (offline, cheap) in the summary")
     p.add_argument("--replot", action="store_true", help="redraw table and figure from --out's results.json")
+    p.add_argument("--results", help="with --replot: the results JSON to draw (default --out's results.json)")
     p.add_argument("--recorded-only", action="store_true",
                    help="record nothing: replay on the candidates already in --out's items.json (a recording that "
                         "is still running, or was stopped)")
     args = p.parse_args()
     out = Path(args.out)
     if args.replot:
-        results = json.loads((out / "results.json").read_text())
+        results = json.loads(Path(args.results or out / "results.json").read_text())
+        out.mkdir(parents=True, exist_ok=True)
         write_text(out / "table.md", table(results))
         plot(results, out / "best_vs_cost")
         print(table(results))
@@ -287,11 +291,13 @@ def summary(items: dict, merges: list, arms: dict, args, seeds) -> dict:
                 g = replay(items, arms, budget, seed, rule, args.first, args.eta, args.bracket)
                 gap, share = 100 * (g["score"] - prot["best"]), g["items_spent"] / prot["items_spent"]
                 out.setdefault(f"{frac} {rule}", []).append([g["score"], gap, share, gap >= -1.0 and share <= 0.2,
-                                                             g["methods_drawn"]])
+                                                             g["methods_drawn"], g["winner"].split("__")[0]])
     return {k: {"seeds": len(v), "mean_score": float(np.mean([x[0] for x in v])),
                 "mean_gap_points": float(np.mean([x[1] for x in v])), "mean_share": float(np.mean([x[2] for x in v])),
                 "reached": int(sum(x[3] for x in v)),
-                "methods_drawn": {m: sum(x[4][m] for x in v) for m in v[0][4]}} for k, v in out.items()}
+                "methods_drawn": {m: sum(x[4][m] for x in v) for m in v[0][4]},
+                "winners": {m: sum(x[5] == m for x in v) for m in v[0][4] if any(x[5] == m for x in v)}}
+            for k, v in out.items()}
 
 
 def _ci(v) -> str:
@@ -340,14 +346,18 @@ def table(results: dict) -> str:
                      f"{sum(x[3] for x in v)} of {len(v)} |")
     more = results.get("summary_seeds")
     if more:
+        wins = "winners" in next(iter(more.values()))
         lines += ["", f"Over {next(iter(more.values()))['seeds']} more seeds (100, 101, ...; replay only):", "",
-                  SUMMARY_HEAD + " candidates drawn, per method |", "|" + "---|" * 7]
+                  SUMMARY_HEAD + " candidates drawn, per method |" + (" winners, per method |" if wins else ""),
+                  "|" + "---|" * (8 if wins else 7)]
         for key, v in more.items():
             frac, rule = key.split(" ")
             name = "the search (Thompson)" if rule == "thompson" else "random search"
             drawn = ", ".join(f"{m} {n}" for m, n in v.get("methods_drawn", {}).items())
+            won = ", ".join(f"{m} {n}" for m, n in v.get("winners", {}).items())
             lines.append(f"| {frac} | {name} | {v['mean_score']:.4f} | {v['mean_gap_points']:+.2f} | "
-                         f"{v['mean_share']:.3f} | {v['reached']} of {v['seeds']} | {drawn} |")
+                         f"{v['mean_share']:.3f} | {v['reached']} of {v['seeds']} | {drawn} |"
+                         + (f" {won} |" if wins else ""))
     return "\n".join(lines) + "\n"
 
 
