@@ -3,8 +3,8 @@
 A candidate (method with its TAS-tuned hyperparameters, subset of experts) is merged in memory by the recipe's own
 mergekit method (``merging.inmemory.CandidateMerger``, base and experts loaded once) and written once as a
 checkpoint in the run's search folder (``RunFolder.search_model_dir``); RegMean and Chain of Merges, which read
-each expert's data layer by layer, are merged there through the runs' own mergekit path instead. Every rung scores it through the evaluation
-harness as a screening part (lm-eval ``samples=``: the first ``fraction`` of a seeded permutation of each task's
+each expert's data layer by layer, are merged there through the runs' own mergekit path instead. Every rung
+scores it through the evaluation harness as a screening part (lm-eval ``samples=``: the first ``fraction`` of a seeded permutation of each task's
 documents, so the rungs' subsets are nested and every model sees the same items). Results live in the search's
 result store (``RunFolder.search_eval_dir``): a rerun after a kill finds them and scores nothing twice, and removes the candidate folder the killed search
 was writing.
