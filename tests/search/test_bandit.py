@@ -143,3 +143,21 @@ def test_the_default_bracket_shrinks_until_four_fit():
         assert n == 8 or MIN_BRACKETS * bracket_cost(2 * n, costs, 2.0) > left  # the largest that fits
     # by hand: a bracket of 4 is 4 x 100 + 2 x 200 + 800 (a lone survivor skips to every item) = 1,600 items
     assert bracket_cost(4, costs, 2.0) == 1600 and default_bracket(costs, 2.0, 4 * 1600, 4) == 4
+
+
+def test_a_size_that_scored_well_for_one_method_is_lent_to_the_others():
+    from wildmerge.search.bandit import size_effect
+
+    observed = {("ta", 2): [0.5], ("ties", 2): [0.4], ("ta", 4): [0.7], (EXPERT, 1): [0.9]}
+    means = {"ta": 0.6, "ties": 0.4, EXPERT: 0.9}
+    assert size_effect(observed, means, 2) == pytest.approx(((0.5 - 0.6) + (0.4 - 0.4)) / 2)
+    assert size_effect(observed, means, 4) == pytest.approx(0.1)
+    assert size_effect(observed, means, 3) == 0.0 and size_effect(observed, means, 1) == 0.0  # experts lend nothing
+    # ties at 4: N(0.4 + 0.1, scale); ties at 2: its score 0.4 and the prior 0.4 - 0.05, N(0.375, scale / sqrt 2)
+    from scipy.stats import norm
+
+    scale = float(np.std([0.5, 0.4, 0.7, 0.9]))
+    want = norm.cdf((0.5 - 0.375) / np.sqrt(scale ** 2 + scale ** 2 / 2))
+    rng = np.random.default_rng(0)
+    picks = [choose([("ties", 4), ("ties", 2)], observed, rng, "thompson") for _ in range(4000)]
+    assert abs(picks.count(("ties", 4)) / 4000 - want) < 0.03 and want > 0.6

@@ -5,7 +5,8 @@ brackets of successive halving (``halving.halve``); each bracket's candidates ar
 sampling on the arms' first-rung scores (every candidate's first rung is the same seeded items, so these scores are
 comparable across brackets), and each arm draws its own random subsets with the search's seed. An arm that scored
 well at the cheap rung gets more candidates; an arm never tried borrows the mean of its method (or of everything)
-as its prior. The arm's belief is a normal with the spread of all first-rung scores as its scale and one pseudo-
+as its prior, plus what merges of its size scored above their own methods' means (a size that served one method
+is lent to the others). The arm's belief is a normal with the spread of all first-rung scores as its scale and one pseudo-
 observation of the prior. Before it learns, the search draws one arm of every method (and the experts) in a seeded
 order, so no method is judged by its prior alone. The experts arm stands for one arm per expert not tried yet
 (experts differ from each other more than subsets of one method do): each untried expert gets its own draw.
@@ -95,10 +96,11 @@ def choose(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Gen
     every = [s for v in observed.values() for s in v]
     scale = max(float(np.std(every)), 0.01) if len(every) >= 2 else PRIOR_SD
     overall = float(np.mean(every)) if every else 0.0
+    means = {m: float(np.mean([s for a, v in observed.items() if a[0] == m for s in v]))
+             for m in {a[0] for a in observed}}
     draws = []
     for arm in arms:
-        method = [s for a, v in observed.items() if a[0] == arm[0] for s in v]
-        prior = float(np.mean(method)) if method else overall
+        prior = means.get(arm[0], overall) + size_effect(observed, means, arm[1])
         obs = observed.get(arm, [])
         mean = (sum(obs) + prior) / (len(obs) + 1)
         if units.get(arm, 1) > 1:  # untried members: each its own draw, as wide as one unseen candidate
@@ -115,6 +117,13 @@ def default_bracket(costs: Dict[float, int], eta: float, left: int, rungs: int) 
     while n > 2 and MIN_BRACKETS * bracket_cost(n, costs, eta) > left:
         n = max(2, math.ceil(n / eta))
     return n
+
+
+def size_effect(observed: Dict[Arm, List[float]], means: Dict[str, float], size: int) -> float:
+    """How much merges of ``size`` scored above their methods' means (0 before any merge of that size): what one
+    method taught about a size, lent to the others."""
+    residuals = [s - means[a[0]] for a, v in observed.items() if a[0] != EXPERT and a[1] == size for s in v]
+    return float(np.mean(residuals)) if residuals else 0.0
 
 
 def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callable[[Arm, Tuple[str, ...]], str],
