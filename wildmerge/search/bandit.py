@@ -103,8 +103,9 @@ def choose(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Gen
         prior = means.get(arm[0], overall) + size_effect(observed, means, arm[1])
         obs = observed.get(arm, [])
         mean = (sum(obs) + prior) / (len(obs) + 1)
-        if units.get(arm, 1) > 1:  # untried members: each its own draw, as wide as one unseen candidate
-            draws.append(float(np.max(rng.normal(mean, scale, units[arm]))))
+        if units.get(arm, 1) > 1:  # untried members: each its own draw, as wide as the tried ones differ
+            spread = max(float(np.std(obs)), scale) if len(obs) >= 2 else scale
+            draws.append(float(np.max(rng.normal(mean, spread, units[arm]))))
         else:
             draws.append(rng.normal(mean, scale / math.sqrt(len(obs) + 1)))
     return arms[int(np.argmax(draws))]
