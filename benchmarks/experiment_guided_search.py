@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """The search (``wildmerge.search.bandit``) against the protocol's order and random search, replayed on recorded items.
 
-Recording (paid once, resumable): the protocol's candidates, the paper's methods at their recipes' settings on
+Recording (paid once, resumable): the protocol's candidates, the paper's methods (or any: RegMean and CoM merge
+through mergekit with each expert's data, as in a live search) at their recipes' settings on
 ``--per-size`` random subsets of every size (drawn with ``--record-seed``), every expert alone and the base, each
 merged once and scored once on every item with per-item scores kept (``<out>/items.json``, written after every
 batch of ``--batch`` models: a killed recording resumes where it stopped).
@@ -19,6 +20,8 @@ merges, and the median half-width over pairs of its merges.
     python benchmarks/experiment_guided_search.py --suite demo_large --out runs/exp-guided-large \\
         --methods ta,ties,tsv_m --sizes 2,3,5,8,12 --per-size 1 --seeds 0,1,2 --fractions-of-protocol 0.2
     python benchmarks/experiment_guided_search.py --out runs/exp-guided-large --replot   # table and figure again
+    python benchmarks/experiment_guided_search.py --out runs/replot --replot \
+        --results benchmarks/results/guided_search_demo_large_full.json   # from the committed results
 
 Writes ``results.json``, ``table.md`` and ``best_vs_cost.png`` under ``--out``.
 """
@@ -51,8 +54,8 @@ class Recording:
         self.out, self.suite, self.limit, self.workers = out, suite, limit, workers
         self.pool = load_pool(pool_name)
         resolved = resolve(self.pool)  # as the search: LoRA adapters folded into the base
-        self.base, self.experts = resolved.base_path, resolved.experts
-        self.specs, self.items = {}, {}
+        self.base, self.experts, self.resolved = resolved.base_path, resolved.experts, resolved
+        self.specs, self.items, self.methods = {}, {}, {}
         self.cache = out / "items.json"
         if self.cache.is_file():
             self.items = {k: {t: np.asarray(v, dtype=np.float64) for t, v in d.items()}
@@ -65,7 +68,9 @@ class Recording:
 
         cid = candidate_id({"method": method_name, "experts": list(subset)})
         recipe = None if method is None else subset_recipe(method, "base", list(subset), self.experts)
-        self.specs.setdefault(cid, {"recipe": recipe, "experts": list(subset)})
+        self.specs.setdefault(cid, {"recipe": recipe, "experts": list(subset), "method": method_name})
+        if method is not None:
+            self.methods[method_name] = method  # RegMean / CoM merge through mergekit with the experts' data
         return cid
 
     def record(self, ids, batch: int) -> None:
@@ -86,7 +91,8 @@ class Recording:
 
         if self.merger is None:  # base and experts loaded once; it merges and saves, the harness scores
             self.merger = LiveEvaluator(RunFolder(self.out), self.base, self.experts, self.specs,
-                                        load_suite(self.suite))
+                                        load_suite(self.suite), pool_models=self.resolved.pool_models(),
+                                        methods=self.methods)
         start = time.perf_counter()
         paths = {i: self.base if i == "base" else self.merger.model_path(i) for i in ids}
         self.seconds["merge"] += time.perf_counter() - start
@@ -119,6 +125,24 @@ def recorded_set(rec: Recording, methods: dict, sizes, per_size: int, seed: int)
             if m != EXPERT and j < len(subsets):
                 rec.add(m, methods[m], subsets[j])
     return arms
+
+
+def recorded_arms(arms: dict, items: dict) -> dict:
+    """The arms cut to the subsets whose candidate was scored already (arms with none left out)."""
+    out = {}
+    for (m, k), subsets in arms.items():
+        kept = [s for s in subsets if candidate_id({"method": m, "experts": list(s)}) in items]
+        if kept:
+            out[(m, k)] = kept
+    return out
+
+
+def recorded_summary(arms: dict) -> dict:
+    """What the replay drew from: per method, the subsets recorded at each size."""
+    out = {}
+    for (m, k), subsets in arms.items():
+        out.setdefault(m, {})[str(k)] = len(subsets)
+    return out
 
 
 def lookup(items: dict, seed: int):
@@ -196,10 +220,15 @@ def main() -> None:
     p.add_argument("--summary-seeds", type=int, default=0,
                    help="also average both searches over this many more seeds (offline, cheap) in the summary")
     p.add_argument("--replot", action="store_true", help="redraw table and figure from --out's results.json")
+    p.add_argument("--results", help="with --replot: the results JSON to draw (default --out's results.json)")
+    p.add_argument("--recorded-only", action="store_true",
+                   help="record nothing: replay on the candidates already in --out's items.json (a recording that "
+                        "is still running, or was stopped)")
     args = p.parse_args()
     out = Path(args.out)
     if args.replot:
-        results = json.loads((out / "results.json").read_text())
+        results = json.loads(Path(args.results or out / "results.json").read_text())
+        out.mkdir(parents=True, exist_ok=True)
         write_text(out / "table.md", table(results))
         plot(results, out / "best_vs_cost")
         print(table(results))
@@ -215,14 +244,19 @@ def main() -> None:
     methods = load_methods(args.methods.split(","))
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(range(2, len(rec.experts) + 1))
     arms = recorded_set(rec, methods, sizes, args.per_size, args.record_seed)
-    rec.record(["base"] + [cid for cid, s in rec.specs.items() if s["recipe"] is None]
-               + [cid for cid, s in rec.specs.items() if s["recipe"] is not None], args.batch)
+    if args.recorded_only:
+        arms = recorded_arms(arms, rec.items)
+        rec.specs = {cid: s for cid, s in rec.specs.items() if cid in rec.items}
+    else:
+        rec.record(["base"] + [cid for cid, s in rec.specs.items() if s["recipe"] is None]
+                   + [cid for cid, s in rec.specs.items() if s["recipe"] is not None], args.batch)
     items = rec.items
     merges = [cid for cid, s in rec.specs.items() if s["recipe"] is not None]
     experts = {cid: suite_score(items[cid]) for cid, s in rec.specs.items() if s["recipe"] is None}
     results = {"args": vars(args), "resolution": resolution(items, merges), "seeds": {},
                "best_expert": [max(experts, key=experts.get), max(experts.values())],
-               "arms": {f"{a[0]}@{a[1]}": [list(s) for s in v] for a, v in arms.items()}}
+               "arms": {f"{a[0]}@{a[1]}": [list(s) for s in v] for a, v in arms.items()},
+               "recorded": recorded_summary(arms)}
     print(json.dumps(results["resolution"]))
     for seed in (int(s) for s in args.seeds.split(",")):
         prot = protocol(items, merges, seed)
@@ -257,15 +291,28 @@ def summary(items: dict, merges: list, arms: dict, args, seeds) -> dict:
                 g = replay(items, arms, budget, seed, rule, args.first, args.eta, args.bracket)
                 gap, share = 100 * (g["score"] - prot["best"]), g["items_spent"] / prot["items_spent"]
                 out.setdefault(f"{frac} {rule}", []).append([g["score"], gap, share, gap >= -1.0 and share <= 0.2,
-                                                             g["methods_drawn"]])
+                                                             g["methods_drawn"], g["winner"].split("__")[0]])
     return {k: {"seeds": len(v), "mean_score": float(np.mean([x[0] for x in v])),
                 "mean_gap_points": float(np.mean([x[1] for x in v])), "mean_share": float(np.mean([x[2] for x in v])),
                 "reached": int(sum(x[3] for x in v)),
-                "methods_drawn": {m: sum(x[4][m] for x in v) for m in v[0][4]}} for k, v in out.items()}
+                "methods_drawn": {m: sum(x[4][m] for x in v) for m in v[0][4]},
+                "winners": {m: sum(x[5] == m for x in v) for m in v[0][4] if any(x[5] == m for x in v)}}
+            for k, v in out.items()}
 
 
 def _ci(v) -> str:
     return f"{v[0]:+.2f} [{v[1]:+.2f}, {v[2]:+.2f}]"
+
+
+def recorded_line(recorded: dict) -> str:
+    """One sentence: what was recorded, per method and size (the experts alone counted once)."""
+    parts = []
+    for m, per in recorded.items():
+        if m == EXPERT:
+            parts.append(f"{sum(per.values())} experts alone")
+        else:
+            parts.append(f"{m} " + ", ".join(f"{k}:{n}" for k, n in per.items()))
+    return "Recorded (method size:subsets): " + "; ".join(parts) + "; and the base."
 
 
 def table(results: dict) -> str:
@@ -275,6 +322,7 @@ def table(results: dict) -> str:
              f"difference of the protocol's two best merges {_ci(res['best_two_points'])} points; median half-width "
              f"over pairs of its merges +-{res['median_half_width_points']:.2f} points. Best expert alone: "
              f"{results['best_expert'][0]} {results['best_expert'][1]:.4f}.", "",
+             *([recorded_line(results["recorded"]), ""] if "recorded" in results else []),
              "| seed | protocol merges | protocol best | protocol items | budget | search | candidates | winner (full "
              "eval) | vs base, points [95 % CI] | items | items / protocol's | vs protocol best, points "
              "[paired 95 % CI] | best of its candidates |", "|" + "---|" * 13]
@@ -298,14 +346,18 @@ def table(results: dict) -> str:
                      f"{sum(x[3] for x in v)} of {len(v)} |")
     more = results.get("summary_seeds")
     if more:
+        wins = "winners" in next(iter(more.values()))
         lines += ["", f"Over {next(iter(more.values()))['seeds']} more seeds (100, 101, ...; replay only):", "",
-                  SUMMARY_HEAD + " candidates drawn, per method |", "|" + "---|" * 7]
+                  SUMMARY_HEAD + " candidates drawn, per method |" + (" winners, per method |" if wins else ""),
+                  "|" + "---|" * (8 if wins else 7)]
         for key, v in more.items():
             frac, rule = key.split(" ")
             name = "the search (Thompson)" if rule == "thompson" else "random search"
             drawn = ", ".join(f"{m} {n}" for m, n in v.get("methods_drawn", {}).items())
+            won = ", ".join(f"{m} {n}" for m, n in v.get("winners", {}).items())
             lines.append(f"| {frac} | {name} | {v['mean_score']:.4f} | {v['mean_gap_points']:+.2f} | "
-                         f"{v['mean_share']:.3f} | {v['reached']} of {v['seeds']} | {drawn} |")
+                         f"{v['mean_share']:.3f} | {v['reached']} of {v['seeds']} | {drawn} |"
+                         + (f" {won} |" if wins else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -73,3 +73,22 @@ def test_bad_settings_fail_before_any_model_is_loaded(pool_file, tmp_path):
     with pytest.raises(ConfigError, match="eta"):
         search_pool(pool_file, 3, out=tmp_path / "b", **{**ARGS, "eta": 1.0})
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_regmean_is_a_candidate_merged_through_mergekit_once(tmp_path, monkeypatch):
+    """RegMean reads each expert's data layer by layer: the search merges it through the runs' mergekit path into
+    its run folder (merge_info.json, recipe.yml), scores it, and a rerun reuses the merge. The shipped demo pool
+    (quick family) gives each expert its unlabelled text."""
+    monkeypatch.setenv("WILDMERGE_DEMO_QUICK", "1")
+    args = {**ARGS, "methods": ["regmean"], "experts": False}
+    out = tmp_path / "run"
+    summary = search_pool("demo", BUDGET, out=out, **args)
+    assert summary["method"] == "regmean"
+    model = Path(summary["model"])
+    assert model.parent == RunFolder(out).search_models_dir
+    info = json.loads((model / "merge_info.json").read_text())
+    assert info["method"] == "regmean" and info["experts"] == summary["experts"]
+    assert "regmean" in (model / "recipe.yml").read_text() and "calibration" in (model / "recipe.yml").read_text()
+    stamp = (model / "merge_info.json").stat().st_mtime_ns
+    again = search_pool("demo", BUDGET, out=out, **args)
+    assert again == summary and (model / "merge_info.json").stat().st_mtime_ns == stamp

@@ -5,9 +5,13 @@ brackets of successive halving (``halving.halve``); each bracket's candidates ar
 sampling on the arms' first-rung scores (every candidate's first rung is the same seeded items, so these scores are
 comparable across brackets), and each arm draws its own random subsets with the search's seed. An arm that scored
 well at the cheap rung gets more candidates; an arm never tried borrows the mean of its method (or of everything)
-as its prior. The arm's belief is a normal with the spread of all first-rung scores as its scale and one pseudo-
-observation of the prior. ``rule="random"`` draws arms uniformly instead: the same halving, no learning (the
-baseline of ``benchmarks/experiment_guided_search.py``).
+as its prior, plus what merges of its size scored above their own methods' means (a size that served one method
+is lent to the others). The arm's belief is a normal with the spread of all first-rung scores as its scale and one pseudo-
+observation of the prior. Before it learns, the search draws one arm of every method (and the experts) in a seeded
+order, so no method is judged by its prior alone. The experts arm stands for one arm per expert not tried yet
+(experts differ from each other more than subsets of one method do): each untried expert gets its own draw.
+``rule="random"`` draws arms uniformly instead (the experts arm weighted by its untried experts): the same halving,
+no learning (the baseline of ``benchmarks/experiment_guided_search.py``).
 
 The same code runs live (``evaluate`` merges and scores with lm-eval: ``live.py``) and offline (``evaluate`` looks
 recorded per-item scores up), so a replay is the live search's decisions exactly. The base is scored first, on every
@@ -30,6 +34,7 @@ Arm = Tuple[str, int]
 RULES = ("thompson", "random")
 MAX_LISTED = 5000  # subsets of a size listed in full below this; above it, drawn by rejection
 PRIOR_SD = 0.1  # the arms' spread before two first-rung scores exist (suite means are fractions)
+MIN_BRACKETS = 4  # the default bracket shrinks until this many fit in the budget: rounds to learn from
 
 
 @dataclass
@@ -44,6 +49,12 @@ class Space:
     def every(cls, names: Sequence[str], methods: Sequence[str], sizes: Sequence[int], experts: bool = True):
         arms = {(m, k): None for m in methods for k in sizes if 2 <= k <= len(names)}
         return cls(list(names), {**({(EXPERT, 1): None} if experts else {}), **arms})
+
+    def left(self, arm: Arm) -> int:
+        """How many subsets the arm has not drawn yet."""
+        listed = self.arms[arm]
+        total = len(listed) if listed is not None else math.comb(len(self.names), arm[1])
+        return total - len(self.used.get(arm, ()))
 
     def draw(self, arm: Arm, rng: np.random.Generator) -> Optional[Tuple[str, ...]]:
         """An unused subset of the arm, at random; None when the arm has none left."""
@@ -67,20 +78,53 @@ class Space:
         return pick
 
 
-def choose(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Generator, rule: str) -> Arm:
-    """One arm: Thompson sampling on first-rung scores (shrunk to the method's mean), or uniform (``random``)."""
+def choose(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Generator, rule: str,
+           units: Optional[Dict[Arm, int]] = None, cover: Sequence[str] = ()) -> Arm:
+    """One arm: Thompson sampling on first-rung scores (shrunk to the method's mean), or uniform (``random``).
+
+    ``units``: an arm that stands for several arms of one each (the experts arm: one per expert not tried yet) counts
+    that many times, each with its own draw around the arm's mean, so every expert has the chance of an arm of its
+    own. ``cover``: methods not drawn yet; Thompson draws among their arms first (every method, and the experts,
+    once before the search learns from anything)."""
+    units = units or {}
     if rule == "random":
-        return arms[rng.integers(len(arms))]
+        weights = np.array([units.get(arm, 1) for arm in arms], dtype=np.float64)
+        return arms[int(rng.choice(len(arms), p=weights / weights.sum()))]
+    fresh = [arm for arm in arms if arm[0] in cover]
+    if fresh:
+        return fresh[int(rng.integers(len(fresh)))]
     every = [s for v in observed.values() for s in v]
     scale = max(float(np.std(every)), 0.01) if len(every) >= 2 else PRIOR_SD
     overall = float(np.mean(every)) if every else 0.0
+    means = {m: float(np.mean([s for a, v in observed.items() if a[0] == m for s in v]))
+             for m in {a[0] for a in observed}}
     draws = []
     for arm in arms:
-        method = [s for a, v in observed.items() if a[0] == arm[0] for s in v]
-        prior = float(np.mean(method)) if method else overall
+        prior = means.get(arm[0], overall) + size_effect(observed, means, arm[1])
         obs = observed.get(arm, [])
-        draws.append(rng.normal((sum(obs) + prior) / (len(obs) + 1), scale / math.sqrt(len(obs) + 1)))
+        mean = (sum(obs) + prior) / (len(obs) + 1)
+        if units.get(arm, 1) > 1:  # untried members: each its own draw, as wide as the tried ones differ
+            spread = max(float(np.std(obs)), scale) if len(obs) >= 2 else scale
+            draws.append(float(np.max(rng.normal(mean, spread, units[arm]))))
+        else:
+            draws.append(rng.normal(mean, scale / math.sqrt(len(obs) + 1)))
     return arms[int(np.argmax(draws))]
+
+
+def default_bracket(costs: Dict[float, int], eta: float, left: int, rungs: int) -> int:
+    """``eta ** (rungs - 1)`` candidates (one survivor reaches every item), halved while fewer than ``MIN_BRACKETS``
+    such brackets fit in what is left: a small budget learns from more, smaller brackets (at least 2 each)."""
+    n = max(2, math.ceil(eta ** (rungs - 1) - 1e-9))
+    while n > 2 and MIN_BRACKETS * bracket_cost(n, costs, eta) > left:
+        n = max(2, math.ceil(n / eta))
+    return n
+
+
+def size_effect(observed: Dict[Arm, List[float]], means: Dict[str, float], size: int) -> float:
+    """How much merges of ``size`` scored above their methods' means (0 before any merge of that size): what one
+    method taught about a size, lent to the others."""
+    residuals = [s - means[a[0]] for a, v in observed.items() if a[0] != EXPERT and a[1] == size for s in v]
+    return float(np.mean(residuals)) if residuals else 0.0
 
 
 def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callable[[Arm, Tuple[str, ...]], str],
@@ -88,17 +132,17 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
            seed: int = 0, rule: str = "thompson", bracket: Optional[int] = None,
            log: Callable[[dict], None] = lambda record: None, iters: int = 1000) -> Dict:
     """Spend at most ``budget`` full evaluations of the suite (the base's included) on brackets of ``bracket``
-    candidates (default ``eta ** (rungs - 1)``: one survivor reaches every item); returns the winner (the best full
+    candidates (default ``default_bracket``); returns the winner (the best full
     evaluation of any bracket), its paired interval to the base, what was spent, and every candidate drawn."""
     if rule not in RULES:
         raise ValueError(f"rule {rule!r}: use one of {', '.join(RULES)}")
     rng = np.random.default_rng(seed)
     rungs = fractions(first, eta)
-    bracket = bracket or max(2, math.ceil(eta ** (len(rungs) - 1) - 1e-9))
     base_items, per_model = evaluate(["base"], 1.0)["base"]
     sizes = {t: len(v) for t, v in base_items.items()}
     costs = rung_costs(sizes, first, eta, seed)
     limit = int(math.floor(budget * per_model + 1e-6))
+    bracket = bracket or default_bracket(costs, eta, limit - per_model, len(rungs))
     spent, lines = per_model, 0
     observed: Dict[Arm, List[float]] = {}
     candidates: Dict[str, dict] = {}
@@ -119,7 +163,9 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
             break
         drawn = []
         while len(drawn) < n and open_arms:
-            arm = choose(open_arms, observed, rng, rule)
+            units = {a: space.left(a) for a in open_arms if a[0] == EXPERT}
+            cover = sorted({a[0] for a in open_arms} - {c["method"] for c in candidates.values()})
+            arm = choose(open_arms, observed, rng, rule, units=units, cover=cover)
             subset = space.draw(arm, rng)
             if subset is None:
                 open_arms.remove(arm)

@@ -16,6 +16,7 @@ from typing import List, Optional
 from wildmerge.errors import ConfigError
 from wildmerge.eval.options import EvalOptions
 from wildmerge.numbers import float_at_least
+from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
 from wildmerge.run import RunFolder, Search, SearchCandidate, SearchResult, SearchSettings
 from wildmerge.search.bandit import EXPERT, RULES, Space, search
 from wildmerge.search.candidates import candidate_id
@@ -64,6 +65,11 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
         raise ConfigError(f"pool {pool.name!r} has {len(pool.experts)} expert(s); a merge needs at least 2")
     folder = RunFolder(out or Path("runs") / f"search-{pool.name}")
     folder.root.mkdir(parents=True, exist_ok=True)
+    layerwise = sorted({r.recipe["merge_method"] for r in recipes.values()} & set(LAYERWISE_METHODS))
+    if layerwise:  # RegMean / CoM are candidates only where every expert has its data
+        from wildmerge.expert_data.check import require_data
+
+        require_data(pool.all_data(), layerwise, pool.name)
     resolved = resolve(pool)  # merged in memory: LoRA adapters folded into the base
     base, paths = resolved.base_path, resolved.experts
     tuned = {}
@@ -87,7 +93,8 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     print(f"search: {', '.join(methods)}{' and the experts alone' if experts else ''}, sizes 2..{len(names)}, for a "
           f"budget of {budget:g} full evaluations; rungs at {fractions(first, eta)} of the items; rule {rule}")
     evaluator = LiveEvaluator(folder, base, paths, specs, suite, seed=seed, options=evaluation,
-                              merge_device=merge_device)
+                              merge_device=merge_device, pool_models=resolved.pool_models() if layerwise else None,
+                              methods=recipes)
     result = search(Space.every(names, methods, range(2, len(names) + 1), experts=experts), evaluator.evaluate,
                     budget, lambda arm, subset: candidate_id({"method": arm[0], "experts": list(subset)}),
                     on_new=on_new, first=first, eta=eta, seed=seed, rule=rule, log=SearchLog(folder.search_log))

@@ -2,8 +2,9 @@
 
 A candidate (method with its TAS-tuned hyperparameters, subset of experts) is merged in memory by the recipe's own
 mergekit method (``merging.inmemory.CandidateMerger``, base and experts loaded once) and written once as a
-checkpoint in the run's search folder (``RunFolder.search_model_dir``). Every rung scores it through the evaluation
-harness as a screening part (lm-eval ``samples=``: the first ``fraction`` of a seeded permutation of each task's
+checkpoint in the run's search folder (``RunFolder.search_model_dir``); RegMean and Chain of Merges, which read
+each expert's data layer by layer, are merged there through the runs' own mergekit path instead. Every rung
+scores it through the evaluation harness as a screening part (lm-eval ``samples=``: the first ``fraction`` of a seeded permutation of each task's
 documents, so the rungs' subsets are nested and every model sees the same items). Results live in the search's
 result store (``RunFolder.search_eval_dir``): a rerun after a kill finds them and scores nothing twice, and removes the candidate folder the killed search
 was writing.
@@ -33,10 +34,12 @@ class LiveEvaluator:
     """``evaluate([candidate ids or "base"], fraction)`` for ``bandit.search``: one executor call per rung."""
 
     def __init__(self, run: RunFolder, base_path: str, experts: Dict[str, str], candidates: Dict[str, dict], suite,
-                 seed: int = 0, options: Optional[EvalOptions] = None, merge_device: str = "cpu"):
+                 seed: int = 0, options: Optional[EvalOptions] = None, merge_device: str = "cpu",
+                 pool_models=None, methods: Optional[dict] = None):
         from wildmerge.eval.store import ResultStore
 
         self.run, self.base_path, self.experts = run, base_path, experts
+        self.pool_models, self.methods = pool_models, methods or {}  # for RegMean / CoM (mergekit, experts' data)
         self.candidates, self.suite, self.seed, self.merge_device = candidates, suite, seed, merge_device
         self.options = options or EvalOptions(workers=1)  # one worker: a rung's few models, each loaded once
         self.store = ResultStore(run.search_eval_dir(suite.name)).prepare()
@@ -50,6 +53,9 @@ class LiveEvaluator:
         if self.candidates[candidate]["recipe"] is None:  # an expert alone: scored as it is
             return self.experts[self.candidates[candidate]["experts"][0]]
         path = self.run.search_model_dir(candidate)
+        if is_layerwise(self.candidates[candidate]["recipe"]):
+            self._merge_layerwise(candidate, path)
+            return str(path)
         recipe = json.dumps(self.candidates[candidate]["recipe"], sort_keys=True)
         stamp = path / RECIPE_STAMP
         if not stamp.is_file() or stamp.read_text() != recipe:  # absent, or merged from other settings
@@ -75,6 +81,22 @@ class LiveEvaluator:
             self._model.save_pretrained(tmp)
             AutoTokenizer.from_pretrained(self.base_path).save_pretrained(tmp)
             (Path(tmp) / RECIPE_STAMP).write_text(recipe_text)
+
+    def _merge_layerwise(self, candidate: str, path: Path) -> None:
+        """RegMean / Chain of Merges read each expert's data layer by layer: not merged in memory but through the
+        runs' own mergekit path (``merging.runner.run_plan``) into the candidate's folder, done once (a folder whose
+        ``merge_info.json`` records the same recipe is reused, also after a kill)."""
+        from wildmerge.merging.runner import merge_options, run_plan
+        from wildmerge.run import PlanEntry
+
+        spec = self.candidates[candidate]
+        if self.pool_models is None or spec["method"] not in self.methods:
+            raise WildmergeError(f"{candidate}: {spec['method']} merges through mergekit with each expert's data; "
+                                 "give the evaluator the pool's models and the method's recipe")
+        entry = PlanEntry(model_id=candidate, kind="merge", path=str(path), method=spec["method"],
+                          n=len(spec["experts"]), experts=list(spec["experts"]))
+        run_plan([entry], self.pool_models, {spec["method"]: self.methods[spec["method"]]},
+                 merge_options(self.pool_models, device=self.merge_device), progress=False)
 
     def job(self, candidate: str, fraction: float) -> dict:
         from wildmerge.eval.fingerprint import fingerprint_model
@@ -109,6 +131,13 @@ class LiveEvaluator:
             out[c] = ({label: np.asarray(item_vector(e), dtype=np.float64) for label, e in sorted(docs.items())},
                       sum(counted(e) for e in docs.values()))
         return out
+
+
+def is_layerwise(recipe: dict) -> bool:
+    """A RegMean / Chain of Merges recipe (each expert's data, merged by mergekit rather than in memory)."""
+    from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
+
+    return recipe["merge_method"] in LAYERWISE_METHODS
 
 
 def subset_recipe(method, base: str, subset: List[str], expert_paths: Dict[str, str]) -> dict:

@@ -14,6 +14,7 @@ from wildmerge.families import cache as C
 
 PREFIX = "smollm2:"
 FAMILY = C.CachedFamily(label="smollm2", title="SmolLM2", env="WILDMERGE_SMOLLM2", tell_waits=True,
+                        unsigned_dirs=("tasks_large",),
                         build_cost="the full family takes about 15 minutes on 2 CPU cores (measured)")
 
 
@@ -94,7 +95,8 @@ def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: i
 
 def resolve_smollm2_ref(ref: str) -> str:
     """Absolute path for ``smollm2:base``, ``smollm2:<expert>``, ``smollm2:tasks``, ``smollm2:pool``, an expert's
-    data ``smollm2:text/<expert>`` / ``smollm2:labelled/<expert>``, or the probe's ``smollm2:probe_tasks`` and
+    data ``smollm2:text/<expert>`` / ``smollm2:labelled/<expert>``, the large suite's tasks ``smollm2:large_tasks``
+    (``large.py``), or the probe's ``smollm2:probe_tasks`` and
     ``smollm2:joint`` (the joint multi-skill reference model).
 
     Builds the family on first use (seed from ``$WILDMERGE_SMOLLM2_SEED``, default 0; the quick family when
@@ -112,6 +114,10 @@ def resolve_smollm2_ref(ref: str) -> str:
             raise ConfigError(f"no SmolLM2 data {ref!r}{why}{did_you_mean(expert, with_data)}; valid: "
                               f"{', '.join(f'{PREFIX}{kind}/{n}' for n in with_data)}")
         return ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)["data"][expert][kind]
+    if name == "large_tasks":  # the suite's larger variant (smollm2/large.py), written next to the family
+        from wildmerge.families.smollm2.large import write_large_tasks
+
+        return write_large_tasks(ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick))
     from wildmerge.families.smollm2.probe import ensure_probe_data
 
     return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data)
