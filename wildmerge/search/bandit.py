@@ -120,6 +120,13 @@ def default_bracket(costs: Dict[float, int], eta: float, left: int, rungs: int) 
     return n
 
 
+def fitting_bracket(n: int, costs: Dict[float, int], eta: float, left: int) -> int:
+    """The largest bracket of at most ``n`` candidates whose worst case fits in ``left`` item evaluations (0: none)."""
+    while n and bracket_cost(n, costs, eta) > left:
+        n -= 1
+    return n
+
+
 def size_effect(observed: Dict[Arm, List[float]], means: Dict[str, float], size: int) -> float:
     """How much merges of ``size`` scored above their methods' means (0 before any merge of that size): what one
     method taught about a size, lent to the others."""
@@ -156,9 +163,7 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
         lines += 1
 
     while open_arms:
-        n = bracket
-        while n and bracket_cost(n, costs, eta) > limit - spent:
-            n -= 1
+        n = fitting_bracket(bracket, costs, eta, limit - spent)
         if not n:
             break
         drawn = []

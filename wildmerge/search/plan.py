@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional
 
 from wildmerge.sampling import cost
+from wildmerge.search.bandit import default_bracket, fitting_bracket
 from wildmerge.search.halving import bracket_cost, fractions, rung_costs
 
 
@@ -35,15 +36,13 @@ def plan_search(items_per_task: Dict[str, int], budget: float, first: float = 0.
     """Brackets, candidates, jobs and item evaluations of a search of ``budget`` full evaluations on a suite with
     ``items_per_task`` items, its rungs as ``bandit.search`` sets them."""
     rungs = fractions(first, eta)
-    bracket = bracket or max(2, math.ceil(eta ** (len(rungs) - 1) - 1e-9))
     costs = rung_costs(items_per_task, first, eta, seed)
     per_model = sum(items_per_task.values())
     limit = int(math.floor(budget * per_model + 1e-6))
+    bracket = bracket or default_bracket(costs, eta, limit - per_model, len(rungs))
     spent, jobs, brackets, candidates = per_model, 1, 0, 0
     while True:
-        n = bracket
-        while n and bracket_cost(n, costs, eta) > limit - spent:
-            n -= 1
+        n = fitting_bracket(bracket, costs, eta, limit - spent)
         if not n:
             break
         spent += bracket_cost(n, costs, eta)
