@@ -23,7 +23,6 @@ import argparse
 import gc
 import importlib.util
 import json
-import os
 import statistics
 import sys
 import tempfile

@@ -19,7 +19,6 @@ run). The busy loops are this benchmark's own: they do not make a figure LOADED;
 """
 
 import argparse
-import os
 import subprocess
 import sys
 import time

@@ -327,7 +327,6 @@ def all_finite(t) -> bool:
 
 def nonfinite_in_file(file) -> List[str]:
     """Names of the floating-point tensors of one safetensors file that hold NaN or Inf."""
-    import torch
     from safetensors import safe_open
 
     bad = []
@@ -341,7 +340,6 @@ def nonfinite_in_file(file) -> List[str]:
 
 def nonfinite_sources(tensors: List[str], models: Dict[str, str]) -> Dict[str, List[str]]:
     """{tensor: [names of the models whose copy holds NaN or Inf]}, reading only those tensors of each model."""
-    import torch
     from safetensors import safe_open
 
     found = {t: [] for t in tensors}

@@ -16,7 +16,7 @@ Experts here are heads, not fine-tuned backbones, so the contrast isolates what 
 the routing feature space supports the partition.
 """
 
-from typing import Dict, List, Sequence
+from typing import List, Sequence
 
 from tqdm.auto import tqdm
 

@@ -44,8 +44,6 @@ def train_fresh_head(train, val, test, n_labels: int, seed: int, settings: HeadS
 
     Returns test accuracy ``fh``, ``val`` accuracy and the chosen ``epoch`` (1-based).
     """
-    import copy
-
     import torch
 
     (ztr, ytr), (zva, yva), (zte, yte) = train, val, test
