@@ -258,3 +258,33 @@ def run_tune(*argv):
     parser = argparse.ArgumentParser()
     tune.configure(parser)
     return tune.run(parser.parse_args([str(a) for a in argv]))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matmuls on a shared 2-core machine: thread hand-offs cost more than the maths, so run on one thread
+    (import it into a test module to apply it there)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def token_family(root, vocab_slices, n_samples, seq):
+    """A tiny Llama base and one expert per vocabulary slice ``(lo, hi)``, each with ``n_samples`` token sequences
+    (5 to ``seq`` long) drawn from its own slice: what the layer-wise methods read as each expert's data."""
+    import json
+    import random
+
+    base = make_tiny_model(root / "base", "llama", seed=0)
+    experts = [make_tiny_model(root / f"e{i}", base=base, seed=i + 1, noise=0.05) for i in range(len(vocab_slices))]
+    data = []
+    for i, (lo, hi) in enumerate(vocab_slices):
+        rng = random.Random(i)
+        path = root / f"tok{i}.jsonl"
+        rows = [[rng.randrange(lo, hi) for _ in range(rng.randrange(5, seq + 1))] for _ in range(n_samples)]
+        path.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
+        data.append(str(path))
+    return {"root": root, "base": base, "experts": experts, "data": data}

@@ -4,7 +4,6 @@ implementation written here from its paper, their invariants, and the shipped re
 
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import make_tiny_model
+from helpers import one_thread, token_family  # noqa: F401  (one_thread: autouse fixture)
 from safetensors.torch import load_file
 
 from wildmerge.errors import WildmergeError
@@ -26,29 +25,10 @@ N_SAMPLES, SEQ = 6, 12
 MATS = dict(lam_rel=0.0, ridge="zero", init="task_arithmetic", init_lambda=0.4, tol=0.0, precision=torch.float64)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls on a shared 2-core machine: run on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
     """A tiny Llama base, three experts of it, each with its own token data from its own slice of the vocabulary."""
-    root = tmp_path_factory.mktemp("fisher_mats")
-    base = make_tiny_model(root / "base", "llama", seed=0)
-    experts = [make_tiny_model(root / f"e{i}", base=base, seed=i + 1, noise=0.05) for i in range(3)]
-    data = []
-    for i, (lo, hi) in enumerate([(4, 24), (24, 44), (44, 64)]):
-        rng = random.Random(i)
-        path = root / f"tok{i}.jsonl"
-        rows = [[rng.randrange(lo, hi) for _ in range(rng.randrange(5, SEQ + 1))] for _ in range(N_SAMPLES)]
-        path.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
-        data.append(str(path))
-    return {"root": root, "base": base, "experts": experts, "data": data}
+    return token_family(tmp_path_factory.mktemp("fisher_mats"), [(4, 24), (24, 44), (44, 64)], N_SAMPLES, SEQ)
 
 
 def _recipe(fam, method, params=None, experts=None):

@@ -10,22 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import make_tiny_model
+from helpers import make_tiny_model, one_thread  # noqa: F401  (one_thread: autouse fixture)
 from safetensors.torch import load_file
 
 from wildmerge.errors import WildmergeError
 from wildmerge.plugins.layerwise.driver import DIAGNOSTICS_FILE, merge_layerwise
 
 N_SAMPLES, SEQ = 8, 16
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls on a shared 2-core machine: thread hand-offs cost 100x the maths, so run on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _save_tokenizer(path):

@@ -5,7 +5,6 @@ driver end to end on a tiny family, and the shipped recipe through the stock ``m
 import json
 import math
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import make_tiny_model
+from helpers import one_thread, token_family  # noqa: F401  (one_thread: autouse fixture)
 from safetensors.torch import load_file
 
 from wildmerge.errors import ConfigError
@@ -24,29 +23,10 @@ from wildmerge.plugins.layerwise.prodistill import distill_block
 N_SAMPLES, SEQ = 6, 12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls on a shared 2-core machine: run on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
     """A tiny 2-layer Llama base, two experts of it, each with its own token data."""
-    root = tmp_path_factory.mktemp("prodistill")
-    base = make_tiny_model(root / "base", "llama", seed=0)
-    experts = [make_tiny_model(root / f"e{i}", base=base, seed=i + 1, noise=0.05) for i in range(2)]
-    data = []
-    for i, (lo, hi) in enumerate([(4, 30), (30, 64)]):
-        rng = random.Random(i)
-        path = root / f"tok{i}.jsonl"
-        rows = [[rng.randrange(lo, hi) for _ in range(rng.randrange(5, SEQ + 1))] for _ in range(N_SAMPLES)]
-        path.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
-        data.append(str(path))
-    return {"root": root, "base": base, "experts": experts, "data": data}
+    return token_family(tmp_path_factory.mktemp("prodistill"), [(4, 30), (30, 64)], N_SAMPLES, SEQ)
 
 
 def _weights(path):
