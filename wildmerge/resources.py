@@ -30,6 +30,7 @@ can use it before torch loads.
   at barriers instead of spinning (``OMP_WAIT_POLICY=PASSIVE``); it only works before torch is imported.
 """
 
+import functools
 import math
 import os
 import re
@@ -43,24 +44,61 @@ from wildmerge.errors import ConfigError
 THREADS_ENV = "WILDMERGE_LAPACK_THREADS"
 CGROUP = Path("/sys/fs/cgroup")
 MEMINFO = Path("/proc/meminfo")
+SELF_CGROUP = Path("/proc/self/cgroup")
+
+
+@functools.lru_cache(maxsize=None)
+def _cgroup_levels(root: Path, controller: str, self_cgroup: Path = SELF_CGROUP) -> List[Path]:
+    """The folders whose limits bind this process, its own cgroup first, then each parent up to ``root``.
+
+    A limit is set on the cgroup a process was placed in, not only at the mount's top: a Slurm job step
+    (``/slurm/uid_U/job_J/step_S``), a systemd unit, a container without its own cgroup namespace. Read from
+    ``/proc/self/cgroup``: v2 is the line ``0::/path``; v1 names its controllers (``4:memory:/path``,
+    ``2:cpu,cpuacct:/path``), mounted at ``root/<controllers>``. Returned as v2 folders then v1 folders (each
+    holding its controller's files), ``root`` and ``root/<controller>`` always last. Kept per process (a process
+    does not move between cgroups while it merges); the limits themselves are read at every call."""
+    v2, v1 = [], []
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[2].startswith("/"):
+            continue
+        ids, names, path = parts
+        rel = Path(path.lstrip("/"))
+        if ids == "0" and names == "":
+            v2 += [root / up for up in [rel, *rel.parents] if up != Path(".")]
+        elif controller in names.split(","):
+            mount = root / names if (root / names).is_dir() else root / controller
+            v1 += [mount / up for up in [rel, *rel.parents] if up != Path(".")]
+    return v2 + [root] + v1 + [root / controller]
 
 
 # ---------------------------------------------------------------- cores
 
 
-def _cgroup_quota(root: Path = CGROUP) -> Optional[float]:
-    """Cores allowed by a cgroup CPU quota (fractional), or None when unlimited or unknown."""
+def _quota_in(folder: Path) -> Optional[float]:
+    """The CPU quota set in one cgroup folder (v2 ``cpu.max``, else v1 ``cpu.cfs_quota_us``), None if none."""
     try:
-        quota, period = (root / "cpu.max").read_text().split()[:2]  # v2: "max 100000" or "200000 100000"
+        quota, period = (folder / "cpu.max").read_text().split()[:2]  # v2: "max 100000" or "200000 100000"
         return None if quota == "max" else int(quota) / int(period)
     except (OSError, ValueError):
         pass
     try:
-        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())  # v1: -1 when unlimited
-        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        quota = int((folder / "cpu.cfs_quota_us").read_text())  # v1: -1 when unlimited
+        period = int((folder / "cpu.cfs_period_us").read_text())
         return None if quota <= 0 or period <= 0 else quota / period
     except (OSError, ValueError):
         return None
+
+
+def _cgroup_quota(root: Path = CGROUP, self_cgroup: Path = SELF_CGROUP) -> Optional[float]:
+    """Cores allowed by the tightest CPU quota on this process's cgroup or a parent (fractional), or None when
+    unlimited or unknown."""
+    quotas = [q for q in map(_quota_in, _cgroup_levels(root, "cpu", self_cgroup)) if q is not None]
+    return min(quotas) if quotas else None
 
 
 def usable_cores(root: Path = CGROUP) -> int:
@@ -198,16 +236,22 @@ def _stat(path: Path, key: str) -> int:
         return 0
 
 
-def _cgroup_free(root: Path) -> Optional[int]:
-    """Bytes the cgroup memory limit still allows (v2, else v1), None when unlimited or unknown."""
+def _free_in(folder: Path) -> Optional[int]:
+    """Bytes one cgroup folder's memory limit still allows (v2 files, else v1), None when it sets none."""
     for limit_file, usage_file, stat_file, inactive in (
-            (root / "memory.max", root / "memory.current", root / "memory.stat", "inactive_file"),
-            (root / "memory" / "memory.limit_in_bytes", root / "memory" / "memory.usage_in_bytes",
-             root / "memory" / "memory.stat", "total_inactive_file")):
-        limit, usage = _read_int(limit_file), _read_int(usage_file)
+            ("memory.max", "memory.current", "memory.stat", "inactive_file"),
+            ("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat", "total_inactive_file")):
+        limit, usage = _read_int(folder / limit_file), _read_int(folder / usage_file)
         if limit is not None and usage is not None:
-            return max(0, limit - max(0, usage - _stat(stat_file, inactive)))
+            return max(0, limit - max(0, usage - _stat(folder / stat_file, inactive)))
     return None
+
+
+def _cgroup_free(root: Path, self_cgroup: Path = SELF_CGROUP) -> Optional[int]:
+    """Bytes the tightest memory limit on this process's cgroup or a parent still allows, None when unlimited or
+    unknown. (v1 reports an unlimited limit as a huge number: it never binds.)"""
+    free = [f for f in map(_free_in, _cgroup_levels(root, "memory", self_cgroup)) if f is not None]
+    return min(free) if free else None
 
 
 def free_memory(root: Path = CGROUP, meminfo: Path = MEMINFO) -> Optional[int]:

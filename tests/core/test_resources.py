@@ -252,3 +252,35 @@ def test_a_gpu_that_is_there_and_one_that_is_not():
     with pytest.raises(ConfigError, match=f"only {count} CUDA GPU"):
         resources.checked_device(f"cuda:{count}")
     assert 0 < resources.free_device_memory("cuda:0") <= torch.cuda.get_device_properties(0).total_memory
+
+
+def _write(folder, **files):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name.replace("__", ".")).write_text(text)
+
+
+def test_a_limit_on_the_process_own_cgroup_binds_not_only_the_top(tmp_path):
+    """A Slurm job step or a systemd unit carries its limits on its own cgroup, below the mount's top."""
+    root, me = tmp_path / "cgroup", tmp_path / "self_cgroup"
+    me.write_text("0::/slurm/uid_0/job_7/step_0\n")  # v2
+    job = root / "slurm" / "uid_0" / "job_7"
+    _write(root, memory__max="max\n", memory__current="1\n")
+    _write(job, memory__max="1000000\n", memory__current="250000\n", cpu__max="150000 100000\n")
+    _write(job / "step_0", memory__max="max\n", memory__current="250000\n", cpu__max="max 100000\n")
+    assert resources._cgroup_free(root, me) == 750000  # the job's limit, two levels up from the step
+    assert resources._cgroup_quota(root, me) == 1.5
+    _write(job / "step_0", memory__max="600000\n", memory__current="250000\n")  # a tighter step: the minimum
+    assert resources._cgroup_free(root, me) == 350000
+    assert resources._cgroup_free(root, tmp_path / "absent") is None  # no /proc/self/cgroup: the top only
+
+
+def test_cgroup_v1_controllers_mounted_together_are_found(tmp_path):
+    root, me = tmp_path / "cgroup", tmp_path / "self_cgroup"
+    me.write_text("4:memory:/docker/abc\n2:cpu,cpuacct:/docker/abc\n0::/\n")
+    _write(root / "memory", memory__limit_in_bytes="9223372036854771712\n", memory__usage_in_bytes="5\n")
+    _write(root / "memory" / "docker" / "abc", memory__limit_in_bytes="2000000\n",
+           memory__usage_in_bytes="500000\n", memory__stat="total_inactive_file 100000\n")
+    _write(root / "cpu,cpuacct" / "docker" / "abc", cpu__cfs_quota_us="300000\n", cpu__cfs_period_us="100000\n")
+    assert resources._cgroup_free(root, me) == 2000000 - (500000 - 100000)
+    assert resources._cgroup_quota(root, me) == 3.0
