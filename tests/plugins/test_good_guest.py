@@ -286,3 +286,11 @@ def test_sampler_refuses_a_nan_merge_and_marks_nothing_done(tiny_family, nan_exp
     err = capsys.readouterr().err
     assert "NaN or Inf" in err and KEY in err and "poisoned" in err
     assert not [p for p in (run / "models").glob("*/merge_info.json")]
+
+
+@pytest.mark.parametrize("first", ["wildmerge.plugins.task_vector_method", "wildmerge.plugins.method_params"])
+def test_a_shared_module_imported_first_leaves_registration_for_later_without_a_warning(first):
+    """task_vector_method imports mergekit half-way through; the hook must wait, not print an error."""
+    done = python(f"import {first}; import wildmerge.plugins.methods; {OURS}")
+    assert done.stderr == ""
+    assert "'iso_c'" in done.stdout and "'tsv_m'" in done.stdout and "'localize_stitch'" in done.stdout

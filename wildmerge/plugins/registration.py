@@ -40,10 +40,16 @@ def _importable_methods(complete: str = "") -> list:
         try:
             methods += importlib.import_module(module).METHODS
         except ImportError:
-            if not any(_half_imported(m) for m in METHOD_MODULES):
+            if not _any_of_ours_half_imported():
                 raise
-            # it needs a module that is still being imported: registered when that one is done
+            # it needs a module of ours that is still being imported (a method module, or a shared one such as
+            # task_vector_method imported first): registered when a method module's import ends, or by the
+            # entry point's register_all() before any merge runs
     return methods
+
+
+def _any_of_ours_half_imported() -> bool:
+    return any(_half_imported(m) for m in list(sys.modules) if m.startswith("wildmerge."))
 
 
 def register_all(complete: str = "") -> dict:
