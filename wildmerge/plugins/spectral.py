@@ -44,6 +44,7 @@ def _randomized(topk_solver: str):
     return batched_randomized_svds if topk_solver == "randomized_batched" else randomized_svds
 
 
+@on_kernel_threads
 def iso_c(deltas: Sequence[torch.Tensor], rank_tol: Optional[float], svd_precision: str) -> torch.Tensor:
     """Iso-C (Marczak et al. 2025): keep the singular vectors of the summed task vectors and set every singular
     value (within the rank) to their mean. The tasks are summed in place, one by one (as ``sum`` adds them, one
