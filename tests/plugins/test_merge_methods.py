@@ -2,6 +2,7 @@
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 
@@ -85,7 +86,7 @@ def test_unit_weights_and_lambda_skip_no_bits(dtype, name):
 @pytest.mark.parametrize("method", [methods.ISO_C, methods.ISO_CTS, methods.TSV_M])
 def test_kernels_take_the_recipes_parameter_names(method):
     # a method hands its parameters to its kernel as they are: no adapter renames them
-    kernel_args = set(inspect.signature(method.kernel).parameters) - {"deltas"}
+    kernel_args = set(inspect.signature(method.kernel).parameters) - {"deltas", "delta"}  # Iso-C's takes the sum
     recipe_names = set(method.params.fields_by_name()) - {"weight", "lambda", "spectral_vocab", "exclude"}
     assert kernel_args == recipe_names
     boost_args = set(inspect.signature(spectral.subspace_boost).parameters) - {"delta"}
@@ -135,6 +136,59 @@ def test_nan_input_names_tensor_and_model():
     with pytest.raises(ConfigError, match=r"model\.layers\.0\.q\.weight.*NaN"):
         merge_tensors([base, *experts], "iso_c", base_index=0, name="model.layers.0.q.weight",
                       ids=["base", "a", "b", "c"])
+
+
+@pytest.mark.parametrize("method", OURS)
+@pytest.mark.parametrize("name", ["model.layers.0.q.weight", "model.norm.weight"])
+@pytest.mark.parametrize("bad,value,weight", [(2, float("nan"), 1.0), (2, float("inf"), 1.0), (2, float("-inf"), 0.0),
+                                              (2, float("nan"), 0.0), (0, float("nan"), 1.0)])
+def test_a_nonfinite_input_is_named_whichever_pass_finds_it(method, name, bad, value, weight):
+    """Iso-C and the plain mean check the summed task vectors, TA+SB its merged tensor, the rest every input: each
+    names the tensor and the model (``bad``: 0 the base, 2 the second expert), a weight of 0 included."""
+    base, experts = inputs()
+    models = [base, *experts]
+    if name == "model.norm.weight":
+        models = [m[0].clone() for m in models]
+    models[bad].view(-1)[5] = value
+    parameters = params_for(method, weight=[1.0, weight, 1.0])
+    model_name = ["base", "a", "b", "c"][bad]
+    with pytest.raises(ConfigError, match=rf"{re.escape(name)}.* of model {model_name} contains NaN or Inf"):
+        merge_tensors(models, method, base_index=0, name=name, ids=["base", "a", "b", "c"], parameters=parameters)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("weights", [[1.0, 1.0, 1.0], [0.5, 2.0, 0.3], [0.0, 1.0, 0.7]])
+def test_summed_task_vectors_are_the_templates_sum_bit_for_bit(dtype, weights):
+    """One buffer, the same additions in the same order as ``d_1.clone(); d_1 += d_2 ...`` over the template's
+    task vectors; and Iso-C / the plain mean through mergekit equal the formula with those task vectors."""
+    from wildmerge.plugins.task_vector_method import _scaled, summed_task_vectors
+
+    base, experts = inputs(shape=(40, 24))
+    base, experts = base.to(dtype), [e.to(dtype) for e in experts]
+    base32 = base.to(torch.float32)
+    deltas = [_scaled(w, e.to(torch.float32) - base32) for w, e in zip(weights, experts)]
+    expected = deltas[0].clone()
+    for d in deltas[1:]:
+        expected += d
+    assert torch.equal(summed_task_vectors(base32, experts, weights).view(torch.int32), expected.view(torch.int32))
+    for name in ("w.weight", "norm.weight"):
+        models = [base, *experts] if name == "w.weight" else [base[0], *(e[0] for e in experts)]
+        ds = deltas if name == "w.weight" else [d[0] for d in deltas]
+        out = merge_tensors(models, "iso_c", base_index=0, name=name, parameters={"lambda": 0.6, "weight": weights})
+        update = iso_c(ds) if name == "w.weight" else sum(ds) / sum(weights)
+        formula = (models[0].to(torch.float32) + 0.6 * update).to(dtype)
+        assert torch.equal(out.view(torch.uint8), formula.view(torch.uint8))
+
+
+def test_task_vectors_that_cancel_give_the_base_exactly():
+    g = torch.Generator().manual_seed(0)
+    base = torch.randint(-8, 8, (24, 16), generator=g) / 4.0  # dyadic: every difference below is exact
+    step = torch.randint(-8, 8, (24, 16), generator=g) / 8.0
+    for name in ("w.weight", "norm.weight"):
+        models = [base, base + step, base - step] if name == "w.weight" else [base[0], base[0] + step[0],
+                                                                                base[0] - step[0]]
+        out = merge_tensors(models, "iso_c", base_index=0, name=name)
+        assert torch.equal(out, models[0])
 
 
 @pytest.mark.parametrize("method,params,match", [

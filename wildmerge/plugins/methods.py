@@ -25,9 +25,10 @@ from mergekit.sparsify import SparsificationMethod
 from pydantic import AfterValidator, Field
 from typing_extensions import Annotated, Literal
 
+from wildmerge.checkpoints import all_finite
 from wildmerge.plugins import spectral
 from wildmerge.plugins.method_params import MethodParams, per_model
-from wildmerge.plugins.task_vector_method import TaskVectorMethod, all_zero, check_group
+from wildmerge.plugins.task_vector_method import TaskVectorMethod, all_zero, check_finite, check_shapes
 
 ISO_URL = "https://arxiv.org/abs/2502.04959"
 TSV_URL = "https://arxiv.org/abs/2412.00081"
@@ -146,17 +147,32 @@ class SpectralMerge(TaskVectorMethod, GroupMergeMethod):
     method_reference_url: str
     kernel: Kernel
     params: Type[MethodParams] = IsoCParams
+    on_sum: bool = False  # the kernel takes the summed task vectors (Iso-C), not the list
+
+    def takes_sum(self, group: TensorGroup, parameters) -> bool:
+        """The kernel's own input when it takes the sum; the plain mean of every tensor without the spectral step."""
+        return self.on_sum or not spectral_eligible(group, parameters["spectral_vocab"], parameters["exclude"])
+
+    def merged_sum(self, group: TensorGroup, total, weights, parameters) -> torch.Tensor:
+        if spectral_eligible(group, parameters["spectral_vocab"], parameters["exclude"]):
+            update = self._kernel(total, parameters)
+        else:  # ``sum(deltas) / sum(weights)``: ``0 + d_1`` and ``d_1`` differ at most in the sign of a zero, which
+            # ``theta_0 + update`` keeps only where theta_0 is -0.0 and every scaled task vector is -0.0
+            weight = sum(weights)
+            update = total / (weight if abs(weight) > 1e-12 else 1.0)
+        return _scaled_update(update, parameters)
 
     def merged_update(self, group: TensorGroup, deltas, weights, parameters) -> Optional[torch.Tensor]:
         if all_zero(deltas):
             return None  # a zero task vector gives the base exactly
-        if spectral_eligible(group, parameters["spectral_vocab"], parameters["exclude"]):
-            update = self.kernel(deltas, **{k: parameters[k] for k in self.params.fields_by_name()
-                                            if k not in _NOT_KERNEL})
-        else:
-            total = sum(weights)
-            update = sum(deltas) / (total if abs(total) > 1e-12 else 1.0)
-        return update if parameters["lambda"] == 1.0 else parameters["lambda"] * update  # 1.0 * x is x
+        return _scaled_update(self._kernel(deltas, parameters), parameters)
+
+    def _kernel(self, data, parameters) -> torch.Tensor:
+        return self.kernel(data, **{k: parameters[k] for k in self.params.fields_by_name() if k not in _NOT_KERNEL})
+
+
+def _scaled_update(update: torch.Tensor, parameters) -> torch.Tensor:
+    return update if parameters["lambda"] == 1.0 else parameters["lambda"] * update  # 1.0 * x is x
 
 
 # What picks and scales the tensors; every other parameter is the kernel's keyword of the same name.
@@ -182,10 +198,17 @@ class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
         return dataclasses.replace(self, method_name=name)
 
     def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
-        check_group(self.method_name, group)
+        """Without sparsification a NaN / Inf in any input reaches the merged tensor (``w * NaN`` is NaN even for
+        ``w = 0``), so the check reads that one tensor and names the model only when it is not finite; TIES' top-k
+        could drop a NaN, so there every input is checked first."""
+        check_shapes(self.method_name, group)
+        if self.sparsification_method is not None:
+            check_finite(self.method_name, group)
         self.params.check_resolved(self.method_name, parameters)
         own = {k: parameters.pop(k) for k in ("beta", *SpectralOptions.fields_by_name())}
         merged = super().merge_group(group, **parameters)
+        if self.sparsification_method is None and merged.is_floating_point() and not all_finite(merged):
+            check_finite(self.method_name, group)
         if own["beta"] >= 1.0 or not merged.is_floating_point():
             return merged
         if not spectral_eligible(group, own["spectral_vocab"], own["exclude"]):
@@ -206,7 +229,7 @@ def _boosted(params: Type[TaskArithmeticSBParams], **kwargs) -> BoostedTaskArith
                                  params=params, method_reference_url=SB_URL, **kwargs)
 
 
-ISO_C = SpectralMerge("iso_c", "Iso-C", ISO_URL, spectral.iso_c, IsoCParams)
+ISO_C = SpectralMerge("iso_c", "Iso-C", ISO_URL, spectral.iso_c_of_sum, IsoCParams, on_sum=True)
 ISO_CTS = SpectralMerge("iso_cts", "Iso-CTS", ISO_URL, spectral.iso_cts, IsoCTSParams)
 TSV_M = SpectralMerge("tsv_m", "TSV-Merge", TSV_URL, spectral.tsv_m, TSVMParams)
 TASK_ARITHMETIC_SB = _boosted(

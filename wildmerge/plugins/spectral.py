@@ -53,7 +53,14 @@ def iso_c(deltas: Sequence[torch.Tensor], rank_tol: Optional[float], svd_precisi
     total = deltas[0].clone()
     for d in deltas[1:]:
         total += d
-    return spectral_map(total, lambda s, rank: torch.where(s > 0, s.sum() / rank, 0.0), rank_tol, svd_precision)
+    return iso_c_of_sum(total, rank_tol, svd_precision)
+
+
+@on_kernel_threads
+def iso_c_of_sum(delta: torch.Tensor, rank_tol: Optional[float], svd_precision: str) -> torch.Tensor:
+    """Iso-C of the summed task vectors ``delta`` (the method's kernel: mergekit's template sums them in one buffer,
+    ``task_vector_method.summed_task_vectors``)."""
+    return spectral_map(delta, lambda s, rank: torch.where(s > 0, s.sum() / rank, 0.0), rank_tol, svd_precision)
 
 
 @on_kernel_threads
