@@ -34,6 +34,7 @@ def output_to(log_path: str):
 
 
 def release_memory() -> None:
+    """Free the scored model (cycles included) before the next one loads; objects frozen at start-up are skipped."""
     gc.collect()
     if cuda_available():
         import torch
@@ -76,6 +77,7 @@ def main() -> int:
     from wildmerge.eval.worker import score_job
 
     cache_env_info()
+    gc.freeze()  # the imports live as long as the worker: release_memory's full collection skips their objects
     control.write("ready\n")
     for line in sys.stdin:
         job = json.loads(Path(line.strip()).read_text())

@@ -158,6 +158,9 @@ def evaluate_job(job: Dict[str, Any]) -> Dict[str, Any]:
     """Score the job's model on every task of the suite, with each task's own n-shot; the model loads once."""
     import lm_eval
 
+    from wildmerge.eval.templates import compile_templates_once
+
+    compile_templates_once()
     s = job["settings"]
     lm = build_lm(job)
     tm = task_manager(job["include_path"], job["include_defaults"])

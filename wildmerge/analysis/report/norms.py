@@ -11,29 +11,28 @@ as a CSV.
 from pathlib import Path
 from typing import Dict, List
 
-from tqdm.auto import tqdm
-
 from wildmerge.analysis.plotting import pyplot, save_figure, style
 from wildmerge.analysis.pool.norms import NormCache
 from wildmerge.analysis.report.plots import NORM_LABEL, OK
-from wildmerge.errors import WildmergeError
 
 BALANCE_CAPTION = "Norm-balanced against norm-unbalanced subsets (the reality-check paper, Fig. 6)"
 
 
 def add_norms(data, df, notes: List[str]) -> None:
-    """Task-vector norm of every merge and expert against the base (streaming; cached in RUN/eval/norms.json)."""
+    """Task-vector norm of every merge and expert against the base (one streaming pass over the base for all of
+    them; cached in RUN/eval/norms.json)."""
     entries = data.entries
     base = next(e.path for e in entries.values() if e.kind == "base")
     cache = NormCache(data.run.norms_cache)
+    # a composition keeps its experts: it has no weights of its own
+    wanted = {m: entries[m].path for m, kind in zip(df["model_id"], df["kind"]) if kind not in ("base", "composition")}
+    found = cache.norms(wanted, base)
     values = []
-    for model_id, kind in tqdm(list(zip(df["model_id"], df["kind"])), desc="task-vector norms", unit="model"):
-        value = float("nan")
-        if kind not in ("base", "composition"):  # a composition keeps its experts: it has no weights of its own
-            try:
-                value = cache.norm(entries[model_id].path, base)
-            except (WildmergeError, OSError) as exc:
-                notes.append(f"{model_id}: no task-vector norm ({exc})")
+    for model_id in df["model_id"]:
+        value = found.get(model_id, float("nan"))
+        if isinstance(value, Exception):
+            notes.append(f"{model_id}: no task-vector norm ({value})")
+            value = float("nan")
         values.append(value)
     cache.save()
     df["task_vector_norm"] = values
