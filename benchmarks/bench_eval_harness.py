@@ -99,8 +99,8 @@ def main() -> int:
     args = p.parse_args()
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
-    if args.parts == ["smollm2-settings"]:
-        results = {"smollm2_settings": smollm2_settings(args)}
+    results = {"smollm2_settings": smollm2_settings(args)} if "smollm2-settings" in args.parts else {}
+    if not set(args.parts) - {"smollm2-settings"}:  # the demo family is not needed
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
         return 0
@@ -123,7 +123,6 @@ def main() -> int:
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     bare = Process(["-c", BARE, paths[0], include, ",".join(tasks), suite.settings.dtype,
                     str(suite.settings.batch_size)], env=env)
-    results = {}
     with tempfile.TemporaryDirectory() as tmp:
         if "modes" in args.parts:
             scores = {}

@@ -122,8 +122,7 @@ def main() -> int:
     unknown = sorted(set(names) - set(models))
     if unknown:
         raise SystemExit(f"--models {unknown}: the quick family has {sorted(models)}")
-    results = {"limit": args.limit, "settings": {s: list(SETTINGS[s][:2]) + [SETTINGS[s][2], SETTINGS[s][3]]
-                                                  for s in args.settings}, "runs": {}, "compare": {}}
+    results = {"limit": args.limit, "settings": {s: SETTINGS[s] for s in args.settings}, "runs": {}, "compare": {}}
     for other in args.also:  # runs already made (e.g. one model per process, in parallel) are not made again
         earlier = json.loads(Path(other).read_text())
         if earlier["limit"] != args.limit:
