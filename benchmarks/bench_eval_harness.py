@@ -8,10 +8,14 @@ cases run interleaved, round after round, each into an emptied output folder; ra
     python benchmarks/bench_eval_harness.py [--rounds 5]            # full demo family (cached), base + 5 experts
     python benchmarks/bench_eval_harness.py --quick                  # the quick family (3 experts)
     python benchmarks/bench_eval_harness.py --parts end-to-end       # the demo main job against one bare evaluation
+    python benchmarks/bench_eval_harness.py --parts smollm2-settings --limit 8   # SmolLM2: smollm2_bf16 vs smollm2
 
 Ratios printed: each mode's wall time over the per-process mode's (below 1 is faster: the long-lived speed-up is
 its inverse; target >= 4x) and, for the end-to-end part, the demo main job (``sample_and_merge.py``, family cached)
-over one bare ``simple_evaluate`` of the base (target <= 12x).
+over one bare ``simple_evaluate`` of the base (target <= 12x); for ``smollm2-settings``, one evaluation of the SmolLM2
+base under the ``smollm2_bf16`` suite's settings over the same under the ``smollm2`` suite's (the built family's
+base; ``--quick``: the quick family's), each in a fresh process with an evaluation worker's threads, timed whole and
+inside (``evaluate_job``: the model's load and the scoring, without the imports).
 """
 
 import argparse
@@ -51,17 +55,55 @@ def evaluation(paths, out: Path, scores: dict, name: str, **options) -> Call:
     return Call(run)
 
 
+SMOLLM2_CHILD = """
+import sys
+from wildmerge.eval.jobs import make_job
+from wildmerge.eval.suites import load_suite
+from wildmerge.eval.worker import evaluate_job
+from wildmerge.hub import resolve_path
+suite = load_suite(sys.argv[1])
+suite.settings.limit, suite.settings.device = int(sys.argv[2]), "cpu"
+job = make_job(resolve_path("smollm2:base"), "benchmark", suite, suite.resolved_include_path(), False)
+print(evaluate_job(job.to_dict())["scores"])
+"""
+
+
+def smollm2_settings(args) -> dict:
+    """One SmolLM2 evaluation under the cheaper suite (``smollm2_bf16``) against the shipped one (``smollm2``)."""
+    from wildmerge.eval.local import worker_envs
+
+    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           **{k: v for k, v in worker_envs(None)[0].items() if k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}}
+    if args.quick:
+        env["WILDMERGE_SMOLLM2_QUICK"] = "1"
+    print(f"SmolLM2 base, {args.limit} items per task, {env['OMP_NUM_THREADS']} thread(s), "
+          f"load average {os.getloadavg()[0]:.1f}")
+    cases = {name: Process(["-c", SMOLLM2_CHILD, name, str(args.limit)], env=env,
+                           time_call="wildmerge.eval.worker:evaluate_job") for name in ("smollm2_bf16", "smollm2")}
+    m = measure(cases, args.rounds, args.warmup)
+    print_table(m, baseline="smollm2", keys=("wall", "evaluate_job"),
+                title="## One SmolLM2 evaluation: smollm2_bf16 (bfloat16, batch 64) over smollm2 (float32, batch 16)")
+    return m.as_dict()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="the quick demo family instead of the full one")
+    p.add_argument("--quick", action="store_true", help="the quick demo (or SmolLM2) family instead of the full one")
     p.add_argument("--models", type=int, default=6, help="how many models of the family (base first)")
-    p.add_argument("--parts", nargs="+", default=["modes", "end-to-end"], choices=["modes", "end-to-end"])
+    p.add_argument("--parts", nargs="+", default=["modes", "end-to-end"],
+                   choices=["modes", "end-to-end", "smollm2-settings"])
+    p.add_argument("--limit", type=int, default=8, help="smollm2-settings: items per task (8: about 20 s quiet)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds after the warm-up (paired.py)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--json", help="write every run (times, peak RSS, load samples) to this file")
     args = p.parse_args()
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
+    results = {"smollm2_settings": smollm2_settings(args)} if "smollm2-settings" in args.parts else {}
+    if not set(args.parts) - {"smollm2-settings"}:  # the demo family is not needed
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+        return 0
     if args.quick:
         os.environ["WILDMERGE_DEMO_QUICK"] = "1"
     from wildmerge.families.demo import resolve_demo_ref
@@ -81,7 +123,6 @@ def main() -> int:
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     bare = Process(["-c", BARE, paths[0], include, ",".join(tasks), suite.settings.dtype,
                     str(suite.settings.batch_size)], env=env)
-    results = {}
     with tempfile.TemporaryDirectory() as tmp:
         if "modes" in args.parts:
             scores = {}
