@@ -2,8 +2,8 @@
 Arithmetic"), as the mergekit method ``localize_stitch``.
 
 Localize: each task's region is the top ``density`` share of its task vector by magnitude (the paper's data-free
-variant; its data-based one, which trains the masks, is ``layerwise/localize_trained.py``). Stitch: ``theta = theta_0 + lambda * sum_t
-gamma'_t * tau_t`` with ``gamma'_t = gamma_t / sum_j gamma_j`` where at least one task claims the entry, so
+variant; its data-based one, which trains the masks, is ``layerwise/localize_trained.py``). Stitch: ``theta =
+theta_0 + lambda * sum_t gamma'_t * tau_t`` with ``gamma'_t = gamma_t / sum_j gamma_j`` where at least one task claims the entry, so
 overlapping regions are averaged and the rest keeps the base. Elementwise, so every floating-point tensor gets it;
 regions are chosen per tensor (mergekit hands a method one tensor at a time), where the paper ranks the whole model.
 An entry a task leaves unchanged (exactly zero) claims nothing.

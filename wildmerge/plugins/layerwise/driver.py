@@ -3,8 +3,9 @@
 
 mergekit merges one tensor at a time and never runs a model, but these methods need each layer's input
 activations (RegMean, CoM, MaTS) or each expert's gradients on its own data (Fisher, the trained Localize), so
-they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends those recipes here, so the stock
-``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work; ``merge_layerwise`` is the Python door.
+they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends those recipes
+here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work; ``merge_layerwise`` is the
+Python door.
 
 Everything is checked before any heavy work, in phases (the recipe, the models and their architecture, the
 calibration data, the engine's job); then the output is written: an ordinary Hugging Face checkpoint, atomically,

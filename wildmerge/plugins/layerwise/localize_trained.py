@@ -48,7 +48,8 @@ def top_share(values: Dict[str, torch.Tensor], density: float) -> Dict[str, torc
 
 
 def initial_scores(tau: Dict[str, torch.Tensor], density: float, init_logit: float) -> Dict[str, torch.Tensor]:
-    """The paper's init: ``+init_logit`` on the top ``density`` of ``|tau|`` over the model, ``-init_logit`` elsewhere."""
+    """The paper's init: ``+init_logit`` on the top ``density`` of ``|tau|`` over the model, ``-init_logit``
+    elsewhere."""
     top = top_share({n: t.abs() for n, t in tau.items()}, density)
     return {n: torch.where(m, init_logit, -init_logit).to(tau[n].dtype) for n, m in top.items()}
 
@@ -66,7 +67,7 @@ def train_scores(model: torch.nn.Module, theta0: Dict[str, torch.Tensor], tau: D
                  batches: List[tuple], settings: LocalizeTrainedParams, progress: bool = False,
                  desc: str = "Localize") -> tuple:
     """Localize for one expert: the trained scores ``S`` (detached) and a report row (the task loss at the first
-    and the last step, the mean mask before and after)."""
+    and the last step, the mean of ``sigmoid(S)`` after the last)."""
     scores = {n: s.requires_grad_() for n, s in initial_scores(tau, settings.density, settings.init_logit).items()}
     optimizer = torch.optim.Adam(list(scores.values()), lr=settings.lr)
     losses = []
@@ -138,6 +139,7 @@ def _expert(job: LocalizeTrainedJob, i: int, model, theta0, stitch: Dict[str, St
         kept += int(m.sum())
         moved += int((m != init[n]).sum())
     total = sum(m.numel() for m in masks.values())
+    # changed_from_init: entries whose bit differs from the initial mask (those that left plus those that entered)
     return {"model": expert.name, "batches": len(batches), **row, "mask_share": kept / total,
             "changed_from_init": moved / total}
 
