@@ -120,7 +120,8 @@ def test_layerwise_parameter_errors(raw, message):
     assert str(err.value).startswith(message)
 
 
-@pytest.mark.parametrize("recipe", ["com", "regmean", "mats", "fisher", "prodistill"])
+@pytest.mark.parametrize("recipe", ["com", "regmean", "mats", "fisher", "prodistill",
+                                    "localize_stitch_trained"])
 def test_layerwise_recipe_files_state_exactly_the_declared_defaults(recipe):
     data = load_method_recipe(recipe).recipe
     declared = LAYERWISE_METHODS[data["merge_method"]].params
@@ -176,7 +177,8 @@ def test_the_autoload_hook_watches_exactly_the_registry_list():
     assert len(OURS) == sum(len(importlib.import_module(m).METHODS) for m in METHOD_MODULES) >= 12
 
 
-@pytest.mark.parametrize("recipe", [r for r in list_method_recipes() if r not in ("com", "regmean", "mats", "fisher", "prodistill")])
+@pytest.mark.parametrize("recipe", [r for r in list_method_recipes() if r not in (
+    "com", "regmean", "mats", "fisher", "prodistill", "localize_stitch_trained")])
 def test_every_method_recipe_passes_the_declared_checks(recipe):
     data = load_method_recipe(recipe)
     config = MergeConfiguration.model_validate({

@@ -15,6 +15,7 @@ NEEDS = {
     "mats": "text",
     "fisher": "text",
     "prodistill": "text",
+    "localize_stitch_trained": "text",
     "tas": "text",
     "composer": "text",
     "activation metrics": "text",

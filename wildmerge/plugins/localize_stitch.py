@@ -2,8 +2,8 @@
 Arithmetic"), as the mergekit method ``localize_stitch``.
 
 Localize: each task's region is the top ``density`` share of its task vector by magnitude (the paper's data-free
-variant; its data-based one trains the masks, see docs/methods.md). Stitch: ``theta = theta_0 + lambda * sum_t
-gamma'_t * tau_t`` with ``gamma'_t = gamma_t / sum_j gamma_j`` where at least one task claims the entry, so
+variant; its data-based one, which trains the masks, is ``layerwise/localize_trained.py``). Stitch: ``theta =
+theta_0 + lambda * sum_t gamma'_t * tau_t`` with ``gamma'_t = gamma_t / sum_j gamma_j`` where at least one task claims the entry, so
 overlapping regions are averaged and the rest keeps the base. Elementwise, so every floating-point tensor gets it;
 regions are chosen per tensor (mergekit hands a method one tensor at a time), where the paper ranks the whole model.
 An entry a task leaves unchanged (exactly zero) claims nothing.
@@ -32,16 +32,29 @@ class LocalizeStitchParams(MethodParams):
     density: float = Field(0.1, gt=0.0, le=1.0, description="share of each task vector localized, by magnitude")
 
 
+class Stitch:
+    """Stitch: ``sum_t kept_t / max(1, #{t: kept_t != 0})`` entry by entry, one localized task vector ``kept_t``
+    (``gamma_t * tau_t``) at a time; the one rule of the dataless and the trained Localize-and-Stitch."""
+
+    def __init__(self):
+        self.total = self.count = None
+
+    def add(self, kept: torch.Tensor) -> None:
+        claimed = (kept != 0).to(kept.dtype)
+        self.total = kept.clone() if self.total is None else self.total.add_(kept)
+        self.count = claimed if self.count is None else self.count.add_(claimed)
+
+    def result(self) -> torch.Tensor:
+        return self.total / self.count.clamp(min=1)
+
+
 def localize_stitch(deltas: Sequence[torch.Tensor], density: float) -> torch.Tensor:
     """``sum_t gamma_t tau_t / max(1, sum_t gamma_t)`` with ``gamma_t`` the non-zero top-``density`` entries of
     ``tau_t`` (mergekit's ``magnitude``)."""
-    total = count = None
+    stitch = Stitch()
     for d in deltas:
-        kept = magnitude(d, density)
-        claimed = (kept != 0).to(kept.dtype)
-        total = kept.clone() if total is None else total.add_(kept)
-        count = claimed if count is None else count.add_(claimed)
-    return total / count.clamp(min=1)
+        stitch.add(magnitude(d, density))
+    return stitch.result()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -102,8 +102,8 @@ def resolve_calibration(raw: Dict[str, Any], model_names: List[str], base_dir: O
         spec = _validate({**defaults, **override}, where)
         if spec.data is None and spec.lm_eval_task is None:
             raise ConfigError(
-                f"model {name!r} has no calibration data: RegMean and Chain of Merges need each model's own "
-                f"task data. Add 'calibration: path/to/data.jsonl' under that model (or 'data:' in the "
+                f"model {name!r} has no calibration data: the data-based methods (RegMean, Chain of Merges, MaTS, "
+                f"Fisher, ProDistill, the trained Localize-and-Stitch) need each model's own task data. Add 'calibration: path/to/data.jsonl' under that model (or 'data:' in the "
                 f"top-level calibration section)"
             )
         if spec.data and "{" in spec.data:  # a template: "{model}/calibration.jsonl", "calib/{name}.jsonl"

@@ -1,10 +1,11 @@
 """The data-based methods from an ordinary mergekit recipe: ``merge_method: regmean`` / ``chain_of_merges`` /
-``mats`` / ``fisher``.
+``mats`` / ``fisher`` / ``prodistill`` / ``localize_stitch_trained``.
 
 mergekit merges one tensor at a time and never runs a model, but these methods need each layer's input
-activations (RegMean, CoM, MaTS) or each expert's gradients on its own data (Fisher), so they have their own
-driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends those recipes here, so the stock
-``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work; ``merge_layerwise`` is the Python door.
+activations (RegMean, CoM, MaTS) or each expert's gradients on its own data (Fisher, the trained Localize), so
+they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends those recipes
+here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work; ``merge_layerwise`` is the
+Python door.
 
 Everything is checked before any heavy work, in phases (the recipe, the models and their architecture, the
 calibration data, the engine's job); then the output is written: an ordinary Hugging Face checkpoint, atomically,
@@ -140,13 +141,18 @@ HOW = {
     "prodistill": "Every decoder block is task arithmetic with one coefficient per model and tensor, trained by Adam "
                   "so that the merged block, fed the merged model's activations, matches each model's block on its "
                   "own activations (mean squared error), block after block; every other tensor is task arithmetic.",
+    "localize_stitch_trained": "Each model's mask over the parameters was trained on its own data (the model base + "
+                               "sigmoid(S) * task vector, token cross-entropy + an L1 penalty on the mask), binarised, "
+                               "and the masked task vectors stitched into the base (overlaps averaged).",
 }
 REPORT = {"chain_of_merges": "The merging covariate shift (Eq. 8) per layer",
           "regmean": "The merging covariate shift (Eq. 8) per layer",
           "mats": "The merging covariate shift (Eq. 8) and the conjugate-gradient residual per layer",
           "fisher": "Each expert's Fisher sum and samples used",
           "prodistill": "The distillation loss before and after training, the coefficients and the merging "
-                        "covariate shift (Eq. 8) per layer"}
+                        "covariate shift (Eq. 8) per layer",
+          "localize_stitch_trained": "Each model's task loss at the first and last step, mask share and change from "
+                                     "the initial mask, and the share of entries claimed twice"}
 
 
 def _check_out_empty(out: Path, method: str) -> None:
@@ -186,6 +192,9 @@ def _check_recipe(merge_config, raw: Optional[Dict[str, Any]], out_path) -> _Inp
         raise ConfigError("ridge 'delta' shrinks towards the base model: set base_model, or use ridge: per_task")
     if method == "prodistill" and base_ref is None:
         raise ConfigError("prodistill trains coefficients on task vectors, which need the base model: set base_model")
+    if method == "localize_stitch_trained" and base_ref is None:
+        raise ConfigError("localize_stitch_trained trains masks on task vectors, which need the base model: set "
+                          "base_model")
     if getattr(params, "init", None) == "task_arithmetic" and base_ref is None:
         raise ConfigError("mats starts from task arithmetic, which needs the base model: set base_model, or use "
                           "init: average")
@@ -249,6 +258,7 @@ def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], pr
     from wildmerge.plugins.layerwise.chain import ChainJob
     from wildmerge.plugins.layerwise.fisher import FisherJob
     from wildmerge.plugins.layerwise.io import Checkpoint
+    from wildmerge.plugins.layerwise.localize_trained import LocalizeTrainedJob
 
     experts = [Checkpoint(p, str(r), *inputs.rows.get(p, (None, None)))
                for p, r in zip(inputs.expert_paths, inputs.expert_refs)]
@@ -262,10 +272,16 @@ def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], pr
     if inputs.method == "fisher":
         return FisherJob(experts=experts, base=base, batches=inputs.batches, config=config, settings=inputs.params,
                          compute_dtype=torch.float32, device=dev, progress=progress), out_dtype
+    if inputs.method == "localize_stitch_trained":
+        return LocalizeTrainedJob(experts=experts, base=base, batches=inputs.batches, config=config,
+                                  settings=inputs.params, device=dev, progress=progress), out_dtype
     job = ChainJob(chain=inputs.method == "chain_of_merges", experts=experts, base=base, batches=inputs.batches,
                    config=config, settings=inputs.params, compute_dtype=compute_dtype, device=dev, progress=progress,
                    trace=trace)
     return job, out_dtype
+
+
+OWN_ENGINE = ("fisher", "localize_stitch_trained")  # the rest run on the chain engine of RegMean / CoM
 
 
 def _diagnostics(inputs: _Inputs, job, out_dtype, started: float, report: Dict) -> Dict[str, Any]:
@@ -282,7 +298,7 @@ def _diagnostics(inputs: _Inputs, job, out_dtype, started: float, report: Dict) 
         "device": job.device, "compute_dtype": str(job.compute_dtype), "out_dtype": str(out_dtype),
         "wall_seconds": round(time.time() - started, 3),
         "peak_rss_mib": round(peak_rss_mib(), 1),
-        **({} if inputs.method == "fisher" else {"mcs_definition": MCS_DEFINITION}),
+        **({} if inputs.method in OWN_ENGINE else {"mcs_definition": MCS_DEFINITION}),
         **report,
     }
 
@@ -297,12 +313,13 @@ def _write(inputs: _Inputs, job, out_dtype, out_path: Path, options, config_sour
     from wildmerge.atomic import atomic_dir, write_json, write_text
     from wildmerge.plugins.layerwise.chain import run_chain
     from wildmerge.plugins.layerwise.fisher import run_fisher
+    from wildmerge.plugins.layerwise.localize_trained import run_localize_trained
 
     source = inputs.base_path or inputs.expert_paths[0]
     shard = getattr(options, "out_shard_size", None) or 5 * 1000**3
     with atomic_dir(out_path) as tmp:
         writer = TensorWriter(str(tmp), max_shard_size=shard, safe_serialization=True)
-        engine = run_fisher if inputs.method == "fisher" else run_chain
+        engine = {"fisher": run_fisher, "localize_stitch_trained": run_localize_trained}.get(inputs.method, run_chain)
         report = engine(job, lambda n, t: writer.save_tensor(n, t.to(out_dtype) if t.is_floating_point() else t))
         writer.finalize()
         out_config = AutoConfig.from_pretrained(source)

@@ -1,4 +1,5 @@
-"""The data-based merge methods (RegMean, Chain of Merges, MaTS, Fisher merging, ProDistill): names, papers and parameters with
+"""The data-based merge methods (RegMean, Chain of Merges, MaTS, Fisher merging, ProDistill, the trained
+Localize-and-Stitch): names, papers and parameters with
 their own defaults.
 
 A module of its own so that the recipe check, the mergekit entry point and the layer-wise driver all read one
@@ -86,6 +87,24 @@ class ProDistillParams(MethodParams):
     diagnostics: bool = Field(True, description="write the merging covariate shift (CoM paper, Eq. 8) per layer")
 
 
+class LocalizeTrainedParams(MethodParams):
+    """The trained Localize-and-Stitch (He et al. 2024): per expert a score S per parameter, the model
+    theta_0 + sigmoid(S) * tau trained by Adam on the expert's own data with an L1 penalty on the mask, binarised,
+    then stitched (overlaps averaged)."""
+
+    steps: int = Field(50, ge=0, le=1000000, description="Adam steps per expert (0: the initial top-density mask)")
+    lr: float = Field(0.1, ge=0.0, allow_inf_nan=False, description="Adam's learning rate on the scores (logits)")
+    l1: float = Field(1e-6, ge=0.0, allow_inf_nan=False,
+                      description="weight of the L1 penalty sum(sigmoid(S)) added to the mean token cross-entropy")
+    density: float = Field(0.1, gt=0.0, le=1.0,
+                           description="share of the model each mask starts at and, for top_density, keeps")
+    init_logit: float = Field(2.0, gt=0.0, le=50.0, allow_inf_nan=False,
+                              description="S starts at +init_logit on the top density of |tau|, -init_logit elsewhere")
+    binarize: Literal["top_density", "sigmoid"] = Field(
+        "top_density", description="the final mask: the top density of S over the model, or sigmoid(S) > 0.5")
+    diagnostics: bool = Field(True, description="write each expert's losses, mask share and overlap")
+
+
 @dataclass(frozen=True)
 class LayerwiseMethod:
     label: str
@@ -117,4 +136,9 @@ LAYERWISE_METHODS = {
         label="ProDistill",
         paper="Xu et al.: Scalable Model Merging with Progressive Layer-wise Distillation (ProDistill), 2025",
         params=ProDistillParams),
+    "localize_stitch_trained": LayerwiseMethod(
+        label="Localize-and-Stitch (trained)",
+        paper="He, Hu, Lin, Zhang, Zhao: Localize-and-Stitch: Efficient Model Merging via Sparse Task Arithmetic, "
+              "TMLR 2024, arXiv:2408.13656",
+        params=LocalizeTrainedParams),
 }
