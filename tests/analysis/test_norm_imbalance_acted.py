@@ -124,6 +124,9 @@ def test_sample_select_balanced_and_unbalanced(unequal, tmp_path, select, pair):
     assert [sorted(s.experts) for s in manifest.subsets if s.n == 2] == [pair]
     record = manifest.sampling["select"]
     assert record["prefer"] == select and set(record["norms"]) == set(experts)
+    # the manifest (and the dry run) say the norms chose the subsets, not a mergeability predictor
+    assert any(f"norm balance (the k most {select}" in note for note in manifest.notes)
+    assert not any("predictor" in note for note in manifest.notes)
 
 
 def test_analyze_norms_writes_similarity_and_sign_election(unequal, tmp_path):

@@ -13,8 +13,15 @@ from wildmerge.errors import ConfigError
 from wildmerge.pools import resolve
 from wildmerge.run import Manifest, PoolModels, RunFolder
 from wildmerge.sampling.preflight import check_finite
-from wildmerge.sampling.sampler import domain_subsets, draw_subsets, top_subsets
+from wildmerge.sampling.sampler import PREDICTOR_NOTE, domain_subsets, draw_subsets, top_subsets
 from wildmerge.sampling.settings import Sampling
+
+
+def selection_note(select) -> str:
+    """What chose the subsets, for the dry run and the manifest: a predictor, or the task-vector norm balance."""
+    if (select or {}).get("rule") == "norm balance":
+        return f"subsets chosen by task-vector norm balance (the k most {select['prefer']} per size: max/min norm ratio)"
+    return PREDICTOR_NOTE
 
 
 def draw_for(pool, sampling: Sampling, scorer=None):
@@ -22,7 +29,7 @@ def draw_for(pool, sampling: Sampling, scorer=None):
     best-scored subsets of a fitted predictor (``scorer``: subset names -> score)."""
     names, s = pool.expert_names, sampling
     if scorer is not None:
-        return top_subsets(names, sizes=s.sizes, k=s.k, score=scorer, full=s.full)
+        return top_subsets(names, sizes=s.sizes, k=s.k, score=scorer, full=s.full, note=selection_note(s.select))
     if s.homogeneous:
         draw = domain_subsets(names, [e.domain for e in pool.experts])
         draw.subsets[:0] = draw_subsets(names, sizes=[1], k=s.k, seed=s.seed, full=False).subsets

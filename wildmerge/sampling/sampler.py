@@ -88,12 +88,16 @@ def domain_subsets(experts: list[str], domains: list[str | None]) -> Draw:
     return out
 
 
-def top_subsets(experts: list[str], sizes, k: int, score, full: bool = True) -> Draw:
+PREDICTOR_NOTE = "subsets chosen by a fitted mergeability predictor (the k best-scored per size)"
+
+
+def top_subsets(experts: list[str], sizes, k: int, score, full: bool = True, note: str = PREDICTOR_NOTE) -> Draw:
     """The ``k`` best-scored subsets of each size (every combination scored by ``score(names)``, highest first,
-    ties broken by pool order); n = 1 keeps every expert alone and n = N the full pool, as the random draw."""
+    ties broken by pool order); n = 1 keeps every expert alone and n = N the full pool, as the random draw.
+    ``note`` says in the dry run and the manifest what the score was."""
     N = len(experts)
     base = draw_subsets(experts, sizes=sizes, k=k, seed=0, full=full)  # validates the sizes; n = 1 and N as usual
-    out = Draw([], notes=["subsets chosen by a fitted mergeability predictor (the k best-scored per size)"])
+    out = Draw([], notes=[note])
     for n in sorted({s.n for s in base.subsets}):
         if n in (1, N):
             out.subsets += [s for s in base.subsets if s.n == n]
