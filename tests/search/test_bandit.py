@@ -201,11 +201,11 @@ def test_the_experts_are_screened_once_at_the_first_rung_and_the_best_one_wins()
     assert [c for c, _ in calls[1:1 + len(NAMES)]] != [f"{EXPERT}__{n}" for n in NAMES]
 
 
-def test_screening_is_skipped_when_it_costs_more_than_a_quarter_of_what_is_left():
-    # 8 experts x 100 items (1/8 of 800) = 800 items: screened from 1 + 4 full evaluations left after the base
-    result, _ = _run(budget=5.0)
+def test_screening_is_skipped_when_it_costs_more_than_half_of_what_is_left():
+    # 8 experts x 100 items (1/8 of 800) = 800 items: screened from 1 + 2 full evaluations left after the base
+    result, _ = _run(budget=3.0)
     assert sum(bool(c.get("screened")) for c in result["candidates"].values()) == len(NAMES)
-    result, _ = _run(budget=4.9)
+    result, _ = _run(budget=2.9)
     assert not any(c.get("screened") for c in result["candidates"].values())
 
 

@@ -15,7 +15,7 @@ so no method is judged by its prior alone.
 
 The experts are few and differ far more than subsets of one method do, and one of them may beat every merge, so
 the Thompson search first **screens every expert at the first rung** (one call, ``len(experts) * first`` full
-evaluations; skipped when that is more than a quarter of the budget left after the base). Each untried expert is
+evaluations; skipped when that is more than half the budget left after the base). Each untried expert is
 then an arm of its own, drawn from N(its screened score, its standard error on the rung's items); the experts arm
 competes with the best of these draws and, chosen, sends that expert into the bracket (its first rung is not paid
 twice). Without screening the experts arm stands for one arm per untried expert, each with its own draw around the
@@ -45,6 +45,7 @@ RULES = ("thompson", "random")
 MAX_LISTED = 5000  # subsets of a size listed in full below this; above it, drawn by rejection
 PRIOR_SD = 0.1  # the arms' spread before two first-rung scores exist (suite means are fractions)
 MIN_BRACKETS = 4  # the default bracket shrinks until this many fit in the budget: rounds to learn from
+SCREEN_SHARE = 0.5  # the experts are screened when that costs at most this share of the budget after the base
 
 
 @dataclass
@@ -233,7 +234,7 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
     known: Dict[Tuple[str, ...], Tuple[float, float]] = {}  # screened experts not in a bracket yet
     experts = space.members((EXPERT, 1)) if (EXPERT, 1) in space.arms else []
     if (rule == "thompson" if screen is None else screen) and experts and \
-            len(experts) * costs[rungs[0]] <= (limit - spent) / 4:
+            len(experts) * costs[rungs[0]] <= SCREEN_SHARE * (limit - spent):
         ids = {candidate_id((EXPERT, 1), s): s for s in experts}
         for cid, s in ids.items():
             candidates[cid] = {"method": EXPERT, "experts": list(s), "size": 1, "arm": [EXPERT, 1],

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional
 
 from wildmerge.sampling import cost
-from wildmerge.search.bandit import default_bracket, fitting_bracket
+from wildmerge.search.bandit import SCREEN_SHARE, default_bracket, fitting_bracket
 from wildmerge.search.halving import bracket_cost, fractions, rung_costs
 
 
@@ -36,13 +36,13 @@ def plan_search(items_per_task: Dict[str, int], budget: float, first: float = 0.
                 bracket: Optional[int] = None, seed: int = 0, screen: int = 0) -> SearchPlan:
     """Brackets, candidates, jobs and item evaluations of a search of ``budget`` full evaluations on a suite with
     ``items_per_task`` items, its rungs as ``bandit.search`` sets them; ``screen``: the experts the Thompson search
-    screens at the first rung first (where that fits a quarter of the budget left after the base)."""
+    screens at the first rung first (where that fits ``bandit.SCREEN_SHARE`` of the budget left after the base)."""
     rungs = fractions(first, eta)
     costs = rung_costs(items_per_task, first, eta, seed)
     per_model = sum(items_per_task.values())
     limit = int(math.floor(budget * per_model + 1e-6))
     spent, jobs, brackets, candidates = per_model, 1, 0, 0
-    if screen and screen * costs[rungs[0]] <= (limit - spent) / 4:
+    if screen and screen * costs[rungs[0]] <= SCREEN_SHARE * (limit - spent):
         spent, jobs, candidates = spent + screen * costs[rungs[0]], jobs + screen, screen
     bracket = bracket or default_bracket(costs, eta, limit - spent, len(rungs))
     while True:
