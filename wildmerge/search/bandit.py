@@ -8,18 +8,19 @@ comparable across brackets), and each arm draws its own random subsets with the 
 The goal is the best single candidate, not the best arm on average, so Thompson samples the score of an arm's
 *next* candidate: a draw of the arm's mean from its posterior plus a draw of one member around it, as wide as
 members of one arm differ (their first-rung scores around their arms' means, pooled). An arm whose members vary
-gets drawn more than its mean alone would earn. An arm never tried borrows the mean of its method (or of
-everything) as its prior, plus what merges of its size scored above their own methods' means (a size that served
+gets drawn more than its mean alone would earn. An arm never tried borrows the mean of its method (or of the
+merges) as its prior, plus what merges of its size scored above their own methods' means (a size that served
 one method is lent to the others). Before it learns, the search draws one arm of every method in a seeded order,
 so no method is judged by its prior alone.
 
 The experts are few and differ far more than subsets of one method do, and one of them may beat every merge, so
 the Thompson search first **screens every expert at the first rung** (one call, ``len(experts) * first`` full
 evaluations; skipped when that is more than half the budget left after the base). Each untried expert is
-then an arm of its own, drawn from N(its screened score, its standard error on the rung's items); the experts arm
-competes with the best of these draws and, chosen, sends that expert into the bracket (its first rung is not paid
-twice). Without screening the experts arm stands for one arm per untried expert, each with its own draw around the
-tried experts' mean.
+then an arm of its own, drawn from N(its screened score, its standard error on the rung's items); the screening's
+leader goes on first, into the first bracket, as a rung's leader does in successive halving; after it the experts
+arm competes with the best of its untried experts' draws and, chosen, sends that expert into the bracket (a
+screened expert's first rung is not paid twice). Without screening the experts arm stands for one arm per untried
+expert, each with its own draw around the tried experts' mean.
 ``rule="random"`` draws arms uniformly instead (the experts arm weighted by its untried experts) and screens
 nothing: the same halving, no learning (the baseline of ``benchmarks/experiment_guided_search.py``).
 
@@ -133,7 +134,7 @@ def pick(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Gener
     ref = merged if len(merged) >= 2 else every
     scale = max(float(np.std(ref)), 0.01) if len(ref) >= 2 else PRIOR_SD
     within = within_spread(observed) or scale
-    overall = float(np.mean(every)) if every else 0.0
+    overall = float(np.mean(merged or every)) if every else 0.0  # an untried method: what merges scored
     means = {m: float(np.mean([s for a, v in observed.items() if a[0] == m for s in v]))
              for m in {a[0] for a in observed}}
     draws, member = [], None
@@ -250,6 +251,7 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
             observed.setdefault((EXPERT, 1), []).append(score)
             decisions[cid] = {"score": score, "standard_error": se, "decision": "screened"}
         logged({"rung": lines, "fraction": rungs[0], "screen": True, "decisions": decisions, "items_spent": spent})
+    lead = max(known, key=lambda s: known[s][0]) if known else None  # the screening's leader goes on, first
     bracket = bracket or default_bracket(costs, eta, limit - spent, len(rungs))
 
     while open_arms:
@@ -260,7 +262,9 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
         while len(drawn) < n and open_arms:
             units = {a: space.left(a) for a in open_arms if a[0] == EXPERT}
             cover = sorted({a[0] for a in open_arms} - {c["method"] for c in candidates.values()})
-            arm, member = pick(open_arms, observed, rng, rule, units=units, cover=cover, known=known)
+            arm, member = ((EXPERT, 1), lead) if lead else \
+                pick(open_arms, observed, rng, rule, units=units, cover=cover, known=known)
+            lead = None
             if member:  # a screened expert, chosen by its own draw
                 known.pop(member)
                 subset = space.take(arm, member)
