@@ -41,17 +41,19 @@ def plan_search(items_per_task: Dict[str, int], budget: float, first: float = 0.
     costs = rung_costs(items_per_task, first, eta, seed)
     per_model = sum(items_per_task.values())
     limit = int(math.floor(budget * per_model + 1e-6))
-    spent, jobs, brackets, candidates = per_model, 1, 0, 0
+    spent, jobs, brackets, candidates, lead = per_model, 1, 0, 0, 0
     if screen and screen * costs[rungs[0]] <= SCREEN_SHARE * (limit - spent):
         spent, jobs, candidates = spent + screen * costs[rungs[0]], jobs + screen, screen
+        lead = 1  # the screening's leader opens the first bracket, its first rung already paid
     bracket = bracket or default_bracket(costs, eta, limit - spent, len(rungs))
     while True:
         n = fitting_bracket(bracket, costs, eta, limit - spent)
         if not n:
             break
-        spent += bracket_cost(n, costs, eta)
-        jobs += _jobs(n, rungs, eta)
-        brackets, candidates = brackets + 1, candidates + n
+        paid = lead if n > 1 else 0  # a lone candidate skips the first rung anyway
+        spent += bracket_cost(n, costs, eta) - paid * costs[rungs[0]]
+        jobs += _jobs(n, rungs, eta) - paid
+        brackets, candidates, lead = brackets + 1, candidates + n - lead, 0
     return SearchPlan(brackets, candidates, jobs, spent, per_model)
 
 
