@@ -175,7 +175,7 @@ def protocol(items: dict, merges: list, seed: int) -> dict:
 
 def replay(items: dict, arms: dict, budget: float, seed: int, rule: str, first: float, eta: float,
            bracket=None) -> dict:
-    space = Space(sorted({e for s in arms[(EXPERT, 1)] for e in s}), {a: list(v) for a, v in arms.items()})
+    space = Space(sorted({e for v in arms.values() for s in v for e in s}), {a: list(v) for a, v in arms.items()})
     r = search(space, lookup(items, seed), budget, lambda arm, s: candidate_id({"method": arm[0], "experts": list(s)}),
                first=first, eta=eta, seed=seed, rule="thompson" if rule == "unscreened" else rule, bracket=bracket,
                screen=False if rule == "unscreened" else None)
@@ -225,6 +225,8 @@ def main() -> None:
                    help="also average both searches over this many more seeds (offline, cheap) in the summary")
     p.add_argument("--replot", action="store_true", help="redraw table and figure from --out's results.json")
     p.add_argument("--results", help="with --replot: the results JSON to draw (default --out's results.json)")
+    p.add_argument("--no-experts", action="store_true",
+                   help="the searches draw merges only, as `wildmerge search --no-experts` (the recording keeps them)")
     p.add_argument("--recorded-only", action="store_true",
                    help="record nothing: replay on the candidates already in --out's items.json (a recording that "
                         "is still running, or was stopped)")
@@ -254,6 +256,8 @@ def main() -> None:
     else:
         rec.record(["base"] + [cid for cid, s in rec.specs.items() if s["recipe"] is None]
                    + [cid for cid, s in rec.specs.items() if s["recipe"] is not None], args.batch)
+    if args.no_experts:
+        arms = {a: v for a, v in arms.items() if a[0] != EXPERT}
     items = rec.items
     merges = [cid for cid, s in rec.specs.items() if s["recipe"] is not None]
     experts = {cid: suite_score(items[cid]) for cid, s in rec.specs.items() if s["recipe"] is None}
@@ -267,7 +271,7 @@ def main() -> None:
         runs = {}
         for frac in (float(f) for f in args.fractions_of_protocol.split(",")):
             budget = frac * prot["items_spent"] / prot["items_per_model"]
-            for rule in VARIANTS:
+            for rule in VARIANTS[:2] if args.no_experts else VARIANTS:  # nothing to screen
                 g = replay(items, arms, budget, seed, rule, args.first, args.eta, args.bracket)
                 every = {t: np.arange(len(v)) for t, v in items["base"].items()}
                 g["vs_protocol_best"] = [100 * x for x in paired_interval(items[g["winner"]], items[prot["winner"]],
@@ -291,7 +295,7 @@ def summary(items: dict, merges: list, arms: dict, args, seeds) -> dict:
         prot = protocol(items, merges, seed)
         for frac in (float(f) for f in args.fractions_of_protocol.split(",")):
             budget = frac * prot["items_spent"] / prot["items_per_model"]
-            for rule in VARIANTS:
+            for rule in VARIANTS[:2] if args.no_experts else VARIANTS:  # nothing to screen
                 g = replay(items, arms, budget, seed, rule, args.first, args.eta, args.bracket)
                 gap, share = 100 * (g["score"] - prot["best"]), g["items_spent"] / prot["items_spent"]
                 out.setdefault(f"{frac} {rule}", []).append([g["score"], gap, share, gap >= -1.0 and share <= 0.2,
