@@ -7,12 +7,13 @@ through mergekit with each expert's data, as in a live search) at their recipes'
 merged once and scored once on every item with per-item scores kept (``<out>/items.json``, written after every
 batch of ``--batch`` models: a killed recording resumes where it stopped).
 
-Replay (per seed, offline, seconds): three ways to spend evaluations, all on these recorded items -
+Replay (per seed, offline, seconds): four ways to spend evaluations, all on these recorded items -
 - **protocol order**: the recorded merges in a random order (the seed's), each scored on every item (best so far);
 - **random search**: ``bandit.search`` with ``rule="random"``: arms drawn uniformly, the same successive halving;
 - **the search**: ``bandit.search`` with its Thompson rule, exactly what a live ``wildmerge search`` decides (the
   same function; here ``evaluate`` looks the recorded items up instead of merging and running lm-eval), restricted
-  to the recorded subsets (``bandit.Space`` with fixed lists).
+  to the recorded subsets (``bandit.Space`` with fixed lists);
+- **the search, experts not screened**: the same with ``screen=False``: what screening the experts adds.
 Budgets are fractions of the protocol's item evaluations. Each search is reported by its winner's full evaluation.
 The testbed's resolution is printed: the 95 % paired interval of the difference between the protocol's two best
 merges, and the median half-width over pairs of its merges.
@@ -40,7 +41,9 @@ from wildmerge.search.bandit import EXPERT, Space, search
 from wildmerge.search.candidates import candidate_id
 
 PROTOCOL_METHODS = "ta,ties,model_stock,tsv_m,iso_c,ta_sb,ties_sb"  # the paper's seven
-VARIANTS = ("random", "thompson")  # random search, the search
+VARIANTS = ("random", "thompson", "unscreened")  # random search, the search, the search without screening
+NAMES = {"random": "random search", "thompson": "the search (Thompson)",
+         "unscreened": "the search, experts not screened"}  # the last: what the screening adds, measured
 SUMMARY_HEAD = ("| budget | search | mean winner (full eval) | mean vs protocol best, points | "
                 "mean items / protocol's | seeds within 1 point at <= 1/5 of the items |")
 
@@ -172,9 +175,10 @@ def protocol(items: dict, merges: list, seed: int) -> dict:
 
 def replay(items: dict, arms: dict, budget: float, seed: int, rule: str, first: float, eta: float,
            bracket=None) -> dict:
-    space = Space(sorted({e for s in arms[(EXPERT, 1)] for e in s}), {a: list(v) for a, v in arms.items()})
+    space = Space(sorted({e for v in arms.values() for s in v for e in s}), {a: list(v) for a, v in arms.items()})
     r = search(space, lookup(items, seed), budget, lambda arm, s: candidate_id({"method": arm[0], "experts": list(s)}),
-               first=first, eta=eta, seed=seed, rule=rule, bracket=bracket)
+               first=first, eta=eta, seed=seed, rule="thompson" if rule == "unscreened" else rule, bracket=bracket,
+               screen=False if rule == "unscreened" else None)
     return {"winner": r["winner"], "score": r["score"], "full_score_check": suite_score(items[r["winner"]]),
             "vs_base": r["vs_base"], "items_spent": r["items_spent"], "candidates": len(r["candidates"]),
             "candidates_best": max(suite_score(items[c]) for c in r["candidates"]),
@@ -221,6 +225,8 @@ def main() -> None:
                    help="also average both searches over this many more seeds (offline, cheap) in the summary")
     p.add_argument("--replot", action="store_true", help="redraw table and figure from --out's results.json")
     p.add_argument("--results", help="with --replot: the results JSON to draw (default --out's results.json)")
+    p.add_argument("--no-experts", action="store_true",
+                   help="the searches draw merges only, as `wildmerge search --no-experts` (the recording keeps them)")
     p.add_argument("--recorded-only", action="store_true",
                    help="record nothing: replay on the candidates already in --out's items.json (a recording that "
                         "is still running, or was stopped)")
@@ -250,6 +256,8 @@ def main() -> None:
     else:
         rec.record(["base"] + [cid for cid, s in rec.specs.items() if s["recipe"] is None]
                    + [cid for cid, s in rec.specs.items() if s["recipe"] is not None], args.batch)
+    if args.no_experts:
+        arms = {a: v for a, v in arms.items() if a[0] != EXPERT}
     items = rec.items
     merges = [cid for cid, s in rec.specs.items() if s["recipe"] is not None]
     experts = {cid: suite_score(items[cid]) for cid, s in rec.specs.items() if s["recipe"] is None}
@@ -263,7 +271,7 @@ def main() -> None:
         runs = {}
         for frac in (float(f) for f in args.fractions_of_protocol.split(",")):
             budget = frac * prot["items_spent"] / prot["items_per_model"]
-            for rule in VARIANTS:
+            for rule in VARIANTS[:2] if args.no_experts else VARIANTS:  # nothing to screen
                 g = replay(items, arms, budget, seed, rule, args.first, args.eta, args.bracket)
                 every = {t: np.arange(len(v)) for t, v in items["base"].items()}
                 g["vs_protocol_best"] = [100 * x for x in paired_interval(items[g["winner"]], items[prot["winner"]],
@@ -287,7 +295,7 @@ def summary(items: dict, merges: list, arms: dict, args, seeds) -> dict:
         prot = protocol(items, merges, seed)
         for frac in (float(f) for f in args.fractions_of_protocol.split(",")):
             budget = frac * prot["items_spent"] / prot["items_per_model"]
-            for rule in VARIANTS:
+            for rule in VARIANTS[:2] if args.no_experts else VARIANTS:  # nothing to screen
                 g = replay(items, arms, budget, seed, rule, args.first, args.eta, args.bracket)
                 gap, share = 100 * (g["score"] - prot["best"]), g["items_spent"] / prot["items_spent"]
                 out.setdefault(f"{frac} {rule}", []).append([g["score"], gap, share, gap >= -1.0 and share <= 0.2,
@@ -331,7 +339,7 @@ def table(results: dict) -> str:
         prot = r["protocol"]
         for key, g in r["searches"].items():
             frac, rule = key.split(" ")
-            name = "the search (Thompson)" if rule == "thompson" else "random search"
+            name = NAMES[rule]
             share = g["items_spent"] / prot["items_spent"]
             lines.append(f"| {seed} | {prot['merges']} | {prot['best']:.4f} | {prot['items_spent']} | {frac} | "
                          f"{name} | {g['candidates']} | {g['score']:.4f} ({g['winner']}) | {_ci(g['vs_base'])} | "
@@ -352,7 +360,7 @@ def table(results: dict) -> str:
                   "|" + "---|" * (8 if wins else 7)]
         for key, v in more.items():
             frac, rule = key.split(" ")
-            name = "the search (Thompson)" if rule == "thompson" else "random search"
+            name = NAMES[rule]
             drawn = ", ".join(f"{m} {n}" for m, n in v.get("methods_drawn", {}).items())
             won = ", ".join(f"{m} {n}" for m, n in v.get("winners", {}).items())
             lines.append(f"| {frac} | {name} | {v['mean_score']:.4f} | {v['mean_gap_points']:+.2f} | "
@@ -368,7 +376,7 @@ def plot(results: dict, stem: Path) -> None:
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.8))
-    styles = {"random": ("--", "o", "random search"), "thompson": ("-", "*", "the search (Thompson)")}
+    styles = {"random": ("--", "o", NAMES["random"]), "thompson": ("-", "*", NAMES["thompson"])}
     for i, (seed, r) in enumerate(results["seeds"].items()):
         prot = r["protocol"]
         per = prot["items_per_model"]
@@ -379,6 +387,8 @@ def plot(results: dict, stem: Path) -> None:
         for key, g in r["searches"].items():
             if float(key.split(" ")[0]) != top:
                 continue
+            if key.split(" ")[1] not in styles:
+                continue  # the plot keeps to the two the page compares
             line, marker, label = styles[key.split(" ")[1]]
             xs, ys = zip(*g["curve"])
             ax.plot(np.array(xs) / per, ys, line, marker=marker, color=f"C{i}", ms=8 if marker == "*" else 5,

@@ -18,7 +18,7 @@ def _benchmark():
     return module
 
 
-@pytest.mark.parametrize("testbed", ["demo_large_full", "demo_large_full_first16"])
+@pytest.mark.parametrize("testbed", ["demo_large_full", "demo_large_full_no_experts"])
 def test_docs_tables_are_the_benchmarks(testbed):
     results = json.loads((ROOT / "benchmarks" / "results" / f"guided_search_{testbed}.json").read_text())
     docs = (ROOT / "docs" / "search.md").read_text()

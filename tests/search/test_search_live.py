@@ -39,6 +39,7 @@ def test_search_reports_a_full_evaluation_within_budget(finished):
     assert record["result"] == json.loads(json.dumps(summary))
     assert summary["full_evaluations_spent"] <= BUDGET
     assert summary["winner"] in {c["id"] for c in record["candidates"]}
+    assert all(c["first_score"][1] is not None for c in record["candidates"])  # every one drawn was scored
     lines = [json.loads(x) for x in folder.search_log.read_text().splitlines()]
     last = lines[-1]
     assert last["fraction"] == 1.0 and last["leader"] == summary["winner"]

@@ -24,13 +24,28 @@ def _same_scores(calls):
     return evaluate
 
 
-@pytest.mark.parametrize("budget,first,eta", [(6.0, 0.125, 2.0), (13.5, 0.125, 2.0), (9.0, 0.25, 3.0)])
-def test_the_plan_is_what_the_search_spends_without_early_stops(budget, first, eta):
+def _zero_experts(calls):
+    """As ``_same_scores``, but an expert alone scores 0 on every item: screened, none is ever drawn into a bracket."""
+    same = _same_scores(calls)
+
+    def evaluate(ids, fraction):
+        out = same(ids, fraction)
+        return {c: ({t: 0 * v for t, v in got[0].items()}, got[1]) if c.startswith("expert__") else got
+                for c, got in out.items()}
+    return evaluate
+
+
+@pytest.mark.parametrize("budget,first,eta,screen", [(6.0, 0.125, 2.0, False), (13.5, 0.125, 2.0, False),
+                                                     (9.0, 0.25, 3.0, False), (13.5, 0.125, 2.0, True),
+                                                     (12.0, 0.25, 3.0, True)])
+def test_the_plan_is_what_the_search_spends_without_early_stops(budget, first, eta, screen):
     calls = []
     space = Space.every([f"e{i}" for i in range(9)], ["ta", "ties"], range(2, 8))
-    result = search(space, _same_scores(calls), budget, lambda arm, s: f"{arm[0]}__{'+'.join(s)}", first=first,
-                    eta=eta, iters=100)
-    plan = plan_search(SIZES, budget, first=first, eta=eta)
+    scorer = _zero_experts(calls) if screen else _same_scores(calls)
+    result = search(space, scorer, budget, lambda arm, s: f"{arm[0]}__{'+'.join(s)}", first=first,
+                    eta=eta, iters=100, screen=screen)
+    plan = plan_search(SIZES, budget, first=first, eta=eta, screen=9 if screen else 0)
+    assert screen == any(c.get("screened") for c in result["candidates"].values())
     assert plan.item_evaluations == result["items_spent"] <= budget * plan.per_model
     assert plan.candidates == len(result["candidates"])
     assert plan.brackets == len(result["brackets"])
@@ -52,7 +67,11 @@ def test_search_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys, mon
     monkeypatch.chdir(tmp_path)
     assert main(["search", "--base", "demo", "--budget", "10", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    plan = plan_search({t: 100 for t in ("add", "add_gen", "compare", "count", "facts", "reverse")}, 10)
+    from wildmerge.pools import load_pool
+
+    plan = plan_search({t: 100 for t in ("add", "add_gen", "compare", "count", "facts", "reverse")}, 10,
+                       screen=len(load_pool("demo").experts))  # the Thompson search screens the experts first
+    assert plan.candidates >= len(load_pool("demo").experts)
     assert f"{plan.brackets} bracket(s), {plan.candidates} candidates merged at most" in out
     assert f"{plan.jobs} evaluation jobs, <= {plan.item_evaluations:,} item evaluations" in out
     assert "one GPU: merges" in out and "this machine's CPU: merges" in out

@@ -3,15 +3,26 @@
 An arm is a method at a subset size (``("ta", 4)``), or the experts alone (``("expert", 1)``). The search runs
 brackets of successive halving (``halving.halve``); each bracket's candidates are drawn arm by arm by Thompson
 sampling on the arms' first-rung scores (every candidate's first rung is the same seeded items, so these scores are
-comparable across brackets), and each arm draws its own random subsets with the search's seed. An arm that scored
-well at the cheap rung gets more candidates; an arm never tried borrows the mean of its method (or of everything)
-as its prior, plus what merges of its size scored above their own methods' means (a size that served one method
-is lent to the others). The arm's belief is a normal with the spread of all first-rung scores as its scale and one pseudo-
-observation of the prior. Before it learns, the search draws one arm of every method (and the experts) in a seeded
-order, so no method is judged by its prior alone. The experts arm stands for one arm per expert not tried yet
-(experts differ from each other more than subsets of one method do): each untried expert gets its own draw.
-``rule="random"`` draws arms uniformly instead (the experts arm weighted by its untried experts): the same halving,
-no learning (the baseline of ``benchmarks/experiment_guided_search.py``).
+comparable across brackets), and each arm draws its own random subsets with the search's seed.
+
+The goal is the best single candidate, not the best arm on average, so Thompson samples the score of an arm's
+*next* candidate: a draw of the arm's mean from its posterior plus a draw of one member around it, as wide as
+members of one arm differ (their first-rung scores around their arms' means, pooled). An arm whose members vary
+gets drawn more than its mean alone would earn. An arm never tried borrows the mean of its method (or of the
+merges) as its prior, plus what merges of its size scored above their own methods' means (a size that served
+one method is lent to the others). Before it learns, the search draws one arm of every method in a seeded order,
+so no method is judged by its prior alone.
+
+The experts are few and differ far more than subsets of one method do, and one of them may beat every merge, so
+the Thompson search first **screens every expert at the first rung** (one call, ``len(experts) * first`` full
+evaluations; skipped when that is more than half the budget left after the base). Each untried expert is
+then an arm of its own, drawn from N(its screened score, its standard error on the rung's items); the screening's
+leader goes on first, into the first bracket, as a rung's leader does in successive halving; after it the experts
+arm competes with the best of its untried experts' draws and, chosen, sends that expert into the bracket (a
+screened expert's first rung is not paid twice). Without screening the experts arm stands for one arm per untried
+expert, each with its own draw around the tried experts' mean.
+``rule="random"`` draws arms uniformly instead (the experts arm weighted by its untried experts) and screens
+nothing: the same halving, no learning (the baseline of ``benchmarks/experiment_guided_search.py``).
 
 The same code runs live (``evaluate`` merges and scores with lm-eval: ``live.py``) and offline (``evaluate`` looks
 recorded per-item scores up), so a replay is the live search's decisions exactly. The base is scored first, on every
@@ -35,6 +46,7 @@ RULES = ("thompson", "random")
 MAX_LISTED = 5000  # subsets of a size listed in full below this; above it, drawn by rejection
 PRIOR_SD = 0.1  # the arms' spread before two first-rung scores exist (suite means are fractions)
 MIN_BRACKETS = 4  # the default bracket shrinks until this many fit in the budget: rounds to learn from
+SCREEN_SHARE = 0.5  # the experts are screened when that costs at most this share of the budget after the base
 
 
 @dataclass
@@ -77,38 +89,89 @@ class Space:
             used.add(pick)
         return pick
 
+    def take(self, arm: Arm, subset: Tuple[str, ...]) -> Tuple[str, ...]:
+        """Draw this very subset (a screened expert chosen by its score); it must not be drawn already."""
+        used = self.used.setdefault(arm, set())
+        assert subset not in used, f"{arm} {subset} drawn twice"
+        used.add(subset)
+        return subset
+
+    def members(self, arm: Arm) -> List[Tuple[str, ...]]:
+        """Every subset of a listed or small arm (the experts: one each)."""
+        listed = self.arms[arm]
+        return [tuple(s) for s in listed] if listed is not None else list(itertools.combinations(self.names, arm[1]))
+
 
 def choose(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Generator, rule: str,
-           units: Optional[Dict[Arm, int]] = None, cover: Sequence[str] = ()) -> Arm:
-    """One arm: Thompson sampling on first-rung scores (shrunk to the method's mean), or uniform (``random``).
+           units: Optional[Dict[Arm, int]] = None, cover: Sequence[str] = (),
+           known: Optional[Dict[Tuple[str, ...], Tuple[float, float]]] = None) -> Arm:
+    """One arm (``pick`` without the member)."""
+    return pick(arms, observed, rng, rule, units=units, cover=cover, known=known)[0]
 
-    ``units``: an arm that stands for several arms of one each (the experts arm: one per expert not tried yet) counts
-    that many times, each with its own draw around the arm's mean, so every expert has the chance of an arm of its
-    own. ``cover``: methods not drawn yet; Thompson draws among their arms first (every method, and the experts,
-    once before the search learns from anything)."""
-    units = units or {}
+
+def pick(arms: List[Arm], observed: Dict[Arm, List[float]], rng: np.random.Generator, rule: str,
+         units: Optional[Dict[Arm, int]] = None, cover: Sequence[str] = (),
+         known: Optional[Dict[Tuple[str, ...], Tuple[float, float]]] = None) -> Tuple[Arm, Optional[Tuple[str, ...]]]:
+    """One arm, and for the experts arm after screening the expert: Thompson sampling on the next candidate's
+    first-rung score, or uniform (``random``).
+
+    A merge arm draws its mean (shrunk to its method's, ``scale / sqrt(n + 1)`` wide) plus one member around it
+    (``within`` wide: how far first-rung scores lie from their arms' means). ``known``: the screened experts not
+    tried yet, ``{(expert,): (score, standard error)}``; each draws N(score, se) and the experts arm bids its best
+    draw, whose expert comes back with it. ``units``: without screening, an arm that stands for several arms of one
+    each (the experts arm: one per expert not tried yet) counts that many times, each with its own draw around the
+    arm's mean. ``cover``: methods not drawn yet; Thompson draws among their arms first (every method, and the
+    experts, once before the search learns from anything)."""
+    units, known = units or {}, known or {}
     if rule == "random":
         weights = np.array([units.get(arm, 1) for arm in arms], dtype=np.float64)
-        return arms[int(rng.choice(len(arms), p=weights / weights.sum()))]
+        return arms[int(rng.choice(len(arms), p=weights / weights.sum()))], None
     fresh = [arm for arm in arms if arm[0] in cover]
     if fresh:
-        return fresh[int(rng.integers(len(fresh)))]
+        return fresh[int(rng.integers(len(fresh)))], None
     every = [s for v in observed.values() for s in v]
-    scale = max(float(np.std(every)), 0.01) if len(every) >= 2 else PRIOR_SD
-    overall = float(np.mean(every)) if every else 0.0
+    merged = [s for a, v in observed.items() if a[0] != EXPERT for s in v]
+    ref = merged if len(merged) >= 2 else every
+    scale = max(float(np.std(ref)), 0.01) if len(ref) >= 2 else PRIOR_SD
+    within = within_spread(observed) or scale
+    overall = float(np.mean(merged or every)) if every else 0.0  # an untried method: what merges scored
     means = {m: float(np.mean([s for a, v in observed.items() if a[0] == m for s in v]))
              for m in {a[0] for a in observed}}
-    draws = []
+    draws, member = [], None
     for arm in arms:
-        prior = means.get(arm[0], overall) + size_effect(observed, means, arm[1])
         obs = observed.get(arm, [])
+        if arm[0] == EXPERT and known:  # screened: each untried expert its own draw on its own score
+            names = sorted(known)
+            bids = rng.normal([known[n][0] for n in names], [known[n][1] for n in names])
+            member = names[int(np.argmax(bids))]
+            draws.append(float(np.max(bids)))
+            continue
+        prior = means.get(arm[0], overall) + size_effect(observed, means, arm[1])
         mean = (sum(obs) + prior) / (len(obs) + 1)
         if units.get(arm, 1) > 1:  # untried members: each its own draw, as wide as the tried ones differ
             spread = max(float(np.std(obs)), scale) if len(obs) >= 2 else scale
             draws.append(float(np.max(rng.normal(mean, spread, units[arm]))))
-        else:
-            draws.append(rng.normal(mean, scale / math.sqrt(len(obs) + 1)))
-    return arms[int(np.argmax(draws))]
+        else:  # the arm's mean, then its next member around it
+            draws.append(rng.normal(mean, scale / math.sqrt(len(obs) + 1)) + rng.normal(0.0, within))
+    arm = arms[int(np.argmax(draws))]
+    return arm, (member if arm[0] == EXPERT and known else None)
+
+
+def within_spread(observed: Dict[Arm, List[float]]) -> float:
+    """The pooled standard deviation of merge arms' first-rung scores around their own arm's mean (0 before an arm
+    has two): how much the next member of an arm may differ from the arm."""
+    groups = [v for a, v in observed.items() if a[0] != EXPERT and len(v) >= 2]
+    dof = sum(len(v) - 1 for v in groups)
+    if not dof:
+        return 0.0
+    return math.sqrt(sum(float(np.sum((np.asarray(v) - np.mean(v)) ** 2)) for v in groups) / dof)
+
+
+def standard_error(items: Dict[str, np.ndarray]) -> float:
+    """The standard error of a suite mean (mean over tasks of task means) from its items: how far a screened
+    expert's score may lie from its full one."""
+    per_task = [np.var(v, ddof=1) / len(v) if len(v) > 1 else 0.25 for v in items.values()]
+    return math.sqrt(float(np.sum(per_task))) / len(per_task)
 
 
 def default_bracket(costs: Dict[float, int], eta: float, left: int, rungs: int) -> int:
@@ -137,10 +200,11 @@ def size_effect(observed: Dict[Arm, List[float]], means: Dict[str, float], size:
 def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callable[[Arm, Tuple[str, ...]], str],
            on_new: Callable[[str, dict], None] = lambda cid, c: None, first: float = 0.125, eta: float = 2.0,
            seed: int = 0, rule: str = "thompson", bracket: Optional[int] = None,
-           log: Callable[[dict], None] = lambda record: None, iters: int = 1000) -> Dict:
-    """Spend at most ``budget`` full evaluations of the suite (the base's included) on brackets of ``bracket``
-    candidates (default ``default_bracket``); returns the winner (the best full
-    evaluation of any bracket), its paired interval to the base, what was spent, and every candidate drawn."""
+           log: Callable[[dict], None] = lambda record: None, iters: int = 1000, screen: Optional[bool] = None) -> Dict:
+    """Spend at most ``budget`` full evaluations of the suite (the base's included): the experts screened at the
+    first rung (``screen``; default: the Thompson rule's), then brackets of ``bracket`` candidates (default
+    ``default_bracket``); returns the winner (the best full evaluation of any bracket), its paired interval to the
+    base, what was spent, and every candidate drawn."""
     if rule not in RULES:
         raise ValueError(f"rule {rule!r}: use one of {', '.join(RULES)}")
     rng = np.random.default_rng(seed)
@@ -149,18 +213,46 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
     sizes = {t: len(v) for t, v in base_items.items()}
     costs = rung_costs(sizes, first, eta, seed)
     limit = int(math.floor(budget * per_model + 1e-6))
-    bracket = bracket or default_bracket(costs, eta, limit - per_model, len(rungs))
     spent, lines = per_model, 0
     observed: Dict[Arm, List[float]] = {}
     candidates: Dict[str, dict] = {}
     winners: List[Tuple[str, float, dict]] = []
     curve, brackets = [], []
     open_arms = list(space.arms)
+    paid: Dict[Tuple[str, float], tuple] = {}  # (candidate, fraction) -> what evaluate gave: never paid twice
 
     def logged(record):
         nonlocal lines
         log(record)
         lines += 1
+
+    def once(ids, fraction):
+        todo = [c for c in ids if (c, fraction) not in paid]
+        if todo:
+            paid.update({(c, fraction): got for c, got in evaluate(todo, fraction).items()})
+        return {c: paid[c, fraction] if c in todo else (paid[c, fraction][0], 0) for c in ids}
+
+    known: Dict[Tuple[str, ...], Tuple[float, float]] = {}  # screened experts not in a bracket yet
+    experts = space.members((EXPERT, 1)) if (EXPERT, 1) in space.arms else []
+    if (rule == "thompson" if screen is None else screen) and experts and \
+            len(experts) * costs[rungs[0]] <= SCREEN_SHARE * (limit - spent):
+        ids = {candidate_id((EXPERT, 1), s): s for s in experts}
+        for cid, s in ids.items():
+            candidates[cid] = {"method": EXPERT, "experts": list(s), "size": 1, "arm": [EXPERT, 1],
+                               "bracket": None, "rank": len(candidates), "screened": True}
+            on_new(cid, candidates[cid])
+        scored = once(list(ids), rungs[0])
+        spent += sum(got[1] for got in scored.values())
+        decisions = {}
+        for cid, s in ids.items():
+            score, se = suite_score(scored[cid][0]), standard_error(scored[cid][0])
+            known[s] = (score, se)
+            candidates[cid]["first_score"] = [rungs[0], score]
+            observed.setdefault((EXPERT, 1), []).append(score)
+            decisions[cid] = {"score": score, "standard_error": se, "decision": "screened"}
+        logged({"rung": lines, "fraction": rungs[0], "screen": True, "decisions": decisions, "items_spent": spent})
+    lead = max(known, key=lambda s: known[s][0]) if known else None  # the screening's leader goes on, first
+    bracket = bracket or default_bracket(costs, eta, limit - spent, len(rungs))
 
     while open_arms:
         n = fitting_bracket(bracket, costs, eta, limit - spent)
@@ -170,21 +262,29 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
         while len(drawn) < n and open_arms:
             units = {a: space.left(a) for a in open_arms if a[0] == EXPERT}
             cover = sorted({a[0] for a in open_arms} - {c["method"] for c in candidates.values()})
-            arm = choose(open_arms, observed, rng, rule, units=units, cover=cover)
-            subset = space.draw(arm, rng)
+            arm, member = ((EXPERT, 1), lead) if lead else \
+                pick(open_arms, observed, rng, rule, units=units, cover=cover, known=known)
+            lead = None
+            if member:  # a screened expert, chosen by its own draw
+                known.pop(member)
+                subset = space.take(arm, member)
+            else:
+                subset = space.draw(arm, rng)
             if subset is None:
                 open_arms.remove(arm)
                 continue
             cid = candidate_id(arm, subset)
-            candidates[cid] = {"method": arm[0], "experts": list(subset), "size": len(subset), "arm": list(arm),
-                               "bracket": len(brackets), "rank": len(candidates)}
+            candidates.setdefault(cid, {"method": arm[0], "experts": list(subset), "size": len(subset),
+                                        "arm": list(arm), "rank": len(candidates)})["bracket"] = len(brackets)
             on_new(cid, candidates[cid])
             drawn.append(cid)
         if not drawn:
             break
-        result = halve(drawn, evaluate, first=first, eta=eta, seed=seed, log=logged, iters=iters, rung0=lines)
+        result = halve(drawn, once, first=first, eta=eta, seed=seed, log=logged, iters=iters, rung0=lines)
         spent += result["items_spent"]
         for cid, (fraction, score) in result["first_scores"].items():
+            if candidates[cid].get("screened"):
+                continue  # its first rung was scored and learnt from at screening
             candidates[cid]["first_score"] = [fraction, score]
             if fraction == rungs[0]:
                 observed.setdefault(tuple(candidates[cid]["arm"]), []).append(score)

@@ -99,9 +99,9 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
                     budget, lambda arm, subset: candidate_id({"method": arm[0], "experts": list(subset)}),
                     on_new=on_new, first=first, eta=eta, seed=seed, rule=rule, log=SearchLog(folder.search_log))
     record = record.model_copy(update={"candidates": [
-        SearchCandidate(id=k, **{f: v[f] for f in ("method", "experts", "size", "rank", "hparams")},
-                        arm=v["arm"], bracket=v["bracket"], first_score=v.get("first_score"))
-        for k, v in specs.items()]})
+        SearchCandidate(id=k, **{f: v[f] for f in ("method", "experts", "size", "rank", "hparams")}, arm=v["arm"],
+                        **{f: result["candidates"][k].get(f) for f in ("bracket", "first_score", "screened")})
+        for k, v in specs.items()]})  # bracket and first-rung score as the search ended (specs: as first drawn)
     per_model = result["items_per_model"]
     winner = specs[result["winner"]]
     summary = SearchResult(winner=result["winner"], method=winner["method"], experts=winner["experts"],

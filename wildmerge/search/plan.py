@@ -1,12 +1,13 @@
 """What a guided search will cost before it runs (``wildmerge search --dry-run``), in the units of the protocol's
 cost plan (``sampling/cost.py``), so the two can be read side by side.
 
-The search spends at most ``budget`` full evaluations of the suite: the base's, then brackets of successive halving
-for as long as a bracket's worst case (no candidate stopped early: ``halving.bracket_cost``) fits what is left, as
-``bandit.search`` does. A bracket of n candidates merges n models (an expert alone needs no merge: counted as a
-merge, an upper bound) and runs one evaluation job per candidate and rung it reaches. Early stops spend less, so a
-real search fits more brackets into the same budget: the item evaluations are an upper bound, the candidates a
-lower one.
+The search spends at most ``budget`` full evaluations of the suite: the base's, the experts' screening at the first
+rung (the Thompson search's, where it fits), then brackets of successive halving for as long as a bracket's worst
+case (no candidate stopped early: ``halving.bracket_cost``) fits what is left, as ``bandit.search`` does. A bracket
+of n candidates merges n models (an expert alone needs no merge: counted as a merge, an upper bound) and runs one
+evaluation job per candidate and rung it reaches. Early stops, and a screened expert's first rung not paid twice,
+spend less, so a real search fits more brackets into the same budget: the item evaluations are an upper bound, the
+candidates a lower one.
 """
 
 import math
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional
 
 from wildmerge.sampling import cost
-from wildmerge.search.bandit import default_bracket, fitting_bracket
+from wildmerge.search.bandit import SCREEN_SHARE, default_bracket, fitting_bracket
 from wildmerge.search.halving import bracket_cost, fractions, rung_costs
 
 
@@ -32,22 +33,27 @@ class SearchPlan:
 
 
 def plan_search(items_per_task: Dict[str, int], budget: float, first: float = 0.125, eta: float = 2.0,
-                bracket: Optional[int] = None, seed: int = 0) -> SearchPlan:
+                bracket: Optional[int] = None, seed: int = 0, screen: int = 0) -> SearchPlan:
     """Brackets, candidates, jobs and item evaluations of a search of ``budget`` full evaluations on a suite with
-    ``items_per_task`` items, its rungs as ``bandit.search`` sets them."""
+    ``items_per_task`` items, its rungs as ``bandit.search`` sets them; ``screen``: the experts the Thompson search
+    screens at the first rung first (where that fits ``bandit.SCREEN_SHARE`` of the budget left after the base)."""
     rungs = fractions(first, eta)
     costs = rung_costs(items_per_task, first, eta, seed)
     per_model = sum(items_per_task.values())
     limit = int(math.floor(budget * per_model + 1e-6))
-    bracket = bracket or default_bracket(costs, eta, limit - per_model, len(rungs))
-    spent, jobs, brackets, candidates = per_model, 1, 0, 0
+    spent, jobs, brackets, candidates, lead = per_model, 1, 0, 0, 0
+    if screen and screen * costs[rungs[0]] <= SCREEN_SHARE * (limit - spent):
+        spent, jobs, candidates = spent + screen * costs[rungs[0]], jobs + screen, screen
+        lead = 1  # the screening's leader opens the first bracket, its first rung already paid
+    bracket = bracket or default_bracket(costs, eta, limit - spent, len(rungs))
     while True:
         n = fitting_bracket(bracket, costs, eta, limit - spent)
         if not n:
             break
-        spent += bracket_cost(n, costs, eta)
-        jobs += _jobs(n, rungs, eta)
-        brackets, candidates = brackets + 1, candidates + n
+        paid = lead if n > 1 else 0  # a lone candidate skips the first rung anyway
+        spent += bracket_cost(n, costs, eta) - paid * costs[rungs[0]]
+        jobs += _jobs(n, rungs, eta) - paid
+        brackets, candidates, lead = brackets + 1, candidates + n - lead, 0
     return SearchPlan(brackets, candidates, jobs, spent, per_model)
 
 
@@ -73,7 +79,7 @@ def search_seconds(plan: SearchPlan, parameters: int, tokens_per_model: int, mea
 
 
 def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", limit: Optional[int] = None,
-                      first: float = 0.125, eta: float = 2.0, exclude=()) -> SearchPlan:
+                      first: float = 0.125, eta: float = 2.0, exclude=(), screen: bool = True) -> SearchPlan:
     """``wildmerge search --dry-run``: the plan's counts and its time at the cost plan's rates (one GPU with the
     default H100 rates, and this machine's CPU), without resolving a model or writing anything."""
     from wildmerge.eval.suites import load_suite
@@ -83,7 +89,7 @@ def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", l
     pool = load_pool(pool_name, exclude)
     scored = cost.suite_tokens([t.task for t in load_suite(suite_name).tasks], limit)
     items, tokens = {t: i for t, (i, _) in scored.items()}, sum(t for _, t in scored.values())
-    plan = plan_search(items, budget, first, eta)
+    plan = plan_search(items, budget, first, eta, screen=len(pool.experts) if screen else 0)
     print(f"search plan: {budget:g} full evaluations of {plan.per_model} items (suite {suite_name}"
           f"{f', limit {limit}' if limit else ''}), rungs {', '.join(f'{f:g}' for f in fractions(first, eta))}")
     print(f"  {plan.brackets} bracket(s), {plan.candidates} candidates merged at most (experts alone included), "
