@@ -87,7 +87,7 @@ def test_the_demo_dry_run_prints_its_cost(tmp_path, capsys):
     reads = sum((n + 1) * 1_820_736 for n in (2, 2, 4, 4, 12)) * 7
     per_model = 51.4 * 1_820_736 / 1e9 + 20.0 * 1_820_736 * 60_000 / 1e12
     minutes = (51.4 * reads / 1e9 + 48 * per_model) / 60
-    assert round(minutes) == 2  # measured 2.5 min quiet (docs/evaluation.md: plan / measured 0.83)
+    assert round(minutes) == 2  # measured 1.6 min quiet (docs/evaluation.md: plan / measured 1.30)
     assert f"this machine, CPU, one worker:        {minutes:.0f} min wall" in out
 
 

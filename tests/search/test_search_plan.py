@@ -48,6 +48,8 @@ def test_the_plan_is_what_the_search_spends_without_early_stops(budget, first, e
     assert screen == any(c.get("screened") for c in result["candidates"].values())
     assert plan.item_evaluations == result["items_spent"] <= budget * plan.per_model
     assert plan.candidates == len(result["candidates"])
+    assert plan.screened == sum(bool(c.get("screened")) for c in result["candidates"].values())
+    assert plan.merges == plan.candidates - plan.screened
     assert plan.brackets == len(result["brackets"])
     assert plan.jobs == len(calls)
 
@@ -71,8 +73,9 @@ def test_search_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys, mon
 
     plan = plan_search({t: 100 for t in ("add", "add_gen", "compare", "count", "facts", "reverse")}, 10,
                        screen=len(load_pool("demo").experts))  # the Thompson search screens the experts first
-    assert plan.candidates >= len(load_pool("demo").experts)
-    assert f"{plan.brackets} bracket(s), {plan.candidates} candidates merged at most" in out
+    assert plan.screened == len(load_pool("demo").experts) and plan.merges == plan.candidates - plan.screened
+    assert (f"{plan.screened} experts screened at the first rung, then {plan.brackets} bracket(s), "
+            f"{plan.merges} candidates merged at most") in out
     assert f"{plan.jobs} evaluation jobs, <= {plan.item_evaluations:,} item evaluations" in out
     assert "one GPU: merges" in out and "this machine's CPU: merges" in out
     assert not (tmp_path / "runs").exists()

@@ -26,6 +26,12 @@ class SearchPlan:
     jobs: int  # evaluation jobs: the base's, then one per candidate and rung reached
     item_evaluations: int  # at most
     per_model: int  # items of one full evaluation
+    screened: int = 0  # experts scored at the first rung before the brackets (in candidates; never merged)
+
+    @property
+    def merges(self) -> int:
+        """Merges at most: the candidates less the screened experts (other experts drawn alone still counted)."""
+        return self.candidates - self.screened
 
     @property
     def full_evaluations(self) -> float:
@@ -41,9 +47,10 @@ def plan_search(items_per_task: Dict[str, int], budget: float, first: float = 0.
     costs = rung_costs(items_per_task, first, eta, seed)
     per_model = sum(items_per_task.values())
     limit = int(math.floor(budget * per_model + 1e-6))
-    spent, jobs, brackets, candidates, lead = per_model, 1, 0, 0, 0
+    spent, jobs, brackets, candidates, lead, screened = per_model, 1, 0, 0, 0, 0
     if screen and screen * costs[rungs[0]] <= SCREEN_SHARE * (limit - spent):
         spent, jobs, candidates = spent + screen * costs[rungs[0]], jobs + screen, screen
+        screened = screen
         lead = 1  # the screening's leader opens the first bracket, its first rung already paid
     bracket = bracket or default_bracket(costs, eta, limit - spent, len(rungs))
     while True:
@@ -54,7 +61,7 @@ def plan_search(items_per_task: Dict[str, int], budget: float, first: float = 0.
         spent += bracket_cost(n, costs, eta) - paid * costs[rungs[0]]
         jobs += _jobs(n, rungs, eta) - paid
         brackets, candidates, lead = brackets + 1, candidates + n - lead, 0
-    return SearchPlan(brackets, candidates, jobs, spent, per_model)
+    return SearchPlan(brackets, candidates, jobs, spent, per_model, screened)
 
 
 def _jobs(n: int, rungs, eta: float) -> int:
@@ -72,7 +79,7 @@ def search_seconds(plan: SearchPlan, parameters: int, tokens_per_model: int, mea
                    cal: cost.Calibration) -> Dict[str, float]:
     """Seconds on one device: the merges (each reading ``mean_inputs`` models), then the jobs (each paying the
     start and the model's read) and the tokens of the item evaluations."""
-    merges = plan.candidates * cost.merge_seconds(parameters, mean_inputs, cal)
+    merges = plan.merges * cost.merge_seconds(parameters, mean_inputs, cal)
     starts = plan.jobs * (cal.eval_start_s + cost.merge_seconds(parameters, 1, cal))
     scoring = cal.eval_s_per_tparam_token * parameters * tokens_per_model * plan.full_evaluations / 1e12
     return {"merge_s": merges, "eval_s": starts + scoring, "wall_s": merges + starts + scoring}
@@ -92,7 +99,8 @@ def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", l
     plan = plan_search(items, budget, first, eta, screen=len(pool.experts) if screen else 0)
     print(f"search plan: {budget:g} full evaluations of {plan.per_model} items (suite {suite_name}"
           f"{f', limit {limit}' if limit else ''}), rungs {', '.join(f'{f:g}' for f in fractions(first, eta))}")
-    print(f"  {plan.brackets} bracket(s), {plan.candidates} candidates merged at most (experts alone included), "
+    screened = f"{plan.screened} experts screened at the first rung, then " if plan.screened else ""
+    print(f"  {screened}{plan.brackets} bracket(s), {plan.merges} candidates merged at most (experts alone included), "
           f"{plan.jobs} evaluation jobs, <= {plan.item_evaluations:,} item evaluations "
           f"({plan.full_evaluations:.3g} full evaluations, the base's included)")
     params = base_parameters(pool)
