@@ -288,3 +288,21 @@ def token_family(root, vocab_slices, n_samples, seq):
         path.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
         data.append(str(path))
     return {"root": root, "base": base, "experts": experts, "data": data}
+
+
+def run_mergekit_yaml(recipe: dict, tmp_path, *flags, **env) -> dict:
+    """Write ``recipe`` and merge it with the stock ``mergekit-yaml`` CLI into ``tmp_path/out`` (offline, one thread,
+    on the CPU); fails the test with mergekit's stderr when it does not succeed. Returns the merge's diagnostics."""
+    import subprocess
+    import sys
+
+    from wildmerge.plugins.layerwise.driver import DIAGNOSTICS_FILE
+
+    path = tmp_path / "recipe.yml"
+    path.write_text(yaml.safe_dump(recipe))
+    exe = Path(sys.executable).with_name("mergekit-yaml")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", **env)
+    proc = subprocess.run([str(exe), str(path), str(tmp_path / "out"), *flags, "--device", "cpu"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((tmp_path / "out" / DIAGNOSTICS_FILE).read_text())

@@ -1,16 +1,13 @@
 """RegMean and Chain of Merges end to end on tiny real Llama / Qwen3 checkpoints."""
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers import make_tiny_model, one_thread  # noqa: F401  (one_thread: autouse fixture)
+from helpers import make_tiny_model, one_thread, run_mergekit_yaml  # noqa: F401  (one_thread: autouse fixture)
 from safetensors.torch import load_file
 
 from wildmerge.errors import WildmergeError
@@ -300,14 +297,7 @@ def test_unsupported_base_architecture(family, tmp_path, no_heavy_work):
 def test_stock_mergekit_yaml_runs_the_recipe(family, tiny_family, tiny_qwen3_family, tmp_path, arch, method):
     fam = tiny_family if arch == "llama" else tiny_qwen3_family
     recipe = _recipe(dict(family, base=fam["base"]), method, experts=fam["experts"])
-    path = tmp_path / "recipe.yml"
-    path.write_text(yaml.safe_dump(recipe))
-    exe = Path(sys.executable).with_name("mergekit-yaml")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([str(exe), str(path), str(tmp_path / "out"), "--no-copy-tokenizer", "--device", "cpu"],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    diag = json.loads((tmp_path / "out" / DIAGNOSTICS_FILE).read_text())
+    diag = run_mergekit_yaml(recipe, tmp_path, "--no-copy-tokenizer")
     assert diag["method"] == method and len(diag["models"]) == 3
     _generate(tmp_path / "out")
 

@@ -5,15 +5,11 @@ init, by hand, one sequence at a time), its invariants, its errors, and the ship
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from helpers import one_thread, token_family  # noqa: F401  (one_thread: autouse fixture)
+from helpers import one_thread, run_mergekit_yaml, token_family  # noqa: F401  (one_thread: autouse fixture)
 from safetensors.torch import load_file
 
 from wildmerge.errors import ConfigError, WildmergeError
@@ -217,14 +213,7 @@ def test_stock_mergekit_yaml_runs_the_shipped_recipe_on_the_demo_family(tmp_path
     recipe["calibration"].update(n_samples=16, seq_len=32)
     for m, n in zip(recipe["models"], names):
         m["calibration"] = str(Path(demo["root"]) / "calibration" / f"{n}.jsonl")
-    path = tmp_path / "recipe.yml"
-    path.write_text(yaml.safe_dump(recipe))
-    exe = Path(sys.executable).with_name("mergekit-yaml")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([str(exe), str(path), str(tmp_path / "out"), "--device", "cpu"],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    diag = json.loads((tmp_path / "out" / DIAGNOSTICS_FILE).read_text())
+    diag = run_mergekit_yaml(recipe, tmp_path)
     assert diag["method"] == "localize_stitch_trained" and len(diag["experts"]) == 2
     merged, base = _weights(tmp_path / "out"), _weights(demo["base"])
     total = sum(t.numel() for t in base.values())

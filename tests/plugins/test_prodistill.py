@@ -4,15 +4,12 @@ driver end to end on a tiny family, and the shipped recipe through the stock ``m
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers import one_thread, token_family  # noqa: F401  (one_thread: autouse fixture)
+from helpers import one_thread, run_mergekit_yaml, token_family  # noqa: F401  (one_thread: autouse fixture)
 from safetensors.torch import load_file
 
 from wildmerge.errors import ConfigError
@@ -258,15 +255,7 @@ def test_stock_mergekit_yaml_runs_the_shipped_recipe_on_the_demo_family(demo, tm
     recipe["calibration"].update(n_samples=8, seq_len=32)
     for m, n in zip(recipe["models"], names):
         m["calibration"] = str(Path(demo["root"]) / "calibration" / f"{n}.jsonl")
-    path = tmp_path / "recipe.yml"
-    path.write_text(yaml.safe_dump(recipe))
-    exe = Path(sys.executable).with_name("mergekit-yaml")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
-               WILDMERGE_DEMO_QUICK="1")
-    proc = subprocess.run([str(exe), str(path), str(tmp_path / "out"), "--device", "cpu"],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    diag = json.loads((tmp_path / "out" / DIAGNOSTICS_FILE).read_text())
+    diag = run_mergekit_yaml(recipe, tmp_path, WILDMERGE_DEMO_QUICK="1")
     assert diag["method"] == "prodistill" and len(diag["models"]) == len(names)
     blocks = [r for r in diag["layers"] if r["group"] == "block"]
     assert len(blocks) == AutoModelForCausalLM.from_pretrained(demo["base"]).config.num_hidden_layers

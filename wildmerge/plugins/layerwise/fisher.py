@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from wildmerge.checkpoints import on_base_tokens
 from wildmerge.errors import WildmergeError
-from wildmerge.plugins.layerwise.io import Checkpoint
+from wildmerge.plugins.layerwise.io import Checkpoint, load_eval_model
 from wildmerge.plugins.layerwise.methods import FisherParams
 
 log = logging.getLogger("wildmerge")
@@ -102,13 +102,6 @@ class FisherJob:
     report: Dict = field(default_factory=dict)
 
 
-def _load(path, device) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
-    return model.eval()  # dropout off: the Fisher of the model as it predicts
-
-
 def _aliases(model: torch.nn.Module) -> Dict[str, str]:
     """Every parameter name (tied ones too) -> the name ``named_parameters`` keeps for it."""
     first = {id(p): n for n, p in model.named_parameters()}
@@ -124,7 +117,7 @@ def _expert_fisher(job: FisherJob, i: int, names: List[str], acc: FisherAverage)
                     "(raise calibration n_samples to use more)", expert.name, len(seqs), job.settings.fisher_samples)
     if expert.rows is not None:  # a resized vocabulary: the base's token ids at the expert's rows
         seqs = [expert.rows[s] for s in seqs]
-    model = _load(expert.path, job.device)
+    model = load_eval_model(expert.path, job.device)  # dropout off: the Fisher of the model as it predicts
     fisher = diagonal_fisher(model, seqs, job.device, job.progress, f"Fisher {expert.path.name}")
     alias = _aliases(model)
     state = dict(model.named_parameters(remove_duplicate=False))

@@ -22,6 +22,18 @@ def resolve_model_path(ref, cache_dir=None, allow_pickle=False) -> str:
     return resolve_path(str(ref.model.path), ref.model.revision, cache_dir=cache_dir, allow_pickle=allow_pickle)
 
 
+def load_eval_model(path, device: str, frozen: bool = False) -> torch.nn.Module:
+    """A whole model in float32 on ``device``, in eval mode (dropout off: the deterministic model the data-based
+    methods measure or train through); ``frozen``: no gradient for its own parameters (only what a method adds
+    trains)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
+    for p in model.parameters() if frozen else ():
+        p.requires_grad_(False)
+    return model.eval()
+
+
 class Checkpoint:
     """Tensor names -> safetensors file of one model folder, with per-tensor lazy reads.
 

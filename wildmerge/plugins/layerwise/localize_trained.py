@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 from tqdm.auto import tqdm
 
-from wildmerge.plugins.layerwise.io import Checkpoint
+from wildmerge.plugins.layerwise.io import Checkpoint, load_eval_model
 from wildmerge.plugins.layerwise.methods import LocalizeTrainedParams
 from wildmerge.plugins.localize_stitch import Stitch
 
@@ -110,15 +110,6 @@ class LocalizeTrainedJob:
     report: Dict = field(default_factory=dict)
 
 
-def _load(path, device) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
-    for p in model.parameters():
-        p.requires_grad_(False)  # only the scores train
-    return model.eval()  # dropout off: the deterministic model the paper's mask is trained through
-
-
 def _aliases(model: torch.nn.Module) -> Dict[str, str]:
     """Every parameter name (tied ones too) -> the name ``named_parameters`` keeps for it."""
     first = {id(p): n for n, p in model.named_parameters()}
@@ -146,7 +137,7 @@ def _expert(job: LocalizeTrainedJob, i: int, model, theta0, stitch: Dict[str, St
 
 def run_localize_trained(job: LocalizeTrainedJob, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:
     """Merge every tensor of ``job`` and hand it to ``save_tensor``; returns the report."""
-    model = _load(job.base.path, job.device)
+    model = load_eval_model(job.base.path, job.device, frozen=True)  # only the scores train
     theta0 = {n: p.detach().float() for n, p in model.named_parameters()}
     alias = _aliases(model)
     stitch: Dict[str, Stitch] = {}

@@ -11,6 +11,7 @@ import torch
 from tqdm.auto import tqdm
 
 from wildmerge.plugins.layerwise.arch import GROUPS
+from wildmerge.plugins.layerwise.io import load_eval_model
 from wildmerge.plugins.layerwise.regmean import GramAccumulator, omega
 
 FIRST = {g: mods[0] for g, mods in GROUPS}
@@ -20,9 +21,7 @@ def reference_omegas(model_path: str, batches: List[list], norm: str = "token", 
                      progress: bool = True) -> Dict[Tuple[int, str], List[float]]:
     """{(layer, group): [omega of expert i's data]} for the model at ``model_path`` (float32), ``batches`` per
     expert as the layer-wise driver reads them ([(input_ids, attention_mask)])."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device).eval()
+    model = load_eval_model(model_path, device)
     layers = model.model.layers
     out: Dict[Tuple[int, str], List[float]] = {}
     for i, expert_batches in enumerate(tqdm(batches, desc="reference omegas", unit="expert", disable=not progress)):
