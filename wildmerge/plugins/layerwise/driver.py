@@ -256,9 +256,7 @@ def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], pr
     import torch
 
     from wildmerge.plugins.layerwise.chain import ChainJob
-    from wildmerge.plugins.layerwise.fisher import FisherJob
-    from wildmerge.plugins.layerwise.io import Checkpoint
-    from wildmerge.plugins.layerwise.localize_trained import LocalizeTrainedJob
+    from wildmerge.plugins.layerwise.io import Checkpoint, WholeModelJob
 
     experts = [Checkpoint(p, str(r), *inputs.rows.get(p, (None, None)))
                for p, r in zip(inputs.expert_paths, inputs.expert_refs)]
@@ -269,12 +267,9 @@ def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], pr
     compute_dtype = _dtype(merge_config.dtype, fallback)
     out_dtype = _dtype(merge_config.out_dtype, compute_dtype)
     dev = _device(options, device)
-    if inputs.method == "fisher":
-        return FisherJob(experts=experts, base=base, batches=inputs.batches, config=config, settings=inputs.params,
-                         compute_dtype=torch.float32, device=dev, progress=progress), out_dtype
-    if inputs.method == "localize_stitch_trained":
-        return LocalizeTrainedJob(experts=experts, base=base, batches=inputs.batches, config=config,
-                                  settings=inputs.params, device=dev, progress=progress), out_dtype
+    if inputs.method in OWN_ENGINE:  # whole models in float32 (their own engines)
+        return WholeModelJob(experts=experts, base=base, batches=inputs.batches, config=config,
+                             settings=inputs.params, device=dev, progress=progress), out_dtype
     job = ChainJob(chain=inputs.method == "chain_of_merges", experts=experts, base=base, batches=inputs.batches,
                    config=config, settings=inputs.params, compute_dtype=compute_dtype, device=dev, progress=progress,
                    trace=trace)

@@ -11,16 +11,14 @@ accumulators of the model's size. Fisher and gradients are float32 whatever the 
 """
 
 import logging
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from wildmerge.checkpoints import on_base_tokens
 from wildmerge.errors import WildmergeError
-from wildmerge.plugins.layerwise.io import Checkpoint, load_eval_model
-from wildmerge.plugins.layerwise.methods import FisherParams
+from wildmerge.plugins.layerwise.io import WholeModelJob, load_eval_model
 
 log = logging.getLogger("wildmerge")
 
@@ -87,19 +85,6 @@ def diagonal_fisher(model: torch.nn.Module, seqs: Sequence[torch.Tensor], device
     return fisher
 
 
-@dataclass
-class FisherJob:
-    """Everything the Fisher engine needs, validated beforehand."""
-
-    experts: List[Checkpoint]  # with ``rows`` / ``vocab_size`` for an expert read on the base's tokens
-    base: Optional[Checkpoint]
-    batches: List[list]  # per expert: [(input_ids, attention_mask)] on the base's tokens
-    config: object
-    settings: FisherParams
-    compute_dtype: torch.dtype = torch.float32
-    device: str = "cpu"
-    progress: bool = True
-    report: Dict = field(default_factory=dict)
 
 
 def _aliases(model: torch.nn.Module) -> Dict[str, str]:
@@ -108,7 +93,7 @@ def _aliases(model: torch.nn.Module) -> Dict[str, str]:
     return {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False)}
 
 
-def _expert_fisher(job: FisherJob, i: int, names: List[str], acc: FisherAverage) -> Dict:
+def _expert_fisher(job: WholeModelJob, i: int, names: List[str], acc: FisherAverage) -> Dict:
     """Expert i's Fisher on its own data, added to ``acc`` on the base's tokens; returns its report row."""
     expert = job.experts[i]
     seqs = sequences(job.batches[i], job.settings.fisher_samples)
@@ -136,7 +121,7 @@ def _expert_fisher(job: FisherJob, i: int, names: List[str], acc: FisherAverage)
             "fisher_zero_fraction": zero / max(count, 1)}
 
 
-def run_fisher(job: FisherJob, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:
+def run_fisher(job: WholeModelJob, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:
     """Merge every tensor of ``job`` and hand it to ``save_tensor``; returns the report."""
     names = job.experts[0].names()
     acc = FisherAverage(job.settings.fisher_floor)

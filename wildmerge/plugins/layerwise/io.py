@@ -4,6 +4,7 @@ Only the tensors of the block being merged are ever in memory; everything else s
 ship only pickle files are refused (untrusted input, see DESIGN.md).
 """
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -20,6 +21,22 @@ def resolve_model_path(ref, cache_dir=None, allow_pickle=False) -> str:
         raise WildmergeError(f"{ref}: LoRA references (model+lora) are not supported by the layer-wise merge; "
                              f"merge the adapter into its model first (e.g. with peft's merge_and_unload)")
     return resolve_path(str(ref.model.path), ref.model.revision, cache_dir=cache_dir, allow_pickle=allow_pickle)
+
+
+@dataclass
+class WholeModelJob:
+    """What an engine that runs whole models on each expert's data needs (Fisher, the trained Localize), validated
+    beforehand by the driver; ``settings``: the method's parameter model; ``report``: the engine's diagnostics."""
+
+    experts: List["Checkpoint"]  # with ``rows`` / ``vocab_size`` for an expert read on the base's tokens
+    base: Optional["Checkpoint"]  # required by the trained Localize (the driver checks)
+    batches: List[list]  # per expert: [(input_ids, attention_mask)] on the base's tokens
+    config: object
+    settings: object
+    compute_dtype: torch.dtype = torch.float32  # whole models run in float32 (said in the diagnostics)
+    device: str = "cpu"
+    progress: bool = True
+    report: Dict = field(default_factory=dict)
 
 
 def load_eval_model(path, device: str, frozen: bool = False) -> torch.nn.Module:

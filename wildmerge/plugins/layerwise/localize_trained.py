@@ -19,7 +19,6 @@ model-sized float32 tensors besides the model (``theta_0``, ``tau``, ``S``, its 
 """
 
 import logging
-from dataclasses import dataclass, field
 from typing import Callable, Dict, List
 
 import torch
@@ -27,7 +26,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 from tqdm.auto import tqdm
 
-from wildmerge.plugins.layerwise.io import Checkpoint, load_eval_model
+from wildmerge.plugins.layerwise.io import WholeModelJob, load_eval_model
 from wildmerge.plugins.layerwise.methods import LocalizeTrainedParams
 from wildmerge.plugins.localize_stitch import Stitch
 
@@ -95,19 +94,6 @@ def binarize(scores: Dict[str, torch.Tensor], settings: LocalizeTrainedParams) -
     return top_share(scores, settings.density)
 
 
-@dataclass
-class LocalizeTrainedJob:
-    """Everything the trained Localize-and-Stitch needs, validated beforehand (the base is required)."""
-
-    experts: List[Checkpoint]  # with ``rows`` / ``vocab_size`` for an expert read on the base's tokens
-    base: Checkpoint
-    batches: List[list]  # per expert: [(input_ids, attention_mask)] on the base's tokens
-    config: object
-    settings: LocalizeTrainedParams
-    compute_dtype: torch.dtype = torch.float32
-    device: str = "cpu"
-    progress: bool = True
-    report: Dict = field(default_factory=dict)
 
 
 def _aliases(model: torch.nn.Module) -> Dict[str, str]:
@@ -116,7 +102,7 @@ def _aliases(model: torch.nn.Module) -> Dict[str, str]:
     return {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False)}
 
 
-def _expert(job: LocalizeTrainedJob, i: int, model, theta0, stitch: Dict[str, Stitch]) -> Dict:
+def _expert(job: WholeModelJob, i: int, model, theta0, stitch: Dict[str, Stitch]) -> Dict:
     """Localize expert i on its own data and add its masked task vector to ``stitch``; returns its report row."""
     expert = job.experts[i]
     tau = {n: expert.get(n, job.device, torch.float32) - t for n, t in theta0.items()}
@@ -135,7 +121,7 @@ def _expert(job: LocalizeTrainedJob, i: int, model, theta0, stitch: Dict[str, St
             "changed_from_init": moved / total}
 
 
-def run_localize_trained(job: LocalizeTrainedJob, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:
+def run_localize_trained(job: WholeModelJob, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:
     """Merge every tensor of ``job`` and hand it to ``save_tensor``; returns the report."""
     model = load_eval_model(job.base.path, job.device, frozen=True)  # only the scores train
     theta0 = {n: p.detach().float() for n, p in model.named_parameters()}
