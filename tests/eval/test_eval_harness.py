@@ -57,7 +57,9 @@ def killed_then_resumed(lm_family, tmp_path_factory):  # noqa: F811
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # the driver and its worker, mid-run
         proc.wait()
-    assert len(done) == 1, "the first run should have been killed after exactly one finished job"
+    # a job may finish between the last look and the kill (jobs take well under a second now): count after it
+    done = [p for p in results.glob("mini-*.json") if "invalid" not in p.name] if results.is_dir() else []
+    assert 1 <= len(done) <= 2, "the first run should have been killed with a real job still to run"
     first = {p.name: p.stat().st_mtime_ns for p in done}
     summary = evaluate_run(run, lm_family["suite"])
     return {"run": run, "first": first, "summary": summary, "store": ResultStore(run / "eval" / "mini")}
@@ -65,8 +67,9 @@ def killed_then_resumed(lm_family, tmp_path_factory):  # noqa: F811
 
 def test_kill_then_rerun_finishes_without_redoing(killed_then_resumed):
     k = killed_then_resumed
-    # 5 models -> 3 real jobs (e0 and its copy are one) + the missing model; 1 job was done before the kill
-    assert k["summary"]["jobs"] == 3 and k["summary"]["skipped"] == 1 and k["summary"]["ran"] == 2
+    # 5 models -> 3 real jobs (e0 and its copy are one) + the missing model; what was done before the kill is kept
+    done = len(k["first"])
+    assert k["summary"]["jobs"] == 3 and k["summary"]["skipped"] == done and k["summary"]["ran"] == 3 - done
     for name, mtime in k["first"].items():
         assert (k["store"].root / "results" / name).stat().st_mtime_ns == mtime
     assert not list((k["store"].root / "results").glob(".*tmp-*"))
