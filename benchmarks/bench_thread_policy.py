@@ -11,8 +11,8 @@ thread`` within each round, medians with min and max, the load of other processe
 - ``all cores``: ``WILDMERGE_LAPACK_THREADS=<usable cores>``: what forcing threads gives (where threads pay at all;
   ``THREADS_MIN_SIDE`` in resources.py is set from it).
 Conditions (``--conditions``): ``quiet`` (as found), ``busy`` (one busy-loop process per usable core, started before
-the runs) and ``starting`` (the same loops started ``--start-after`` seconds into each kernel call, from inside the
-run). The busy loops are this benchmark's own: they do not make a figure LOADED; other processes' work does.
+the runs) and ``starting`` (the same loops, started stopped before each kernel call and resumed ``--start-after``
+seconds into it, so the timed process pays nothing for starting interpreters). The busy loops are this benchmark's own: they do not make a figure LOADED; other processes' work does.
 
     python benchmarks/bench_thread_policy.py [--sizes 256 512 1024 2048 4096] [--tasks 6] [--rounds 5]
         [--cases policy 'one thread' 'all cores'] [--conditions quiet busy starting]
@@ -26,7 +26,7 @@ import time
 from paired import Process, measure, print_table
 
 CHILD = r"""
-import subprocess, sys, threading, time
+import os, signal, subprocess, sys, threading, time
 from wildmerge.resources import prefer_passive_wait
 prefer_passive_wait()
 import torch
@@ -38,12 +38,26 @@ iso_c, iso_cts, tsv_m = (IsoCParams.with_defaults(spectral.iso_c), IsoCTSParams.
 size, tasks, busy, start_after = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 g = torch.Generator().manual_seed(0)
 deltas = [torch.randn(size, size, generator=g) * 0.01 for _ in range(tasks)]
+STOPPED = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\nwhile True: pass\n"
+def stopped(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "T"
+    except OSError:
+        return False
 loops = []
+def prepare():
+    # the loops exist (stopped) before the call, so the call pays nothing for starting interpreters
+    loops.extend(subprocess.Popen([sys.executable, "-c", STOPPED]) for _ in range(busy))
+    while not all(stopped(p.pid) for p in loops):
+        time.sleep(0.01)
 def load():
-    loops.extend(subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy))
+    for p in loops:
+        os.kill(p.pid, signal.SIGCONT)
 try:
     for name, run in (("tsv_m", lambda: tsv_m(deltas)), ("iso_cts", lambda: iso_cts(deltas, 0.8)),
                       ("iso_c", lambda: iso_c(deltas))):
+        prepare()
         timer = threading.Timer(start_after, load) if busy else None
         timer and timer.start()
         t = time.perf_counter()
@@ -51,9 +65,11 @@ try:
         report_seconds(name, time.perf_counter() - t)
         if timer:
             timer.cancel()
-            timer.join()  # a load being started is complete before it is stopped
+            timer.join()  # a load being resumed is running before it is stopped
         while loops:
-            loops.pop().kill()
+            p = loops.pop()
+            p.kill()
+            p.wait()
 finally:
     for p in loops:
         p.kill()
