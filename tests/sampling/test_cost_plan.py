@@ -77,7 +77,8 @@ def test_the_default_rates_solve_the_measurements_they_state():
 
     seven = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")
     demo_reads = 1_820_736 * (3 + 3 + 5 + 5 + 13) / 1e9  # per method: two subsets of 2 and of 4, all 12
-    for device, anchor, demo_s in (("cpu", (55.7e6 * 13 / 1e9, 2.12), 19.0), ("cuda", (142.9e6 * 13 / 1e9, 3.58), 10.3)):
+    for device, anchor, demo_s in (("cpu", (55.7e6 * 13 / 1e9, 2.12), 19.0),
+                                   ("cuda", (142.9e6 * 13 / 1e9, 3.58), 10.3)):
         table = cost.METHOD_FACTORS[device]
         weighted = demo_reads * sum(table[m].value if m in table else 1.0 for m in seven)
         start, rate = np.linalg.solve(np.array([[1.0, anchor[0]], [35.0, weighted]]), np.array([anchor[1], demo_s]))

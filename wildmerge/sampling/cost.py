@@ -36,7 +36,7 @@ class Calibration:
     """Per-unit costs on one kind of device, and where they came from."""
 
     device: str  # cpu or cuda
-    merge_s_per_gparam_read: float  # task arithmetic's merge seconds per 1e9 parameters read (every input, base included)
+    merge_s_per_gparam_read: float  # TA's merge seconds per 1e9 parameters read (every input, base included)
     eval_start_s: float  # per evaluated model: load it, build the tasks
     eval_s_per_tparam_token: float  # evaluation and calibration forward passes: seconds per 1e12 parameter-tokens
     source: str
@@ -57,7 +57,8 @@ _ANCHOR = "docs/performance.md 'CPU merges at K = 12': run_merge x TA, 55.7M Lla
 _SMOL = ("docs/demo-family.md, the SmolLM2 main job on 2 loaded cores: up to 2-6 min for the 9-expert merge against "
          "TA's 14 s (8.6x-26x), the middle of the range")
 _H100 = "docs/performance.md 'GPU kernels': x TA, K = 12, 142.9M Qwen3 with Qwen3-4B's shapes, one H100, default route"
-# One table per device: methods not listed count 1 (priced as task arithmetic; the dry run names them).
+# One table per device: methods not listed count 1 (priced as task arithmetic; the dry run names them). The
+# factors are ratios of whole merges, applied to the read only (at the anchor's size the start is 16% of TA's).
 METHOD_FACTORS: Dict[str, Dict[str, Factor]] = {
     "cpu": {"ta": Factor(1.0, "the reference"),
             "iso_c": Factor(3.80, _ANCHOR), "ta_sb": Factor(4.04, _ANCHOR),

@@ -123,7 +123,8 @@ def merge_pricing(cal, methods, text_tokens: int) -> str:
     from wildmerge.sampling import cost
 
     fitted, methods = dict(cal.method_rates), list(dict.fromkeys(methods))
-    parts = [f"{m} {fitted[m]:.3g} s per G read (fitted)" if m in fitted else f"{m} x{cost.factor(m, cal.device).value:g}"
+    parts = [f"{m} {fitted[m]:.3g} s per G read (fitted)" if m in fitted
+             else f"{m} x{cost.factor(m, cal.device).value:g}"
              for m in methods if m in fitted or cost.factor(m, cal.device)]
     line = (f"merges ({cal.device}): {cal.merge_start_s:.2g} s each + {cal.merge_s_per_gparam_read:.3g} s per G "
             f"parameters read x the method's factor: {', '.join(parts) or 'none measured'}")

@@ -80,8 +80,8 @@ def search_seconds(plan: SearchPlan, parameters: int, tokens_per_model: int, mea
                    text_tokens: int = cost.TEXT_TOKENS) -> Dict[str, float]:
     """Seconds on one device, priced as the protocol's plan prices them (``cost.merge_seconds``,
     ``cost.eval_seconds``): the merges (each reading ``mean_inputs`` models, its method's cost the mean over
-    ``methods``, the search's own default unless told: it tries every method), then the jobs (each paying the start and the model's read) and the
-    tokens of the item evaluations."""
+    ``methods``, the search's own default unless told: it tries every method), then the jobs (each paying the start
+    and the model's read) and the tokens of the item evaluations."""
     per_merge = sum(cost.merge_seconds(parameters, mean_inputs, cal, m, text_tokens=text_tokens)
                     for m in methods) / len(methods)
     merges = plan.merges * per_merge
