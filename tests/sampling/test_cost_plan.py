@@ -88,26 +88,29 @@ def test_the_default_rates_solve_the_measurements_they_state():
 
 
 def _reference_fit(points, default_start):
-    """Least squares with a shared start and one rate per method, written independently (numpy, float64); a start
-    below 0 (or one the reads cannot tell) is fixed and each rate fitted through it; rates below 0 are 0."""
+    """Weighted least squares (weights 1 / seconds^2) with a shared start and one rate per method, written
+    independently (numpy, float64); a start below 0 (or one the reads cannot tell) is fixed and each rate fitted
+    through it; rates below 0 are 0."""
     import numpy as np
 
     methods = sorted({m for m, _, _ in points})
     X = np.array([[1.0] + [g if m == k else 0.0 for k in methods] for m, g, _ in points])
     y = np.array([s for _, _, s in points])
+    root_w = 1 / np.maximum(y, 1e-3)
     if np.linalg.matrix_rank(X) == X.shape[1]:
-        start = max(np.linalg.lstsq(X, y, rcond=None)[0][0], 0.0)
+        start = max(np.linalg.lstsq(X * root_w[:, None], y * root_w, rcond=None)[0][0], 0.0)
     else:
         start = min(default_start, y.min())
     rates = {}
     for k in methods:
-        g = np.array([gg for m, gg, _ in points if m == k])
-        s = np.array([ss for m, _, ss in points if m == k])
-        rates[k] = max(float(np.linalg.lstsq(g[:, None], s - start, rcond=None)[0][0]), 0.0)
+        rows = [i for i, (m, _, _) in enumerate(points) if m == k]
+        g, s, r = X[rows, 1 + methods.index(k)], y[rows], root_w[rows]
+        rates[k] = max(float(np.linalg.lstsq((g * r)[:, None], (s - start) * r, rcond=None)[0][0]), 0.0)
     return start, rates
 
 
 def test_fit_merges_is_least_squares_with_one_start_and_a_rate_per_method():
+    """Relative errors: a slow, noisy method (here 100x slower, 30% noise) does not set the fast ones' start."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -124,6 +127,12 @@ def test_fit_merges_is_least_squares_with_one_start_and_a_rate_per_method():
     below = [("ta", 0.1, 1.0), ("ta", 1.0, 20.0)]  # the line crosses 0 below zero: start 0, the rate through it
     start, rates = cost.fit_merges(below, 0.33)
     assert start == 0.0 and rates["ta"] == pytest.approx(_reference_fit(below, 0.33)[1]["ta"])
+    fast = [("ta", g, 0.3 + 2.0 * g) for g in (0.1, 0.2, 0.4)]
+    slow = [("fisher", g, 200.0 * g * (1 + 0.3 * e)) for g, e in ((0.1, 1), (0.1, -1), (0.2, -1), (0.4, 1))]
+    start, rates = cost.fit_merges(fast + slow, 9.0)
+    assert (start, rates) == (pytest.approx(_reference_fit(fast + slow, 9.0)[0]),
+                              pytest.approx(_reference_fit(fast + slow, 9.0)[1]))
+    assert start == pytest.approx(0.3, abs=0.05) and rates["ta"] == pytest.approx(2.0, rel=0.1)
 
 
 def test_executor_times():

@@ -272,25 +272,26 @@ def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: flo
 
 def fit_merges(points: Sequence[Tuple[str, float, float]], default_start: float) -> Tuple[float, Dict[str, float]]:
     """(start, {method: seconds per G read}) by least squares on ``seconds = start + rate_method x G read`` over
-    ``points`` (method, G parameters read, seconds): one start shared, one rate per method. With one read size per
-    method the reads cannot tell the start: it is then ``default_start`` (at most the fastest merge). Neither goes
-    below 0."""
-    groups: Dict[str, List[Tuple[float, float]]] = {}
+    ``points`` (method, G parameters read, seconds): one start shared, one rate per method, each merge weighted by
+    1 / seconds^2 (relative errors: a slow, noisy method does not set the start of the fast ones). With one read size
+    per method the reads cannot tell the start: it is then ``default_start`` (at most the fastest merge). Neither
+    goes below 0."""
+    groups: Dict[str, List[Tuple[float, float, float]]] = {}
     for method, g, s in points:
-        groups.setdefault(method, []).append((g, s))
-    # for a fixed start each method's rate is its through-the-start slope; the start minimising what is left:
-    # residual_i = (s_i - g_i A/C) - start (1 - g_i B/C), A = sum g s, B = sum g, C = sum g^2 of the method's merges
+        groups.setdefault(method, []).append((g, s, 1.0 / max(s, 1e-3) ** 2))
+    # for a fixed start each method's rate is its weighted slope through the start; the start minimising what is
+    # left: residual_i = (s_i - g_i A/C) - start (1 - g_i B/C), A = sum w g s, B = sum w g, C = sum w g^2 (its method)
     num = den = 0.0
     for pts in groups.values():
-        a, b, c = sum(g * s for g, s in pts), sum(g for g, _ in pts), sum(g * g for g, _ in pts)
-        for g, s in pts:
+        a, b, c = (sum(w * g * s for g, s, w in pts), sum(w * g for g, _, w in pts), sum(w * g * g for g, _, w in pts))
+        for g, s, w in pts:
             x, y = 1 - g * b / c, s - g * a / c
-            num, den = num + x * y, den + x * x
-    if den > 1e-12 * max(len(points), 1):
+            num, den = num + w * x * y, den + w * x * x
+    if den > 1e-12 * sum(w for pts in groups.values() for *_, w in pts):
         start = max(num / den, 0.0)
     else:
         start = min(default_start, min(s for _, _, s in points))
-    rates = {m: max(sum(g * (s - start) for g, s in pts) / sum(g * g for g, _ in pts), 0.0)
+    rates = {m: max(sum(w * g * (s - start) for g, s, w in pts) / sum(w * g * g for g, _, w in pts), 0.0)
              for m, pts in groups.items()}
     return start, rates
 
