@@ -28,17 +28,117 @@ def test_suite_tokens_apply_the_limit():
 
 def test_unit_costs():
     gpu = cost.DEFAULTS["cuda"]
-    rate = gpu.merge_s_per_gparam_read
-    assert cost.merge_seconds(4_000_000_000, 13, gpu) == pytest.approx(rate * 4 * 13)
+    rate, start = gpu.merge_s_per_gparam_read, gpu.merge_start_s
+    assert cost.merge_seconds(4_000_000_000, 13, gpu) == pytest.approx(start + rate * 4 * 13)
+    assert cost.merge_seconds(4_000_000_000, 13, gpu, "tsv_m") == pytest.approx(start + rate * 4 * 13 * 1.49)
     assert cost.eval_seconds(4_000_000_000, 50_000_000, gpu) == pytest.approx(10 + rate * 4 + 0.01 * 4e9 * 5e7 / 1e12)
     assert cost.merge_peak_bytes(100, 3, 10_000) == 100 * (3 * 4 + 2) + 10_000
     assert cost.eval_peak_bytes(1000) == 2400
     assert cost.record_bytes(2) == 2400
 
 
+def test_a_merge_is_its_start_plus_its_read_times_the_methods_factor_plus_its_data_passes():
+    """By hand: start 0.5 s, TA 2 s per G read, forward passes 10 s per T parameter-tokens; 1e9 parameters."""
+    cal = cost.Calibration("cpu", 2.0, 0.0, 10.0, "by hand", 2.0, merge_start_s=0.5)
+    assert cost.merge_seconds(10**9, 3, cal, "ta") == pytest.approx(0.5 + 2 * 3)  # 6.5
+    assert cost.merge_seconds(10**9, 3, cal, "tsv_m") == pytest.approx(0.5 + 2 * 3 * 13.21)  # 79.76
+    assert cost.merge_seconds(10**9, 3, cal, "ties") == pytest.approx(0.5 + 2 * 3 * 15)  # 90.5
+    for unknown in ("model_stock", "my_recipe", None):  # no measured factor: counted as TA
+        assert cost.merge_seconds(10**9, 3, cal, unknown) == pytest.approx(6.5)
+    # RegMean of 2 experts: 2 passes x 2 experts x 64 texts x 256 tokens = 65,536 tokens x 1e9 parameters
+    assert cost.merge_seconds(10**9, 3, cal, "regmean") == pytest.approx(6.5 + 10 * 65_536 * 1e9 / 1e12)  # 661.86
+    assert cost.merge_seconds(10**9, 3, cal, "regmean", texts=10, text_tokens=20) == pytest.approx(6.5 + 8.0)
+    assert cost.merge_seconds(10**9, 3, cal, "com", texts=10, text_tokens=20) == pytest.approx(6.5 + 12.0)
+    assert cost.unpriced(["ta", "tsv_m", "regmean", "model_stock", "my_recipe", "ta"], cal) == ["model_stock",
+                                                                                              "my_recipe"]
+    gpu = cost.Calibration("cuda", 2.0, 0.0, 10.0, "by hand", 2.0, merge_start_s=0.5)
+    assert cost.merge_seconds(10**9, 3, gpu, "tsv_m") == pytest.approx(0.5 + 2 * 3 * 1.49)
+    assert cost.unpriced(["ta", "ties", "tsv_m"], gpu) == ["ties"]  # TIES is measured on the CPU only
+    fitted = cost.Calibration("cpu", 2.0, 0.0, 10.0, "by hand", 2.0, merge_start_s=0.5,
+                              method_rates=(("model_stock", 4.0), ("regmean", 7.0)))
+    assert cost.merge_seconds(10**9, 3, fitted, "model_stock") == pytest.approx(0.5 + 4 * 3)  # the run's own rate
+    assert cost.merge_seconds(10**9, 3, fitted, "regmean") == pytest.approx(0.5 + 7 * 3)  # its data included
+    assert cost.merge_seconds(10**9, 3, fitted, "tsv_m") == pytest.approx(79.76)  # not in the run: the table
+    assert cost.unpriced(["model_stock", "star"], fitted) == ["star"]
+    study = cost.Study(10**9, [cost.Merge("ta", 3), cost.Merge("tsv_m", 3), cost.Merge("regmean", 3, 10)], 0, 0, 20)
+    assert cost.executor_time(study, cal, cost.Executor("cpu", 1))["merge_s"] == pytest.approx(6.5 + 79.76 + 14.5)
+
+
+def test_every_factor_and_data_method_says_where_it_comes_from():
+    for device, table in cost.METHOD_FACTORS.items():
+        assert table["ta"].value == 1.0 and all(f.value >= 1.0 and f.source for f in table.values()), device
+    assert all(d.passes > 0 and d.texts > 0 and d.source for d in cost.DATA_PASSES.values())
+    assert set(cost.DATA_PASSES) == {"regmean", "mats", "com", "fisher", "prodistill", "localize_stitch_trained"}
+
+
+def test_the_default_rates_solve_the_measurements_they_state():
+    """cost.py's comment: start + read x rate for TA's anchor merge and the demo job's 35 merges (float64)."""
+    import numpy as np
+
+    seven = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")
+    demo_reads = 1_820_736 * (3 + 3 + 5 + 5 + 13) / 1e9  # per method: two subsets of 2 and of 4, all 12
+    for device, anchor, demo_s in (("cpu", (55.7e6 * 13 / 1e9, 2.12), 19.0),
+                                   ("cuda", (142.9e6 * 13 / 1e9, 3.58), 10.3)):
+        table = cost.METHOD_FACTORS[device]
+        weighted = demo_reads * sum(table[m].value if m in table else 1.0 for m in seven)
+        start, rate = np.linalg.solve(np.array([[1.0, anchor[0]], [35.0, weighted]]), np.array([anchor[1], demo_s]))
+        cal = cost.DEFAULTS[device]
+        assert cal.merge_start_s == pytest.approx(start, abs=0.005) and cal.merge_s_per_gparam_read == pytest.approx(
+            rate, abs=0.005), device
+
+
+def _reference_fit(points, default_start):
+    """Weighted least squares (weights 1 / seconds^2) with a shared start and one rate per method, written
+    independently (numpy, float64); a start below 0 (or one the reads cannot tell) is fixed and each rate fitted
+    through it; rates below 0 are 0."""
+    import numpy as np
+
+    methods = sorted({m for m, _, _ in points})
+    X = np.array([[1.0] + [g if m == k else 0.0 for k in methods] for m, g, _ in points])
+    y = np.array([s for _, _, s in points])
+    root_w = 1 / np.maximum(y, 1e-3)
+    if np.linalg.matrix_rank(X) == X.shape[1]:
+        start = max(np.linalg.lstsq(X * root_w[:, None], y * root_w, rcond=None)[0][0], 0.0)
+    else:
+        start = min(default_start, y.min())
+    rates = {}
+    for k in methods:
+        rows = [i for i, (m, _, _) in enumerate(points) if m == k]
+        g, s, r = X[rows, 1 + methods.index(k)], y[rows], root_w[rows]
+        rates[k] = max(float(np.linalg.lstsq((g * r)[:, None], (s - start) * r, rcond=None)[0][0]), 0.0)
+    return start, rates
+
+
+def test_fit_merges_is_least_squares_with_one_start_and_a_rate_per_method():
+    """Relative errors: a slow, noisy method (here 100x slower, 30% noise) does not set the fast ones' start."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    exact = [("ta", g, 0.4 + 2.0 * g) for g in (0.1, 0.3, 0.9)] + [("tsv_m", g, 0.4 + 26.0 * g) for g in (0.2, 0.6)]
+    start, rates = cost.fit_merges(exact, 9.0)
+    assert start == pytest.approx(0.4) and rates == pytest.approx({"ta": 2.0, "tsv_m": 26.0})
+    noisy = [(m, g, s * (1 + 0.1 * rng.standard_normal())) for m, g, s in exact * 3]
+    start, rates = cost.fit_merges(noisy, 9.0)
+    ref_start, ref_rates = _reference_fit(noisy, 9.0)
+    assert start == pytest.approx(ref_start) and rates == pytest.approx(ref_rates)
+    one_size = [("ta", 0.5, 3.0), ("ties", 0.5, 9.0)]  # the reads cannot tell the start: the table's (at most 3 s)
+    assert cost.fit_merges(one_size, 0.33) == (0.33, pytest.approx({"ta": 5.34, "ties": 17.34}))
+    assert cost.fit_merges(one_size, 9.0) == (3.0, pytest.approx({"ta": 0.0, "ties": 12.0}))
+    below = [("ta", 0.1, 1.0), ("ta", 1.0, 20.0)]  # the line crosses 0 below zero: start 0, the rate through it
+    start, rates = cost.fit_merges(below, 0.33)
+    assert start == 0.0 and rates["ta"] == pytest.approx(_reference_fit(below, 0.33)[1]["ta"])
+    fast = [("ta", g, 0.3 + 2.0 * g) for g in (0.1, 0.2, 0.4)]
+    slow = [("fisher", g, 200.0 * g * (1 + 0.3 * e)) for g, e in ((0.1, 1), (0.1, -1), (0.2, -1), (0.4, 1))]
+    start, rates = cost.fit_merges(fast + slow, 9.0)
+    assert (start, rates) == (pytest.approx(_reference_fit(fast + slow, 9.0)[0]),
+                              pytest.approx(_reference_fit(fast + slow, 9.0)[1]))
+    assert start == pytest.approx(0.3, abs=0.05) and rates["ta"] == pytest.approx(2.0, rel=0.1)
+
+
 def test_executor_times():
     cal = cost.Calibration("cuda", 1.0, 10.0, 1.0, "by hand", 2.0)
-    study = cost.Study(parameters=1_000_000_000, merge_inputs=[3, 5], models_evaluated=4, tokens_per_model=1_000_000)
+    study = cost.Study(parameters=1_000_000_000, merges=[cost.Merge("ta", 3), cost.Merge(None, 5)], models_evaluated=4,
+                       tokens_per_model=1_000_000)
     per_model = 10 + 1 + 1000  # start, reading 1 G parameters at 1 s per G, 1e9 x 1e6 tokens at 1 s per 1e12
     one = cost.executor_time(study, cal, cost.Executor("one", 1))
     assert one["wall_s"] == pytest.approx(8 + 4 * per_model) and one["gpu_hours"] == pytest.approx(one["wall_s"] / 3600)
@@ -54,7 +154,7 @@ def test_calibrate_from_an_earlier_run(tmp_path, capsys):
     model = tmp_path / "models" / "ta__n02_s00"
     model.mkdir(parents=True)
     (model / "config.json").write_text(json.dumps(TINY))
-    (model / "merge_info.json").write_text(json.dumps({"seconds": 3.0, "experts": ["a", "b"]}))
+    (model / "merge_info.json").write_text(json.dumps({"seconds": 3.0, "experts": ["a", "b"]}))  # no method: its id
     results = tmp_path / "eval" / "mine" / "results"
     results.mkdir(parents=True)
     for job, seconds in (("j1", 2.0), ("j2", 4.0)):
@@ -62,12 +162,45 @@ def test_calibrate_from_an_earlier_run(tmp_path, capsys):
                                                          "tasks": [{"task": "my_task"}], "settings": {}}))
     cal = cost.calibrate_from(tmp_path)
     assert cal.device == "cpu"
-    assert cal.merge_s_per_gparam_read == pytest.approx(3.0 / (212 * 3 / 1e9))
-    assert cal.eval_start_s == pytest.approx(2.0 - 1.0)  # the fastest job less reading 212 parameters (1 s)
+    # one merge of one size: the start is the table's (0.33 s), TA's rate what is left of 3 s over 212 x 3 parameters
+    rate = (3.0 - 0.33) / (212 * 3 / 1e9)
+    assert cal.merge_start_s == 0.33 and cal.merge_s_per_gparam_read == pytest.approx(rate)
+    assert cal.method_rates == (("ta", pytest.approx(rate)),)
+    assert cal.eval_start_s == pytest.approx(2.0 - (3.0 - 0.33) / 3)  # the fastest job less reading 212 parameters
     assert cal.eval_s_per_tparam_token == pytest.approx((6.0 - 2 * 2.0) / (212 * 20_000 / 1e12))
     # and through the dry run: the CPU plan uses the run's rates, and says so
     assert main(["sample", "--dry-run", "--out", str(tmp_path / "new"), "--calibrate-from", str(tmp_path)]) == 0
-    assert f"rates (cpu): --calibrate-from {tmp_path}: 2 timed evaluation(s)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"rates (cpu): --calibrate-from {tmp_path}: 2 timed evaluation(s), 1 timed merge(s) on cpu (ta;" in out
+    assert f"merges (cpu): 0.33 s each + {rate:.3g} s per G parameters read x the method's factor: " \
+           f"ta {rate:.3g} s per G read (fitted), ties x15," in out
+
+
+def test_calibrate_from_a_real_run_fits_its_own_merge_records(tiny_family, tmp_path, capsys):
+    """A real `wildmerge sample` of three methods at two sizes (merges of 2 and of 3 experts): the start and each
+    method's rate are the least-squares fit of its merge_info.json records; methods it lacks keep the table."""
+    from helpers import sample, write_pool
+
+    run = tmp_path / "run"
+    assert sample(write_pool(tmp_path, tiny_family), run, "--sizes", "2,3") == 0
+    records = [json.loads(p.read_text()) for p in sorted((run / "models").glob("*/merge_info.json"))]
+    assert {r["method"] for r in records} == {"ta", "ties", "iso_c"} and {len(r["experts"]) for r in records} == {2, 3}
+    params = cost.parameters_from_config(json.loads(next((run / "models").glob("*/config.json")).read_text()))
+    points = [(r["method"], params * (len(r["experts"]) + 1) / 1e9, r["seconds"]) for r in records]
+    start, rates = _reference_fit(points, cost.DEFAULTS["cpu"].merge_start_s)
+    cal = cost.calibrate_from(run)
+    assert cal.device == "cpu" and cal.error == 1.5
+    assert cal.merge_start_s == pytest.approx(start) and dict(cal.method_rates) == pytest.approx(rates)
+    assert cal.merge_s_per_gparam_read == pytest.approx(rates["ta"])
+    for r in records:  # each method at its own fitted rate
+        want = start + rates[r["method"]] * params * (len(r["experts"]) + 1) / 1e9
+        assert cost.merge_seconds(params, len(r["experts"]) + 1, cal, r["method"]) == pytest.approx(want)
+    assert cost.merge_seconds(params, 4, cal, "tsv_m") == pytest.approx(start + rates["ta"] * params * 4 / 1e9 * 13.21)
+    assert cal.eval_start_s == cost.DEFAULTS["cpu"].eval_start_s  # not evaluated: the evaluations keep the default
+    assert main(["sample", "--dry-run", "--out", str(tmp_path / "new"), "--calibrate-from", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(records)} timed merge(s) on cpu (iso_c, ta, ties;" in out
+    assert "ties " in out and "s per G read (fitted)" in out and "tsv_m x13.21" in out
 
 
 def test_calibrate_from_an_empty_folder_says_what_to_give(tmp_path):
@@ -83,12 +216,33 @@ def test_the_demo_dry_run_prints_its_cost(tmp_path, capsys):
     assert "cost plan (0.00182 B parameters, from the pool's base.parameters)" in out
     assert "evaluations: 48 models x 6 tasks x 600 items" in out
     assert "merges: 35 to do, reading 3-13 models each" in out
-    # the CPU estimate of the demo main job: merges 51.4 s per G read; 48 x (read + 0.06M tokens)
-    reads = sum((n + 1) * 1_820_736 for n in (2, 2, 4, 4, 12)) * 7
-    per_model = 51.4 * 1_820_736 / 1e9 + 20.0 * 1_820_736 * 60_000 / 1e12
-    minutes = (51.4 * reads / 1e9 + 48 * per_model) / 60
-    assert round(minutes) == 2  # measured 1.6 min quiet (docs/evaluation.md: plan / measured 1.30)
-    assert f"this machine, CPU, one worker:        {minutes:.0f} min wall" in out
+    # the CPU estimate of the demo main job, by hand: 35 merges of 0.33 s, then 2.47 s per G read x each method's
+    # factor (TA 1, TIES 15, Model Stock unmeasured 1, TSV-M 13.21, Iso-C 3.8, TA+SB 4.04, TIES+SB 18.04) over its
+    # 29 models read; 48 evaluations of a read and 0.06M tokens at 21.3 s per T parameter-tokens
+    reads = 29 * 1_820_736 / 1e9
+    merges = 35 * 0.33 + 2.47 * reads * (1 + 15 + 1 + 13.21 + 3.8 + 4.04 + 18.04)  # 19.0 s
+    evals = 48 * (2.47 * 1_820_736 / 1e9 + 21.3 * 1_820_736 * 60_000 / 1e12)  # 112 s
+    assert round(merges) == 19 and round(evals) == 112  # measured 97.3 s in all, quiet (docs/evaluation.md)
+    assert (f"this machine, CPU, one worker:        {(merges + evals) / 60:.0f} min wall (merges {merges:.0f} s, "
+            f"evaluations {evals:.0f} s)") in out
+    assert ("merges (cpu): 0.33 s each + 2.47 s per G parameters read x the method's factor: ta x1, ties x15, "
+            "tsv_m x13.21, iso_c x3.8, ta_sb x4.04, ties_sb x18.04; priced as TA (no measured factor on cpu): "
+            "model_stock") in out
+    assert "priced as TA (no measured factor on cuda): ties, model_stock, ties_sb" in out
+
+
+def test_a_data_based_merge_is_priced_by_its_passes_and_the_dry_run_says_so(tmp_path, capsys):
+    """The embedded families' texts are short: their data passes are priced at 20 tokens a text."""
+    assert main(["sample", "--dry-run", "--methods", "ta,regmean,star", "--sizes", "2", "--k", "1",
+                 "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "regmean +2 forward passes per text of each expert (20 tokens a text" in out
+    assert "priced as TA (no measured factor on cpu): star" in out
+    # by hand: one subset of 2 and the full pool of 12 (3 and 13 models read), each merged by the three methods at
+    # 0.33 s + 2.47 s per G read; regmean adds 2 passes x (2 + 12) experts x 64 texts x 20 tokens at 21.3 s per T
+    merges = 6 * 0.33 + 3 * 2.47 * (3 + 13) * 1_820_736 / 1e9 + 21.3 * 1_820_736 * 2 * 14 * 64 * 20 / 1e12
+    assert round(merges, 1) == 3.6
+    assert f"(merges {merges:.0f} s," in out
 
 
 def test_a_hub_pool_is_costed_from_its_declared_size(tmp_path, capsys):
@@ -137,13 +291,16 @@ def test_the_guided_search_plan_in_the_docs_is_what_plan_search_gives():
                                                                             "paper16.yml").read_text())["tasks"]]
     scored = cost.suite_tokens(tasks)
     items, tokens = {t: i for t, (i, _) in scored.items()}, sum(t for _, t in scored.values())
-    inputs = [n + 1 for _ in range(7) for n in (2, 4, 6, 8, 10) for _ in range(15)] + [13] * 7  # 532 merges
+    seven = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")
+    merges = [cost.Merge(m, n + 1) for m in seven for n in (2, 4, 6, 8, 10) for _ in range(15)]
+    merges += [cost.Merge(m, 13) for m in seven]  # 532 merges
+    mean_inputs = sum(m.inputs for m in merges) / len(merges)
     cal, plan = cost.DEFAULTS["cuda"], plan_search(items, 545 / 5)
     assert (plan.brackets, plan.candidates, plan.jobs) == (27, 215, 405)
     for base, protocol, search, ratio in rows:
         params = yaml.safe_load((root / "merge_recipes" / "pools" / f"{base}.yml").read_text())["base"]["parameters"]
-        p = cost.executor_time(cost.Study(params, inputs, 545, tokens), cal, cost.Executor("one", 1))
-        s = search_seconds(plan, params, tokens, sum(inputs) / len(inputs), cal)
+        p = cost.executor_time(cost.Study(params, merges, 545, tokens), cal, cost.Executor("one", 1))
+        s = search_seconds(plan, params, tokens, mean_inputs, cal, seven)  # the same methods
         assert protocol.startswith(f"{p['gpu_hours']:.1f}")
         assert f"{p['merge_s'] / 3600:.1f}" in protocol and f"{p['eval_s'] / 3600:.1f})" in protocol
         assert search.startswith(f"{s['wall_s'] / 3600:.1f}") and f"{s['merge_s'] / 3600:.1f}" in search

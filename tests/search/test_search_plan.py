@@ -63,6 +63,19 @@ def test_seconds_add_merges_job_starts_and_tokens():
     assert t["wall_s"] == pytest.approx(t["merge_s"] + t["eval_s"])
 
 
+def test_the_searchs_merges_are_priced_per_method_as_the_protocols():
+    """The same service as the protocol's plan: a start per merge, then TA's rate x each method's factor, at the
+    mean over the search's methods (by hand: start 0.5 s, 2 s per G read, 1e9 parameters, 4 models read)."""
+    plan = plan_search(SIZES, 6.0)
+    cal = cost.Calibration("cpu", 2.0, 10.0, 0.5, "by hand", 2.0, merge_start_s=0.5)
+    t = search_seconds(plan, parameters=10**9, tokens_per_model=10**6, mean_inputs=4, cal=cal, methods=("ta", "tsv_m"))
+    per_merge = ((0.5 + 2.0 * 4) + (0.5 + 2.0 * 4 * 13.21)) / 2  # 57.34
+    assert t["merge_s"] == pytest.approx(plan.merges * per_merge)
+    by_service = [cost.merge_seconds(10**9, 4, cal, m) for m in ("ta", "tsv_m")]
+    assert t["merge_s"] == pytest.approx(plan.merges * sum(by_service) / 2)
+    assert t["eval_s"] == pytest.approx(plan.jobs * (10.0 + 2.0) + 0.5 * 1e9 * 1e6 * plan.full_evaluations / 1e12)
+
+
 def test_search_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys, monkeypatch):
     from wildmerge.cli import main
 
@@ -78,4 +91,11 @@ def test_search_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys, mon
             f"{plan.merges} candidates merged at most") in out
     assert f"{plan.jobs} evaluation jobs, <= {plan.item_evaluations:,} item evaluations" in out
     assert "one GPU: merges" in out and "this machine's CPU: merges" in out
+    assert "merges (cpu): 0.33 s each + 2.47 s per G parameters read x the method's factor: ta x1, ties x15" in out
+    assert "priced as TA (no measured factor on cuda): ties" in out
+    assert main(["search", "--base", "demo", "--budget", "10", "--methods", "ta,regmean,star", "--dry-run"]) == 0
+    out = capsys.readouterr().out  # the user's methods, priced as the protocol's dry run prices them
+    assert ("merges (cpu): 0.33 s each + 2.47 s per G parameters read x the method's factor: ta x1; regmean +2 "
+            "forward passes per text of each expert (20 tokens a text") in out
+    assert "priced as TA (no measured factor on cpu): star" in out
     assert not (tmp_path / "runs").exists()

@@ -40,7 +40,8 @@ def run(args) -> int:
         from wildmerge.search.plan import print_search_plan
 
         print_search_plan(args.pool, args.budget, args.suite, args.limit, args.first_fraction, args.eta, args.exclude,
-                          screen=args.rule == "thompson" and not args.no_experts)
+                          screen=args.rule == "thompson" and not args.no_experts,
+                          methods=[m for m in args.methods.split(",") if m])
         return 0
     checked_device(args.merge_device, "--merge-device")  # a missing GPU said before any model is read
     methods = [m for m in args.methods.split(",") if m]

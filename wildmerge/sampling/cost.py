@@ -1,16 +1,20 @@
 """What a study will cost before it runs: merges, evaluations, disk and wall time per executor (``--dry-run``).
 
-One linear model, scaled by parameters and tokens: a merge costs ``seconds per parameter read`` x parameters x the
-models it reads; an evaluation costs a fixed start (load the model, build the tasks) plus ``seconds per
-parameter-token`` x parameters x the tokens its items score. The two rates come from a calibration: the user's own
-earlier run (``--calibrate-from RUN``: its merge records and result records) or the defaults below. The arithmetic
-is here, in small functions; ``dryrun.py`` prints it.
+One linear model, scaled by parameters and tokens. A merge costs a start (mergekit's task graph, the checks, writing
+the output: seconds per merge, per device) plus ``seconds per parameter read`` x parameters x the models it reads x
+its method's factor (``METHOD_FACTORS``: one table per device, each factor with where it was measured; a method not
+in it counts 1, as task arithmetic, and the dry run names it). A method that reads data (``DATA_PASSES``: RegMean,
+CoM, Fisher, MaTS, ...) adds its forward passes over each expert's calibration texts at the evaluation's rate per
+parameter-token. An evaluation costs a fixed start (load the model, build the tasks) plus ``seconds per
+parameter-token`` x parameters x the tokens its items score. The rates come from a calibration: the user's own
+earlier run (``--calibrate-from RUN``: its merge records, a start and a rate per method, and its result records) or
+the defaults below. The arithmetic is here, in small functions; ``dryrun.py`` and ``search/plan.py`` print it.
 """
 
 import json
 import math
 from dataclasses import dataclass, replace
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 GB, HOUR = 1e9, 3600.0
 
@@ -32,31 +36,90 @@ class Calibration:
     """Per-unit costs on one kind of device, and where they came from."""
 
     device: str  # cpu or cuda
-    merge_s_per_gparam_read: float  # merge seconds per 1e9 parameters read (every input model, base included)
+    merge_s_per_gparam_read: float  # TA's merge seconds per 1e9 parameters read (every input, base included)
     eval_start_s: float  # per evaluated model: load it, build the tasks
-    eval_s_per_tparam_token: float  # evaluation seconds per 1e12 parameter-tokens scored
+    eval_s_per_tparam_token: float  # evaluation and calibration forward passes: seconds per 1e12 parameter-tokens
     source: str
     error: float  # the estimate is good to about this factor either way
+    merge_start_s: float = 0.0  # per merge, whatever its size
+    method_rates: Tuple[Tuple[str, float], ...] = ()  # (method, seconds per G read, data included) fitted from a run
 
 
-# Defaults. cpu, measured on 2 quiet CPU cores of this project's machine (README.md, docs/demo-family.md):
-# merges: the demo main job (`python sample_and_merge.py`, family cached) made 35 merges in 19 s, reading 203 models
-# of 1.82M parameters (0.37 G parameters): 51.4 s per G parameters read (mostly mergekit's start per merge).
-# Evaluations, fitted to two measurements: the demo's 48 took ~83 s of its 1.8-1.9 min (less the merges and the
-# 9 s a finished run takes): 1.73 s per model at 1.82M parameters x 600 items x 100 tokens (0.11 T parameter-tokens);
-# the SmolLM2 base (134.5M parameters) scored in 103 s at 40 items x 9 tasks (4.84 T parameter-tokens). Less the
-# model's read, the line through both gives 20.0 s per T parameter-tokens and a start of -0.5 s, taken as 0.
+@dataclass(frozen=True)
+class Factor:
+    """A method's merge seconds per parameter read as a multiple of task arithmetic's, and where it was measured."""
+
+    value: float
+    source: str
+
+
+_ANCHOR = "docs/performance.md 'CPU merges at K = 12': run_merge x TA, 55.7M Llama, 12 experts, 2 quiet cores"
+_SMOL = ("docs/demo-family.md, the SmolLM2 main job on 2 loaded cores: up to 2-6 min for the 9-expert merge against "
+         "TA's 14 s (8.6x-26x), the middle of the range")
+_H100 = "docs/performance.md 'GPU kernels': x TA, K = 12, 142.9M Qwen3 with Qwen3-4B's shapes, one H100, default route"
+# One table per device: methods not listed count 1 (priced as task arithmetic; the dry run names them). The
+# factors are ratios of whole merges, applied to the read only (at the anchor's size the start is 16% of TA's).
+METHOD_FACTORS: Dict[str, Dict[str, Factor]] = {
+    "cpu": {"ta": Factor(1.0, "the reference"),
+            "iso_c": Factor(3.80, _ANCHOR), "ta_sb": Factor(4.04, _ANCHOR),
+            "tsv_m": Factor(13.21, _ANCHOR), "iso_cts": Factor(17.13, _ANCHOR),
+            "ties": Factor(15.0, _SMOL),
+            "ties_sb": Factor(18.04, "derived: TIES's 15 plus what Subspace Boosting adds to TA on the anchor "
+                                     "(TA+SB 4.04 - 1)")},
+    "cuda": {"ta": Factor(1.0, "the reference"),
+             "iso_c": Factor(1.03, _H100), "ta_sb": Factor(1.03, _H100),
+             "tsv_m": Factor(1.49, _H100), "iso_cts": Factor(1.25, _H100)},
+}
+
+
+@dataclass(frozen=True)
+class DataPasses:
+    """A method that reads data: forward-pass equivalents per calibration text of each expert (a backward pass
+    counts 2), at the recipe's defaults, and texts per expert when the merge does not set ``n_samples``."""
+
+    passes: float
+    texts: int
+    source: str
+
+
+# Assumed: these passes dominate such a merge (its per-layer solves are small against them) and run at the
+# evaluation's rate per parameter-token; the read is priced as task arithmetic's on top.
+DATA_PASSES: Dict[str, DataPasses] = {
+    "regmean": DataPasses(2, 64, "each expert's texts through its own block and the merged block (layerwise/chain.py)"),
+    "mats": DataPasses(2, 64, "RegMean's Grams (layerwise/mats.py); conjugate gradient is per-layer algebra"),
+    "com": DataPasses(3, 64, "the merged block group by group, and each expert's own block for the diagnostic"),
+    "fisher": DataPasses(3, 64, "one forward and one backward pass per text, one text at a time (layerwise/fisher.py)"),
+    "prodistill": DataPasses(62, 16, "the two streams, then 20 Adam steps of forward and backward on each block"),
+    "localize_stitch_trained": DataPasses(37.5, 32, "50 Adam steps of 8 texts, forward and backward, per expert"),
+}
+TEXT_TOKENS = 256  # calibration texts in the wild: the layer-wise methods' cap, min(256, the model's positions)
+FAMILY_TEXT_TOKENS = 20  # the embedded families' texts, measured: SmolLM2 quick family facts 17.8, arithmetic 19.3
+
+
+# Defaults. cpu, measured on 2 quiet CPU cores of this project's machine. Merges: the start and TA's rate solve two
+# measurements, TA's merge of the 55.7M anchor (12 experts and the base: 0.724 G parameters read) in 2.12 s
+# (docs/performance.md) and the demo main job's 35 merges in 19 s (7 methods x 29 models read of 1.82M parameters,
+# 0.0528 G each, x the factors above: 2.96 G TA-equivalent): start + 0.724 rate = 2.12, 35 start + 2.96 rate = 19,
+# so 0.33 s per merge and 2.47 s per G parameters read. Evaluations, fitted to two measurements: the demo's 48 took
+# ~83 s of its 1.8-1.9 min (less the merges and the 9 s a finished run takes): 1.73 s per model at 1.82M parameters
+# x 600 items x 100 tokens (0.109 T parameter-tokens); the SmolLM2 base (134.5M parameters) scored in 103 s at 40
+# items x 9 tasks (4.84 T parameter-tokens). Less the model's read, the line through both gives 21.3 s per T
+# parameter-tokens and a start of -0.6 s, taken as 0.
 # cuda, merges measured: mergekit's task_arithmetic of 12 experts of a 142.9M-parameter Qwen3 (Qwen3-4B's layer
-# shapes, bf16 on disk, page cache warm) took 3.58 s (median of 5) on one H100 with --cuda: 1.9 s per G parameters
-# read (benchmarks/results/spectral_gpu_h100_k12_paired.md). Evaluations not measured on a GPU yet; assumed: lm-eval's
-# HF backend at ~20% of 990 TFLOP/s, 2 FLOP per parameter-token (0.01 s per T), 10 s to start a job besides reading
-# the model. `--calibrate-from RUN` replaces either with the user's own run.
+# shapes, bf16 on disk, page cache warm) took 3.58 s (median of 5) on one H100 with --cuda (1.86 G parameters read;
+# benchmarks/results/spectral_gpu_h100_k12_paired.md); the demo main job's 35 merges took 10.3 s on one H200
+# (0.399 G TA-equivalent at the cuda factors): 0.27 s per merge and 1.78 s per G parameters read (two GPUs of one
+# generation: an assumption). Evaluations not measured on a GPU yet; assumed: lm-eval's HF backend at ~20% of
+# 990 TFLOP/s, 2 FLOP per parameter-token (0.01 s per T), 10 s to start a job besides reading the model.
+# `--calibrate-from RUN` replaces either with the user's own run.
 DEFAULTS = {
-    "cpu": Calibration("cpu", 51.4, 0.0, 20.0,
-                       "default: the demo main job and the SmolLM2 base on 2 quiet CPU cores (README.md)", 2.0),
-    "cuda": Calibration("cuda", 1.9, 10.0, 0.01,
-                        "default: merges measured on one H100 (mergekit task arithmetic, K = 12); evaluations assumed "
-                        "(20% of an H100's peak FLOP/s), not measured", 3.0),
+    "cpu": Calibration("cpu", 2.47, 0.0, 21.3,
+                       "default: TA's 55.7M merge, the demo main job and the SmolLM2 base on 2 quiet CPU cores "
+                       "(cost.py)", 2.0, merge_start_s=0.33),
+    "cuda": Calibration("cuda", 1.78, 10.0, 0.01,
+                        "default: merges measured on one H100 (mergekit task arithmetic, K = 12) and the demo job "
+                        "on one H200; evaluations assumed (20% of an H100's peak FLOP/s), not measured", 3.0,
+                        merge_start_s=0.27),
 }
 
 
@@ -86,13 +149,51 @@ def suite_tokens(tasks: Iterable[str], limit=None) -> Dict[str, tuple]:
     return out
 
 
-def merge_seconds(parameters: int, inputs: int, cal: Calibration) -> float:
-    return cal.merge_s_per_gparam_read * parameters * inputs / GB
+def read_seconds(parameters: int, models: float, cal: Calibration) -> float:
+    """Reading ``models`` models at task arithmetic's rate: the unit every merge factor multiplies."""
+    return cal.merge_s_per_gparam_read * parameters * models / GB
+
+
+def factor(method: Optional[str], device: str) -> Optional[Factor]:
+    """The method's measured factor on ``device``; None when the table has none (it is then counted as 1)."""
+    return METHOD_FACTORS.get(device, {}).get(method)
+
+
+def data_seconds(method: Optional[str], parameters: int, experts: int, cal: Calibration, texts: Optional[int] = None,
+                 text_tokens: int = TEXT_TOKENS) -> float:
+    """A data-based method's forward passes over each expert's texts (``texts``: the merge's ``n_samples``, else
+    the table's), at the evaluation's rate per parameter-token; 0 for a method that reads no data."""
+    data = DATA_PASSES.get(method)
+    if data is None:
+        return 0.0
+    tokens = data.passes * experts * (texts or data.texts) * text_tokens
+    return cal.eval_s_per_tparam_token * parameters * tokens / 1e12
+
+
+def merge_seconds(parameters: int, inputs: int, cal: Calibration, method: Optional[str] = None,
+                  texts: Optional[int] = None, text_tokens: int = TEXT_TOKENS) -> float:
+    """The start, then the method's rate fitted from the user's run (``--calibrate-from``) x parameters read, or
+    task arithmetic's rate x its factor (1 when unmeasured) plus its data passes. ``inputs``: the experts and the
+    base."""
+    fitted = dict(cal.method_rates).get(method)
+    if fitted is not None:
+        return cal.merge_start_s + fitted * parameters * inputs / GB
+    f = factor(method, cal.device)
+    return (cal.merge_start_s + read_seconds(parameters, inputs, cal) * (f.value if f else 1.0)
+            + data_seconds(method, parameters, inputs - 1, cal, texts, text_tokens))
+
+
+def unpriced(methods: Iterable[Optional[str]], cal: Calibration) -> List[str]:
+    """The methods priced as task arithmetic for want of a measurement on ``cal``'s device (the dry run names
+    them)."""
+    fitted = dict(cal.method_rates)
+    return [m for m in dict.fromkeys(methods)
+            if m not in fitted and factor(m, cal.device) is None and m not in DATA_PASSES]
 
 
 def eval_seconds(parameters: int, tokens: int, cal: Calibration) -> float:
     """Start, reading the model once (at the merges' read rate), then scoring its tokens."""
-    return (cal.eval_start_s + merge_seconds(parameters, 1, cal)
+    return (cal.eval_start_s + read_seconds(parameters, 1, cal)
             + cal.eval_s_per_tparam_token * parameters * tokens / 1e12)
 
 
@@ -123,13 +224,24 @@ class Scoring:
 
 
 @dataclass(frozen=True)
+class Merge:
+    """One merge to price: its method (None: unknown), the models it reads (its experts and the base) and, for a
+    data-based method, the texts per expert its hyperparameters set (None: the table's)."""
+
+    method: Optional[str]
+    inputs: int
+    texts: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class Study:
     """What the plan asks for: the units the rates multiply."""
 
     parameters: int
-    merge_inputs: List[int]  # models each merge reads (its experts and the base)
+    merges: Sequence[Merge]
     models_evaluated: int  # base, experts, merges (0: not evaluated)
     tokens_per_model: int
+    text_tokens: int = TEXT_TOKENS  # tokens per calibration text of a data-based merge
 
 
 @dataclass(frozen=True)
@@ -145,7 +257,8 @@ def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: flo
     """Wall seconds and GPU-hours on ``ex``: the merges first, one per GPU (the sampler's merge workers; under Slurm
     on one GPU of the submitting machine), then the evaluations one per GPU (local / Ray) or one array task each
     (Slurm: each also pays ``job_start_s`` to start Python, import lm-eval and wait for its node)."""
-    merges = sum(merge_seconds(study.parameters, n, cal) for n in study.merge_inputs)
+    merges = sum(merge_seconds(study.parameters, m.inputs, cal, m.method, m.texts, study.text_tokens)
+                 for m in study.merges)
     per_model = eval_seconds(study.parameters, study.tokens_per_model, cal)
     if ex.slurm_tasks:
         evals = study.models_evaluated * (per_model + job_start_s)
@@ -157,10 +270,43 @@ def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: flo
     return {"wall_s": wall, "gpu_hours": wall * ex.gpus / HOUR, "merge_s": merges, "eval_s": evals}
 
 
+def fit_merges(points: Sequence[Tuple[str, float, float]], default_start: float) -> Tuple[float, Dict[str, float]]:
+    """(start, {method: seconds per G read}) by least squares on ``seconds = start + rate_method x G read`` over
+    ``points`` (method, G parameters read, seconds): one start shared, one rate per method, each merge weighted by
+    1 / seconds^2 (relative errors: a slow, noisy method does not set the start of the fast ones). With one read size
+    per method the reads cannot tell the start: it is then ``default_start`` (at most the fastest merge). Neither
+    goes below 0."""
+    groups: Dict[str, List[Tuple[float, float, float]]] = {}
+    for method, g, s in points:
+        groups.setdefault(method, []).append((g, s, 1.0 / max(s, 1e-3) ** 2))
+    # for a fixed start each method's rate is its weighted slope through the start; the start minimising what is
+    # left: residual_i = (s_i - g_i A/C) - start (1 - g_i B/C), A = sum w g s, B = sum w g, C = sum w g^2 (its method)
+    num = den = 0.0
+    for pts in groups.values():
+        a, b, c = (sum(w * g * s for g, s, w in pts), sum(w * g for g, _, w in pts), sum(w * g * g for g, _, w in pts))
+        for g, s, w in pts:
+            x, y = 1 - g * b / c, s - g * a / c
+            num, den = num + w * x * y, den + w * x * x
+    if den > 1e-12 * sum(w for pts in groups.values() for *_, w in pts):
+        start = max(num / den, 0.0)
+    else:
+        start = min(default_start, min(s for _, _, s in points))
+    rates = {m: max(sum(w * g * (s - start) for g, s, w in pts) / sum(w * g * g for g, _, w in pts), 0.0)
+             for m, pts in groups.items()}
+    return start, rates
+
+
+def _method_of(info, folder) -> Optional[str]:
+    """A merge record's method; records before it was written: the merge id's first part (``ta__n02_s00``)."""
+    return info.method or (info.model_id or folder.name).split("__")[0] or None
+
+
 def calibrate_from(run_dir) -> Calibration:
-    """Rates from an earlier run: its merges' seconds per parameter read (``models/*/merge_info.json``) and its
-    result records' seconds per model (the start: its fastest job less reading the model) and per parameter-token
-    (what the others took beyond the fastest, spread by tokens). The device is the one its evaluations ran on."""
+    """Rates from an earlier run: a start per merge and a rate per method (``fit_merges``) from its merges' records
+    (``models/*/merge_info.json``: method, experts, seconds, device) on the device its evaluations ran on; task
+    arithmetic's rate (the table's factors multiply it for methods the run lacks) from its own TA merges, else the
+    default's. Its result records give the evaluations' start (the fastest job less reading the model) and rate per
+    parameter-token (what the others took beyond the fastest, spread by tokens)."""
     from wildmerge.errors import ConfigError
     from wildmerge.run import RunFolder, read_merge_info
 
@@ -171,29 +317,35 @@ def calibrate_from(run_dir) -> Calibration:
         raise ConfigError(f"--calibrate-from {run_dir}: no merged model with a config.json under {run.models_dir}; "
                           f"give the folder of a run that merged at least one model")
     params = parameters_from_config(json.loads((models[0] / "config.json").read_text()))
-    read, merge_s = 0, 0.0
-    for info in filter(None, map(read_merge_info, models)):
-        if info.seconds is not None:
-            read += params * (len(info.experts) + 1)
-            merge_s += info.seconds
+    merges = [(_method_of(info, m), len(info.experts) + 1, info.seconds, info.device or "cpu")
+              for m in models for info in [read_merge_info(m)] if info is not None and info.seconds is not None]
     results = [json.loads(p.read_text()) for p in sorted(run.eval_root.glob("*/results/*.json"))]
     results = [r for r in results if r.get("status") == "ok" and r.get("seconds") is not None]
-    device = "cuda" if any(str(r.get("device", "")).startswith("cuda") for r in results) else "cpu"
-    base = DEFAULTS[device]
-    if not read and not results:
+    if not merges and not results:
         raise ConfigError(f"--calibrate-from {run_dir}: no timed merge or evaluation in it")
-    merge_rate = merge_s / (read / GB) if read else base.merge_s_per_gparam_read
-    start, token_rate = base.eval_start_s, base.eval_s_per_tparam_token
+    if results:
+        device = "cuda" if any(str(r.get("device", "")).startswith("cuda") for r in results) else "cpu"
+    else:
+        devices = [d for *_, d in merges]
+        device = "cuda" if devices.count("cuda") > devices.count("cpu") else "cpu"
+    base = DEFAULTS[device]
+    own = [(m, params * n / GB, s) for m, n, s, d in merges if d == device]
+    start, rates = fit_merges(own, base.merge_start_s) if own else (base.merge_start_s, {})
+    merge_rate = rates.get("ta", base.merge_s_per_gparam_read)
+    eval_start, token_rate = base.eval_start_s, base.eval_s_per_tparam_token
     if results:
         seconds = sorted(float(r["seconds"]) for r in results)
-        start = max(seconds[0] - merge_rate * params / GB, 0.0)  # the fastest job, less reading the model
+        eval_start = max(seconds[0] - merge_rate * params / GB, 0.0)  # the fastest job, less reading the model
         tokens = sum(t for r in results for t in _record_tokens(r))
         left = sum(seconds) - seconds[0] * len(seconds)
         if tokens and left > 0:
             token_rate = left / (params * tokens / 1e12)
-    return replace(base, merge_s_per_gparam_read=merge_rate, eval_start_s=start, eval_s_per_tparam_token=token_rate,
-                   source=f"--calibrate-from {run.root}: {len(results)} timed evaluation(s), merges reading "
-                          f"{read / GB:.3g} G parameters ({params / 1e6:.4g}M each)", error=1.5)
+    other = len(merges) - len(own)
+    return replace(base, merge_s_per_gparam_read=merge_rate, eval_start_s=eval_start,
+                   eval_s_per_tparam_token=token_rate, merge_start_s=start, method_rates=tuple(sorted(rates.items())),
+                   source=f"--calibrate-from {run.root}: {len(results)} timed evaluation(s), {len(own)} timed "
+                          f"merge(s) on {device} ({', '.join(sorted(rates)) or 'none'}; {params / 1e6:.4g}M "
+                          f"parameters each{f'; {other} on another device left out' if other else ''})", error=1.5)
 
 
 def _record_tokens(record: dict) -> List[int]:

@@ -62,6 +62,7 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
                keep_models: str = "all", calibrate_from=None) -> None:
     """The cost plan: merges, evaluations, disk, and wall time / GPU-hours per executor (``cost.py``);
     ``scoring``: the suite's tasks and limit (``cost.Scoring``), None when the run is not evaluated."""
+    from wildmerge.hub import FAMILY_PREFIXES
     from wildmerge.resources import visible_gpus
     from wildmerge.sampling import cost
 
@@ -78,7 +79,10 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     scored = cost.suite_tokens(tasks, scoring.limit)
     items, tokens = sum(i for i, _ in scored.values()), sum(t for _, t in scored.values())
     inputs = [len(e.experts) + 1 for e in merges]
-    study = cost.Study(params, inputs, models_evaluated if tasks else 0, tokens)
+    family = pool.base.model.startswith(FAMILY_PREFIXES)  # their texts are short: priced at their measured length
+    study = cost.Study(params, [cost.Merge(e.method, len(e.experts) + 1, e.hparams.get("n_samples")) for e in merges],
+                       models_evaluated if tasks else 0, tokens,
+                       cost.FAMILY_TEXT_TOKENS if family else cost.TEXT_TOKENS)
     own = cost.calibrate_from(calibrate_from) if calibrate_from else None
     print(f"  cost plan ({params / 1e9:.3g} B parameters, from {where}):")
     print(f"    merges: {len(merges)} to do, reading {min(inputs, default=0)}-{max(inputs, default=0)} models each; "
@@ -105,9 +109,33 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
         print(f"    {ex.name + ':':<32} {_duration(t['wall_s']):>10} wall, {t['gpu_hours']:,.1f} GPU-hours")
     if params < 1e9:  # a billion-parameter study on a CPU: tens of thousands of hours, not a plan
         t = cost.executor_time(study, cpu_cal, cost.Executor("cpu", 1))
-        print(f"    {'this machine, CPU, one worker:':<32} {_duration(t['wall_s']):>10} wall")
+        print(f"    {'this machine, CPU, one worker:':<32} {_duration(t['wall_s']):>10} wall (merges "
+              f"{_duration(t['merge_s'])}, evaluations {_duration(t['eval_s'])})")
     for cal in dict.fromkeys((gpu_cal, cpu_cal)):
         print(f"    rates ({cal.device}): {cal.source}; good to about x{cal.error:g} either way")
+        print(f"    {merge_pricing(cal, [e.method for e in merges], study.text_tokens)}")
+
+
+def merge_pricing(cal, methods, text_tokens: int) -> str:
+    """How the merges of ``methods`` are priced on ``cal``'s device: the start, the rate, each method's factor or
+    fitted rate, the data-based methods' passes, and the methods counted as task arithmetic for want of a
+    measurement."""
+    from wildmerge.sampling import cost
+
+    fitted, methods = dict(cal.method_rates), list(dict.fromkeys(methods))
+    parts = [f"{m} {fitted[m]:.3g} s per G read (fitted)" if m in fitted
+             else f"{m} x{cost.factor(m, cal.device).value:g}"
+             for m in methods if m in fitted or cost.factor(m, cal.device)]
+    line = (f"merges ({cal.device}): {cal.merge_start_s:.2g} s each + {cal.merge_s_per_gparam_read:.3g} s per G "
+            f"parameters read x the method's factor: {', '.join(parts) or 'none measured'}")
+    data = [m for m in methods if m in cost.DATA_PASSES and m not in fitted]
+    if data:
+        line += (f"; {', '.join(f'{m} +{cost.DATA_PASSES[m].passes:g}' for m in data)} forward passes per text of "
+                 f"each expert ({text_tokens} tokens a text, at the evaluation's rate; assumed to dominate)")
+    unknown = cost.unpriced(methods, cal)
+    if unknown:
+        line += f"; priced as TA (no measured factor on {cal.device}): {', '.join(map(str, unknown))}"
+    return line
 
 
 def _duration(seconds: float) -> str:

@@ -12,7 +12,7 @@ candidates a lower one.
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 from wildmerge.sampling import cost
 from wildmerge.search.bandit import SCREEN_SHARE, default_bracket, fitting_bracket
@@ -76,22 +76,30 @@ def _jobs(n: int, rungs, eta: float) -> int:
 
 
 def search_seconds(plan: SearchPlan, parameters: int, tokens_per_model: int, mean_inputs: float,
-                   cal: cost.Calibration) -> Dict[str, float]:
-    """Seconds on one device: the merges (each reading ``mean_inputs`` models), then the jobs (each paying the
-    start and the model's read) and the tokens of the item evaluations."""
-    merges = plan.merges * cost.merge_seconds(parameters, mean_inputs, cal)
-    starts = plan.jobs * (cal.eval_start_s + cost.merge_seconds(parameters, 1, cal))
+                   cal: cost.Calibration, methods: Sequence[str] = ("ta", "ties"),
+                   text_tokens: int = cost.TEXT_TOKENS) -> Dict[str, float]:
+    """Seconds on one device, priced as the protocol's plan prices them (``cost.merge_seconds``,
+    ``cost.eval_seconds``): the merges (each reading ``mean_inputs`` models, its method's cost the mean over
+    ``methods``, the search's own default unless told: it tries every method), then the jobs (each paying the start
+    and the model's read) and the tokens of the item evaluations."""
+    per_merge = sum(cost.merge_seconds(parameters, mean_inputs, cal, m, text_tokens=text_tokens)
+                    for m in methods) / len(methods)
+    merges = plan.merges * per_merge
+    starts = plan.jobs * cost.eval_seconds(parameters, 0, cal)
     scoring = cal.eval_s_per_tparam_token * parameters * tokens_per_model * plan.full_evaluations / 1e12
     return {"merge_s": merges, "eval_s": starts + scoring, "wall_s": merges + starts + scoring}
 
 
 def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", limit: Optional[int] = None,
-                      first: float = 0.125, eta: float = 2.0, exclude=(), screen: bool = True) -> SearchPlan:
+                      first: float = 0.125, eta: float = 2.0, exclude=(), screen: bool = True,
+                      methods: Sequence[str] = ("ta", "ties")) -> SearchPlan:
     """``wildmerge search --dry-run``: the plan's counts and its time at the cost plan's rates (one GPU with the
-    default H100 rates, and this machine's CPU), without resolving a model or writing anything."""
+    default H100 rates, and this machine's CPU), its merges priced per method as the protocol's dry run prices them,
+    without resolving a model or writing anything."""
     from wildmerge.eval.suites import load_suite
+    from wildmerge.hub import FAMILY_PREFIXES
     from wildmerge.pools import load_pool
-    from wildmerge.sampling.dryrun import base_parameters
+    from wildmerge.sampling.dryrun import base_parameters, merge_pricing
 
     pool = load_pool(pool_name, exclude)
     scored = cost.suite_tokens([t.task for t in load_suite(suite_name).tasks], limit)
@@ -109,12 +117,14 @@ def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", l
               f"add `parameters: N` to its base)")
         return plan
     mean_inputs = (2 + len(pool.experts)) / 2 + 1  # subsets of 2..N experts, drawn across sizes, and the base
+    text_tokens = cost.FAMILY_TEXT_TOKENS if pool.base.model.startswith(FAMILY_PREFIXES) else cost.TEXT_TOKENS
     rates = [cost.DEFAULTS["cuda"]] + ([cost.DEFAULTS["cpu"]] if params < 1e9 else [])  # a CPU plan of a 1B+ model
     for cal in rates:                                                                    # is no plan
-        t = search_seconds(plan, params, tokens, mean_inputs, cal)
+        t = search_seconds(plan, params, tokens, mean_inputs, cal, methods, text_tokens)
         where = "one GPU" if cal.device == "cuda" else "this machine's CPU"
         print(f"  {where}: merges {_duration(t['merge_s'])}, evaluations {_duration(t['eval_s'])}, "
               f"{_duration(t['wall_s'])} in all ({cal.source}; good to about x{cal.error:g})")
+        print(f"    {merge_pricing(cal, methods, text_tokens)}")
     print(f"  the protocol's plan for the same pool: python sample_and_merge.py --base {pool_name} --evaluate "
           f"--suite {suite_name} --dry-run")
     return plan
