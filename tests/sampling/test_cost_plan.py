@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from dataclasses import replace
 
 from wildmerge.cli import main
 from wildmerge.sampling import cost
@@ -31,7 +32,7 @@ def test_unit_costs():
     rate, start = gpu.merge_s_per_gparam_read, gpu.merge_start_s
     assert cost.merge_seconds(4_000_000_000, 13, gpu) == pytest.approx(start + rate * 4 * 13)
     assert cost.merge_seconds(4_000_000_000, 13, gpu, "tsv_m") == pytest.approx(start + rate * 4 * 13 * 1.49)
-    assert cost.eval_seconds(4_000_000_000, 50_000_000, gpu) == pytest.approx(10 + rate * 4 + 0.01 * 4e9 * 5e7 / 1e12)
+    assert cost.eval_seconds(4_000_000_000, 50_000_000, gpu) == pytest.approx(0.70 + rate * 4 + 0.01 * 4e9 * 5e7 / 1e12)
     assert cost.merge_peak_bytes(100, 3, 10_000) == 100 * (3 * 4 + 2) + 10_000
     assert cost.eval_peak_bytes(1000) == 2400
     assert cost.record_bytes(2) == 2400
@@ -148,6 +149,8 @@ def test_executor_times():
     slurm = cost.executor_time(study, cal, cost.Executor("slurm", 4, slurm_tasks=4))
     assert slurm["wall_s"] == pytest.approx(8 + per_model + 60)  # merges on one GPU, then one round of 4 tasks
     assert slurm["gpu_hours"] == pytest.approx((8 + 4 * (per_model + 60)) / 3600)
+    started = cost.executor_time(study, replace(cal, run_start_s=50.0), cost.Executor("one", 1))
+    assert started["wall_s"] == pytest.approx(50 + 8 + 4 * per_model)  # the run's own start, once
 
 
 def test_calibrate_from_an_earlier_run(tmp_path, capsys):

@@ -42,6 +42,7 @@ class Calibration:
     source: str
     error: float  # the estimate is good to about this factor either way
     merge_start_s: float = 0.0  # per merge, whatever its size
+    run_start_s: float = 0.0  # per run: the command's start, the evaluation worker's start, the report
     method_rates: Tuple[Tuple[str, float], ...] = ()  # (method, seconds per G read, data included) fitted from a run
 
 
@@ -109,17 +110,21 @@ FAMILY_TEXT_TOKENS = 20  # the embedded families' texts, measured: SmolLM2 quick
 # shapes, bf16 on disk, page cache warm) took 3.58 s (median of 5) on one H100 with --cuda (1.86 G parameters read;
 # benchmarks/results/spectral_gpu_h100_k12_paired.md); the demo main job's 35 merges took 10.3 s on one H200
 # (0.399 G TA-equivalent at the cuda factors): 0.27 s per merge and 1.78 s per G parameters read (two GPUs of one
-# generation: an assumption). Evaluations not measured on a GPU yet; assumed: lm-eval's HF backend at ~20% of
-# 990 TFLOP/s, 2 FLOP per parameter-token (0.01 s per T), 10 s to start a job besides reading the model.
-# `--calibrate-from RUN` replaces either with the user's own run.
+# generation: an assumption). Evaluations measured on one H200 (benchmarks/results/gpu_main_job_h200_plan.md): the
+# demo main job's fastest job took 0.70 s on the long-lived worker (the start); a Qwen3 with Qwen3-4B's configuration
+# (4.02 B parameters, bf16) scored the demo suite in 9.98 s, which at that start and the read gives 0.0088 s per T
+# parameter-tokens: the 0.01 assumed before (lm-eval's HF backend at ~20% of 990 TFLOP/s, 2 FLOP per
+# parameter-token) is kept, the job's plan is then 10.3 s (1.03x the measurement). A run's own start (the command, the
+# worker's start with CUDA, the report): 50 s on the H200 (its demo job took 107 s, of which merges 10.2 s and jobs
+# 47.3 s); on the CPU the 9 s a finished run takes. `--calibrate-from RUN` replaces the rates with the user's own run.
 DEFAULTS = {
     "cpu": Calibration("cpu", 2.47, 0.0, 21.3,
                        "default: TA's 55.7M merge, the demo main job and the SmolLM2 base on 2 quiet CPU cores "
-                       "(cost.py)", 2.0, merge_start_s=0.33),
-    "cuda": Calibration("cuda", 1.78, 10.0, 0.01,
+                       "(cost.py)", 2.0, merge_start_s=0.33, run_start_s=9.0),
+    "cuda": Calibration("cuda", 1.78, 0.70, 0.01,
                         "default: merges measured on one H100 (mergekit task arithmetic, K = 12) and the demo job "
-                        "on one H200; evaluations assumed (20% of an H100's peak FLOP/s), not measured", 3.0,
-                        merge_start_s=0.27),
+                        "on one H200; evaluations on one H200 (the demo job, a 4B model on the demo suite)", 3.0,
+                        merge_start_s=0.27, run_start_s=50.0),
 }
 
 
@@ -256,17 +261,18 @@ class Executor:
 def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: float = 60.0) -> Dict[str, float]:
     """Wall seconds and GPU-hours on ``ex``: the merges first, one per GPU (the sampler's merge workers; under Slurm
     on one GPU of the submitting machine), then the evaluations one per GPU (local / Ray) or one array task each
-    (Slurm: each also pays ``job_start_s`` to start Python, import lm-eval and wait for its node)."""
+    (Slurm: each also pays ``job_start_s`` to start Python, import lm-eval and wait for its node); the run's own
+    start (``run_start_s``) once, on the wall clock."""
     merges = sum(merge_seconds(study.parameters, m.inputs, cal, m.method, m.texts, study.text_tokens)
                  for m in study.merges)
     per_model = eval_seconds(study.parameters, study.tokens_per_model, cal)
     if ex.slurm_tasks:
         evals = study.models_evaluated * (per_model + job_start_s)
         eval_wall = math.ceil(study.models_evaluated / ex.slurm_tasks) * (per_model + job_start_s)
-        return {"wall_s": merges + eval_wall, "gpu_hours": (merges + evals) / HOUR,
+        return {"wall_s": cal.run_start_s + merges + eval_wall, "gpu_hours": (merges + evals) / HOUR,
                 "merge_s": merges, "eval_s": evals}
     evals = study.models_evaluated * per_model
-    wall = merges / ex.gpus + math.ceil(study.models_evaluated / ex.gpus) * per_model
+    wall = cal.run_start_s + merges / ex.gpus + math.ceil(study.models_evaluated / ex.gpus) * per_model
     return {"wall_s": wall, "gpu_hours": wall * ex.gpus / HOUR, "merge_s": merges, "eval_s": evals}
 
 
