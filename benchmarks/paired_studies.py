@@ -3,7 +3,9 @@ scored on the same items, so every difference is paired; ``eval.screening.stats.
 within each task, 95 % percentile interval, Koehn 2004).
 
 - ``models RUN --reference MODEL_ID``: each model of the run against one of its models (a sweep's points against
-  the recipe's point, a CoM ablation against the full method, ...).
+  the recipe's point, a CoM ablation against the full method, ...). With several runs (the same study on other
+  subsets of experts), each model id every run holds against the reference, pooled: the mean over the runs of the
+  suite-mean differences, each run's tasks resampled on their own.
 - ``cells RUN_A RUN_B``: per (method, n), the mean over RUN_A's merges of that cell against the mean over RUN_B's
   (norm-balanced against norm-unbalanced subsets: per-item scores averaged over the cell's subsets first).
 
@@ -55,6 +57,15 @@ def cell_means(models):
     return {k: ({t: np.mean([m[t] for m in v], axis=0) for t in v[0]}, len(v)) for k, v in cells.items()}
 
 
+def pooled(runs):
+    """One run's {model id: items} as it is; several runs' pooled over the model ids all of them hold, each run's
+    tasks kept apart (``RUN_INDEX/task``), so the suite mean is the mean over the runs of their suite means."""
+    if len(runs) == 1:
+        return runs[0]
+    shared = [m for m in runs[0] if all(m in r for r in runs[1:])]
+    return {m: {f"{i}/{t}": v for i, r in enumerate(runs) for t, v in r[m].items()} for m in shared}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("mode", choices=("models", "cells"))
@@ -64,10 +75,12 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=1000)
     args = p.parse_args()
     if args.mode == "models":
-        models = dict((e.model_id, items) for e, items in scored(args.runs[0], args.suite))
+        models = pooled([dict((e.model_id, items) for e, items in scored(r, args.suite)) for r in args.runs])
         if args.reference not in models:
-            sys.exit(f"paired_studies: --reference {args.reference!r} has no per-item scores in {args.runs[0]}; "
-                     f"pick one of {sorted(models)}")
+            sys.exit(f"paired_studies: --reference {args.reference!r} has no per-item scores in "
+                     f"{' and '.join(args.runs)}; pick one of {sorted(models)}")
+        if len(args.runs) > 1:
+            print(f"pooled over {len(args.runs)} runs: the models every run holds")
         for model_id, items in models.items():
             if model_id != args.reference:
                 print(line(f"{model_id} - {args.reference}", items, models[args.reference], args.iters))

@@ -118,6 +118,25 @@ def test_cells_mode_compares_each_shared_cell_averaged_over_its_subsets(runs, mo
     assert [(r["d"], r["lo"], r["hi"]) for r in same.values()] == [("+0.00", "+0.00", "+0.00")]
 
 
+def test_models_mode_over_several_runs_pools_the_models_they_share(runs, monkeypatch, capsys):
+    """The same study on other subsets: each shared model against the reference, the mean over the runs of the
+    suite-mean differences (every run's tasks resampled apart)."""
+    a, b = runs
+    ia, ib = _items(a), _items(b)
+    rows = _run_script(monkeypatch, capsys, "models", str(a), str(b), "--reference", "base", "--suite", "mini",
+                       "--iters", "200")
+    assert list(rows) == ["ta__n02_s00 - base"]  # e0, e0_copy and ta__n02_s01 are in run a only
+    expected = np.mean([_suite_diff(ia["ta__n02_s00"], ia["base"]), _suite_diff(ib["ta__n02_s00"], ib["base"])])
+    assert expected != 0  # run b's "merge" is the base itself, run a's is e0: the pooled value is not either one
+    _check(rows["ta__n02_s00 - base"], expected)
+    suite_means = [100 * np.mean([v.mean() for v in r["ta__n02_s00"].values()]) for r in (ia, ib)]
+    assert float(rows["ta__n02_s00 - base"]["a"]) == pytest.approx(np.mean(suite_means), abs=0.005)
+    # one run alone gives that run's difference
+    alone = _run_script(monkeypatch, capsys, "models", str(b), "--reference", "base", "--suite", "mini",
+                        "--iters", "200")["ta__n02_s00 - base"]
+    assert (alone["d"], alone["lo"], alone["hi"]) == ("+0.00", "+0.00", "+0.00")
+
+
 def test_an_unknown_reference_model_says_which_models_it_could_be(runs, monkeypatch):
     a, _ = runs
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "models", str(a), "--reference", "nope", "--suite", "mini"])

@@ -166,6 +166,8 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
     merges = [e for e in entries if e.kind == "merge"]
     for parent in {str(Path(e.path).parent) for e in merges}:
         clean_leftovers(parent)
+    # a recipe given by its file's path (``--methods my_com.yml``) names its merges by the recipe's name
+    methods = {**methods, **{m.name: m for m in methods.values()}}
     methods = {**load_methods({e.method for e in merges} - set(methods)), **methods}
     # every merge rendered once, its tokenizer handling decided (or refused) before any merge
     rendered = {e.model_id: render(e, models, methods[e.method]) for e in merges}

@@ -62,6 +62,8 @@ class ChainJob:
     progress: bool = True
     trace: Optional[Callable] = None  # trace(layer, group, grams, omegas): tests / research hooks
     report: Dict = field(default_factory=dict)
+    # {(layer, group): [omega per model]} measured through the base (omega_reference: base); None: the chain's own
+    base_omegas: Optional[Dict] = None
 
     @property
     def method(self) -> str:
@@ -161,6 +163,9 @@ def solve_group(job, k, g, names, params, merged, accs, tok_accs, report_entry):
     if job.settings.sim:
         source = tok_accs if tok_accs is not None else accs
         omegas = [omega(a.result()) for a in source]
+        if job.base_omegas is not None:  # the Fig. 6 ablation: the base's weights replace the chain's
+            report_entry["omega_merged"] = omegas
+            omegas = job.base_omegas[(k, g)]
         report_entry["omega"] = omegas
     if job.trace is not None:
         job.trace(k, g, grams, omegas)
@@ -359,12 +364,23 @@ def _needs_hat(job: ChainJob) -> bool:
     return job.chain or job.method == "prodistill" or job.settings.diagnostics
 
 
+def _base_omegas(job: ChainJob) -> Dict:
+    """Sim's importance weights through the base model (the CoM paper's Fig. 6 "zero-shot" reference): each model's
+    data through the whole base once, normalised as the chain normalises them for Sim."""
+    from wildmerge.plugins.layerwise.reference import reference_omegas
+
+    norm = "feature" if job.settings.norm == "feature" else "token"
+    return reference_omegas(str(job.base.path), job.batches, norm=norm, device=job.device, progress=job.progress)
+
+
 def run_chain(job: ChainJob, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:
     """Merge all tensors of ``job`` and hand them to ``save_tensor`` as they are ready; returns the report."""
     n_layers = job.config.num_hidden_layers
     names = job.experts[0].names()
     block_names = [[n for n in names if n.startswith(block_prefix(k))] for k in range(n_layers)]
     blocked = {n for b in block_names for n in b}
+    if job.chain and job.settings.sim and getattr(job.settings, "omega_reference", "merged") == "base":
+        job.base_omegas = _base_omegas(job)
     with torch.no_grad():
         for n in tqdm([n for n in names if n not in blocked], desc="average embeddings/norms/head",
                       disable=not job.progress, leave=False):

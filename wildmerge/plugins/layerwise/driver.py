@@ -190,6 +190,9 @@ def _check_recipe(merge_config, raw: Optional[Dict[str, Any]], out_path) -> _Inp
         raise ConfigError(f"{method} needs at least one model besides the base under 'models:'")
     if getattr(params, "ridge", None) == "delta" and base_ref is None:
         raise ConfigError("ridge 'delta' shrinks towards the base model: set base_model, or use ridge: per_task")
+    if getattr(params, "omega_reference", "merged") == "base" and (base_ref is None or not params.sim):
+        raise ConfigError("omega_reference 'base' measures Sim's importance weights through the base model: set "
+                          "base_model and keep sim: true (or use omega_reference: merged)")
     if method == "prodistill" and base_ref is None:
         raise ConfigError("prodistill trains coefficients on task vectors, which need the base model: set base_model")
     if method == "localize_stitch_trained" and base_ref is None:

@@ -34,6 +34,10 @@ class ChainOfMergesParams(LayerwiseParams):
 
     norm: Literal["token", "feature", "none"] = "token"
     sim: bool = True
+    # the paper's Fig. 6: omega through the merged model (Algorithm 1) or the base, its "ideal" zero-shot reference
+    omega_reference: Literal["merged", "base"] = Field(
+        "merged", description="which model's features Sim's importance weights are measured on: the merged model "
+                              "(CoM, as the chain computes them) or the base (one extra base forward over the data)")
 
 
 class RegMeanParams(LayerwiseParams):
