@@ -200,6 +200,31 @@ def close_idle_workers() -> None:
             _IDLE.pop().close()
 
 
+def start_workers(options: EvalOptions, logs_dir: Path) -> None:
+    """Start the workers a later ``run_local`` call with these options takes, and park them: their imports then
+    overlap other work (a run's merges). One that does not start is left to that call, which starts and reports."""
+
+    def start(i: int, env: Dict[str, str]) -> None:
+        worker = Worker(env, Path(logs_dir) / f"worker-{i}.log")
+        try:
+            worker.start()
+        except Exception:  # noqa: BLE001  (run_local tries again and records why in the job's result)
+            return
+        _park(worker)
+
+    envs = list(enumerate(worker_envs(options.workers)))
+    with _IDLE_LOCK:  # workers parked by an earlier call are taken as they are
+        for worker in _IDLE:
+            parked = next((n for n, (_, env) in enumerate(envs) if env == worker.env), None)
+            if parked is not None and worker.proc is not None and worker.proc.poll() is None:
+                envs.pop(parked)
+    threads = [threading.Thread(target=start, args=(i, env), daemon=True) for i, env in envs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def run_local(jobs: List[Dict[str, Any]], options: EvalOptions,
               on_done: Optional[Callable] = None) -> List[Dict[str, Any]]:
     """Run ``jobs`` on long-lived local workers (``options.workers``, ``options.job_timeout``); returns their result
