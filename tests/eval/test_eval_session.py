@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from helpers import lm_family, write_pool  # noqa: F401  (fixture)
-from process_tree import kill_marked, marked_env, new_tag, wait_for, wait_gone
+from process_tree import children, cmdline, kill_marked, marked_env, new_tag, wait_for, wait_gone
 from wildmerge.cli import main
 from wildmerge.eval.store import OK, ResultStore
 
@@ -45,6 +45,11 @@ def _scores(run, suite_name="mini"):
     return out
 
 
+def _worker_nices():
+    """The CPU priority of each evaluation worker this process started."""
+    return [os.getpriority(os.PRIO_PROCESS, p) for p in children(os.getpid()) if "wildmerge.eval.serve" in cmdline(p)]
+
+
 def _reports(run):
     """The report's CSVs, the run's own folder written as RUN (a report names where it was made)."""
     return {p.relative_to(run).as_posix(): p.read_text().replace(str(Path(run).resolve()), "RUN")
@@ -66,10 +71,14 @@ def reference(pool, lm_family, tmp_path_factory):  # noqa: F811
 def test_a_result_is_written_before_the_last_merge_and_the_run_equals_merges_then_eval(
         pool, reference, lm_family, tmp_path, monkeypatch):  # noqa: F811
     """The last merge waits for the first evaluation result: if the evaluation waited for the merges, it never
-    comes (the wait gives up and the run fails)."""
+    comes (the wait gives up and the run fails). The workers that score beside the merges yield the cores to them
+    (nice 19); those that score after them run at this process's priority."""
     import mergekit.merge
 
-    run, real, calls = tmp_path / "run", mergekit.merge.run_merge, []
+    from wildmerge.eval.local import MERGES_FIRST_NICE, close_idle_workers
+
+    close_idle_workers()  # workers of earlier tests
+    run, real, calls, nices = tmp_path / "run", mergekit.merge.run_merge, [], []
     results = run / "eval" / "mini" / "results"
 
     def last_waits(config, out_path, options, config_source=None):
@@ -79,10 +88,14 @@ def test_a_result_is_written_before_the_last_merge_and_the_run_equals_merges_the
             while not list(results.glob("*.json")):
                 assert time.time() < deadline, "no evaluation result while a merge was still to come"
                 time.sleep(0.05)
+            nices.extend(_worker_nices())
         real(config, out_path, options, config_source=config_source)
     monkeypatch.setattr(mergekit.merge, "run_merge", last_waits)
     assert _sample(pool, run, lm_family["suite"]) == 0
     assert len(calls) == MERGES
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    assert nices and set(nices) == {max(ours, MERGES_FIRST_NICE)}
+    assert set(_worker_nices()) <= {ours}  # those beside the merges were retired
     first_result = min(p.stat().st_mtime_ns for p in results.glob("*.json"))
     last_merge = max(p.stat().st_mtime_ns for p in run.glob("models/*/merge_info.json"))
     assert first_result < last_merge
