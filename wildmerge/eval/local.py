@@ -41,7 +41,7 @@ STARTUP_TIMEOUT = 600.0  # importing lm-eval on a busy node
 WORKER_MEMORY = 640 << 20
 # The CPU priority (nice) of workers started while this process merges (``beside_merges``): the merges' torch threads
 # each need a core at every operation's barrier, so a worker at the same priority on a core they want stalls every
-# operation (the demo merges ran several times slower under other load); at 19 the worker runs in what they leave.
+# operation (the demo's merges: 16 s quiet, 213 s under other sessions' load); at 19 the worker runs in what they leave.
 MERGES_FIRST_NICE = 19  # an increment: 19 is the lowest priority
 _nice = 0  # of workers started now
 
