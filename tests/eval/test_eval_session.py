@@ -106,7 +106,8 @@ def test_a_result_is_written_before_the_last_merge_and_the_run_equals_merges_the
     assert _scores(run) == _scores(reference)
 
 
-def test_keep_models_none_scores_each_merge_before_its_weights_go(pool, reference, lm_family, tmp_path, capsys):  # noqa: F811
+def test_keep_models_none_scores_each_merge_before_its_weights_go(
+        pool, reference, lm_family, tmp_path, capsys):  # noqa: F811
     run = tmp_path / "run"
     assert _sample(pool, run, lm_family["suite"], "--keep-models", "none") == 0
     merged = [d for d in (run / "models").iterdir() if (d / "merge_info.json").is_file()]
@@ -163,7 +164,8 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
-def test_sigkill_while_scoring_beside_a_merge_leaves_nothing_and_the_rerun_finishes(pool, lm_family, tmp_path):  # noqa: F811
+def test_sigkill_while_scoring_beside_a_merge_leaves_nothing_and_the_rerun_finishes(
+        pool, lm_family, tmp_path):  # noqa: F811
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "hold.py").write_text(HOLD)
