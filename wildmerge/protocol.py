@@ -181,6 +181,9 @@ def run_sample(s: SampleSettings) -> int:
         raise ConfigError("--keep-models none deletes each merged model's weights once it is evaluated: add "
                           "--evaluate --suite NAME, or use --keep-models all")
 
+    def evaluate_one(entry):
+        evaluate_run(str(run_dir), suite, s.evaluation, model_ids=[entry.model_id])
+
     tuned = {}
     if s.tune:
         from wildmerge.analysis.tas.tune import tune_methods
@@ -188,27 +191,10 @@ def run_sample(s: SampleSettings) -> int:
         methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
                                       device=s.merge_device, allow_pickle=s.allow_pickle, check=s.tune_check,
                                       check_suite=suite, check_limit=s.evaluation.limit)
-    session = None
-    if evaluate and _beside_merges(s):
-        from wildmerge.eval.session import EvaluationSession
-
-        session = EvaluationSession(run_dir, suite, s.evaluation)  # its workers start now, beside the merges
-        planned = lambda entries: session.submit([e.model_id for e in entries if e.kind != "merge"])  # noqa: E731
-        after_each = (lambda e: session.wait(session.submit([e.model_id]))) if s.keep_models == "none" else (
-            lambda e: session.submit([e.model_id]))  # scored before pruned / as they come
-    else:
-        planned = None
-        after_each = (lambda e: evaluate_run(str(run_dir), suite, s.evaluation, model_ids=[e.model_id])) if (
-            s.keep_models == "none") else None
-    try:
-        log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.merge_device,
-                           merge_workers=s.merge_workers,
-                           allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,
-                           after_each=after_each, planned=planned)
-    except BaseException:
-        if session:
-            session.close()
-        raise
+    log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.merge_device,
+                       merge_workers=s.merge_workers,
+                       allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,
+                       after_each=evaluate_one if s.keep_models == "none" else None)
     folder = RunFolder(run_dir)
     if tuned:
         folder.write_manifest(folder.read_manifest().model_copy(update={"tuned": tuned}))
@@ -216,8 +202,7 @@ def run_sample(s: SampleSettings) -> int:
     if evaluate:
         from wildmerge.analysis.report.write import write_report
 
-        summary = session.finish() if session else evaluate_run(str(run_dir), suite, s.evaluation)
-        failed = bool(summary["failed"])
+        failed = bool(evaluate_run(str(run_dir), suite, s.evaluation)["failed"])
         log["report"] = {k: str(v) for k, v in write_report(run_dir).items()}
         print(f"report: {folder.report_dir()}")
     log["args"] = s.model_dump(mode="json")
@@ -225,22 +210,12 @@ def run_sample(s: SampleSettings) -> int:
     return 1 if failed else 0
 
 
-def _beside_merges(s: SampleSettings) -> bool:
-    """Whether the evaluation runs beside the merges (``eval/session.py``): on local workers, unscreened (screening
-    compares all the models at once), with the merges in this one process on the CPU (merge helpers, or merges on
-    a GPU, would share their cores or the GPU's memory with the workers). Otherwise: merges, then evaluation."""
-    return (s.evaluation.executor == "local" and s.evaluation.screen is None and s.merge_device == "cpu"
-            and s.merge_workers in (None, 1))
-
-
 def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, scorer=None, merge_device="cpu",
-                 allow_pickle=False, download=None, keep_models="all", after_each=None, merge_workers=None,
-                 planned=None) -> dict:
+                 allow_pickle=False, download=None, keep_models="all", after_each=None, merge_workers=None) -> dict:
     """Draw (or reuse) the subsets, write the plan, merge what is not done yet; returns the run log.
 
     ``sampling`` is the draw (``wildmerge.sampling.settings.Sampling``); ``scorer`` scores subsets when a predictor
-    chooses them; ``planned(entries)`` runs once the plan is written, before the first merge; ``after_each(entry)``
-    after each merge is on disk (``merging.runner.run_plan``)."""
+    chooses them."""
     from wildmerge.merging.runner import merge_options, run_plan
     from wildmerge.merging.workers import worker_count
     from wildmerge.run import Plan, RunFolder, merged_with_previous
@@ -266,8 +241,6 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, 
           f"{len(merges)} merges ({', '.join(f'{m} {c}' for m, c in Counter(e.method for e in merges).items())})")
     for note in manifest.notes:
         print(f"  note: {note}")
-    if planned is not None:
-        planned(entries)
     options = merge_options(models, device=merge_device, allow_pickle=allow_pickle, seed=sampling.seed)
     workers = worker_count(merge_workers, merge_device, models.base.path, max((len(e.experts) for e in merges), default=1))
     if workers > 1:

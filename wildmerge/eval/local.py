@@ -9,7 +9,6 @@ process exits), so evaluating one model at a time pays the start-up once, and di
 """
 
 import atexit
-import contextlib
 import os
 import queue
 import subprocess
@@ -25,7 +24,6 @@ from wildmerge import lifeline
 from wildmerge.atomic import write_json
 from wildmerge.errors import ConfigError
 from wildmerge.eval.options import EvalOptions
-from wildmerge.eval.serve import NICE_ENV
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result
 from wildmerge.eval.worker import lost_record
 from wildmerge.resources import free_memory, thread_share, usable_cores, visible_gpus
@@ -39,11 +37,6 @@ STARTUP_TIMEOUT = 600.0  # importing lm-eval on a busy node
 # Re-measure: python -c "from wildmerge.eval.local import measure_worker_memory as m; print(m() >> 20, 'MiB')"
 # (tests/eval/test_eval_lifeline.py fails when a real worker outgrows it.)
 WORKER_MEMORY = 640 << 20
-# The CPU priority (nice) of workers started while this process merges (``beside_merges``): the merges' torch threads
-# each need a core at every operation's barrier, so a worker at the same priority on a core they want stalls every
-# operation (the demo's merges: 16 s quiet, 213 s under other sessions' load); at 19 the worker runs in what they leave.
-MERGES_FIRST_NICE = 19  # an increment: 19 is the lowest priority
-_nice = 0  # of workers started now
 
 
 def default_workers(cpus: Optional[int] = None) -> int:
@@ -96,32 +89,12 @@ def worker_envs(workers: Optional[int]) -> List[Dict[str, str]]:
     base = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY",
                                                                                               "PASSIVE")}
     gpus = visible_gpus()
-    if _nice:
-        base[NICE_ENV] = str(_nice)
     if gpus:
         count = workers or len(gpus)
         return [{**base, "CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(count)]
     count = workers or default_workers()
     threads = str(thread_share(count))
     return [{**base, "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", threads)} for _ in range(count)]
-
-
-@contextlib.contextmanager
-def beside_merges():
-    """Workers started inside run at ``MERGES_FIRST_NICE``; after it they are retired once idle (a process cannot
-    take its priority back), so the evaluation that follows the merges runs at the usual priority."""
-    global _nice
-    _nice = MERGES_FIRST_NICE
-    try:
-        yield
-    finally:
-        _nice = 0
-        with _IDLE_LOCK:
-            niced = [w for w in _IDLE if NICE_ENV in w.env]
-            for worker in niced:
-                _IDLE.remove(worker)
-        for worker in niced:
-            worker.close()
 
 
 class Worker:
@@ -215,9 +188,7 @@ def _take_idle(env: Dict[str, str]) -> Optional[Worker]:
 
 
 def _park(worker: Worker) -> None:
-    if worker.env.get(NICE_ENV, "0") != str(_nice):  # started beside merges that have ended
-        worker.close()
-    elif worker.proc is not None and worker.proc.poll() is None:
+    if worker.proc is not None and worker.proc.poll() is None:
         with _IDLE_LOCK:
             _IDLE.append(worker)
 
@@ -227,31 +198,6 @@ def close_idle_workers() -> None:
     with _IDLE_LOCK:
         while _IDLE:
             _IDLE.pop().close()
-
-
-def start_workers(options: EvalOptions, logs_dir: Path) -> None:
-    """Start the workers a later ``run_local`` call with these options takes, and park them: their imports then
-    overlap other work (a run's merges). One that does not start is left to that call, which starts and reports."""
-
-    def start(i: int, env: Dict[str, str]) -> None:
-        worker = Worker(env, Path(logs_dir) / f"worker-{i}.log")
-        try:
-            worker.start()
-        except Exception:  # noqa: BLE001  (run_local tries again and records why in the job's result)
-            return
-        _park(worker)
-
-    envs = list(enumerate(worker_envs(options.workers)))
-    with _IDLE_LOCK:  # workers parked by an earlier call are taken as they are
-        for worker in _IDLE:
-            parked = next((n for n, (_, env) in enumerate(envs) if env == worker.env), None)
-            if parked is not None and worker.proc is not None and worker.proc.poll() is None:
-                envs.pop(parked)
-    threads = [threading.Thread(target=start, args=(i, env), daemon=True) for i, env in envs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
 
 
 def run_local(jobs: List[Dict[str, Any]], options: EvalOptions,

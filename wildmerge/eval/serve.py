@@ -16,8 +16,6 @@ from pathlib import Path
 from wildmerge.lifeline import hold
 from wildmerge.resources import cuda_available, kernel_threads, prefer_passive_wait, thread_share
 
-NICE_ENV = "WILDMERGE_WORKER_NICE"  # a worker started while merges run yields the cores to them (eval/local.py)
-
 
 @contextlib.contextmanager
 def output_to(log_path: str):
@@ -69,7 +67,6 @@ def job_threads(share: int) -> None:
 
 def main() -> int:
     hold()  # first: this worker and what it starts die with the process that started it
-    os.nice(int(os.environ.get(NICE_ENV) or 0))  # before any thread starts: they inherit it
     prefer_passive_wait()  # before torch loads: OpenMP threads sleep at barriers instead of spinning
     share = int(os.environ.get("OMP_NUM_THREADS") or thread_share(1))
     control = os.fdopen(os.dup(1), "w", buffering=1)  # job ids go here; fd 1 itself follows each job's log
