@@ -2,9 +2,10 @@
 
 A hyperparameter sweep scores many merges of the same models; writing each to disk and reading it back costs more
 than the merge itself. ``CandidateMerger`` keeps every checkpoint's tensors in memory and runs the recipe's own
-mergekit merge-method object on one ``TensorGroup`` per tensor, exactly as ``mergekit-yaml`` would (tests compare
-the two), so what a sweep scores is what the stock tool writes from the selected recipe. An expert with added
-tokens is held on the base's tokens, as a recipe's ``tokenizer: {source: base}`` merges it.
+mergekit merge-method object on one ``TensorGroup`` per tensor, as wildmerge's merges run it (tests compare the two),
+so what a sweep scores is what ``wildmerge merge`` writes from the selected recipe: ``mergekit-yaml``'s bytes except
+TIES's trim, which selects in linear time there (``plugins/trim.py``). An expert with added tokens is held on the
+base's tokens, as a recipe's ``tokenizer: {source: base}`` merges it.
 """
 
 from typing import Dict, Optional
@@ -99,18 +100,21 @@ class CandidateMerger:
         import torch
         from mergekit.merge_methods.base import TensorEntry, TensorGroup, TensorMetadata
 
+        from wildmerge.plugins.trim import linear_time_trim
+
         method = self.method(recipe)
         parameters = self.bound_parameters(recipe)
         dtype = getattr(torch, _DTYPES.get(recipe.get("dtype") or "float32", "float32"))
         out_name = recipe.get("out_dtype") or self.out_dtype
         out_dtype = getattr(torch, _DTYPES[out_name]) if out_name in _DTYPES else None
         merged = {}
-        for name, base in self.base.items():
-            entries = [TensorEntry(id="base", tensor=base, is_base=True)]
-            entries += [TensorEntry(id=e, tensor=self.experts[e][name]) for e in self.expert_names]
-            group = TensorGroup(entries=tuple(entries),
-                                metadata=TensorMetadata(name=name, vocabulary_axis=self.vocabulary_axis.get(name)))
-            with torch.no_grad():
-                merged[name] = method([group], parameters=parameters, dtype=dtype,
-                                      out_dtype=out_dtype or base.dtype)[0]
+        with linear_time_trim():
+            for name, base in self.base.items():
+                entries = [TensorEntry(id="base", tensor=base, is_base=True)]
+                entries += [TensorEntry(id=e, tensor=self.experts[e][name]) for e in self.expert_names]
+                group = TensorGroup(entries=tuple(entries),
+                                    metadata=TensorMetadata(name=name, vocabulary_axis=self.vocabulary_axis.get(name)))
+                with torch.no_grad():
+                    merged[name] = method([group], parameters=parameters, dtype=dtype,
+                                          out_dtype=out_dtype or base.dtype)[0]
         return merged

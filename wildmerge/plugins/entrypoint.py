@@ -39,10 +39,14 @@ _checks = contextvars.ContextVar("wildmerge_checks", default=GUEST)
 @contextlib.contextmanager
 def wildmerge_checks(strict_params: bool = False):
     """Within this block, merges of mergekit's methods refuse bad inputs (and, with ``strict_params``, unknown or
-    out-of-range parameters) instead of warning: for wildmerge's own commands, which promise checked merges."""
+    out-of-range parameters) instead of warning: for wildmerge's own commands, which promise checked merges. TIES's
+    trim selects in linear time there (``trim.py``: ties at the cut kept lowest index first)."""
+    from wildmerge.plugins.trim import linear_time_trim
+
     token = _checks.set(Checks(params=strict_params, inputs=True))
     try:
-        yield
+        with linear_time_trim():
+            yield
     finally:
         _checks.reset(token)
 
