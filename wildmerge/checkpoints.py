@@ -48,6 +48,20 @@ def weight_files(path, allow_pickle: bool = False) -> List[Path]:
 SHARD_INDEX = "model.safetensors.index.json"
 
 
+def weights_bytes(path) -> int:
+    """The size of a model folder's weight files (safetensors, else pickles); 0 for one without (a composition)."""
+    files = list(Path(path).glob("*.safetensors")) or list(Path(path).glob("*.bin"))
+    return sum(f.stat().st_size for f in files)
+
+
+def cpu_merge_peak_bytes(model_bytes: int, experts: int) -> int:
+    """A merge's peak resident memory on the CPU, estimated high: mergekit maps every input's weight files (the
+    experts and the base) and the pages it reads stay resident, plus the output it writes: (experts + 2) x one
+    model's bytes. Measured with Python on top (about 0.4 GB): SmolLM2's TIES of 2 experts 2.7 GB, of 9 6.3 GB
+    (538 MB models; benchmarks/results/ties_trim_linear_cpu2_quiet.txt, docs/performance.md)."""
+    return model_bytes * (experts + 2)
+
+
 def check_shards(folder: Path, files: List[Path]) -> None:
     """A sharded checkpoint's index is readable and every shard it lists is there: a damaged index or a shard whose
     download never finished is named as such, not as a bare JSON error or "lacks 7 tensors" much later."""

@@ -142,7 +142,7 @@ def test_killed_job_is_redone_once_then_reported(lm_family, tmp_path):  # noqa: 
 
 
 def test_default_worker_count_on_a_cpu():
-    assert [default_workers(c) for c in (1, 2, 4, 8, 64)] == [1, 1, 2, 4, 4]
+    assert [default_workers(c) for c in (1, 2, 3, 4, 8, 64)] == [1, 2, 3, 4, 4, 4]
 
 
 def test_workers_are_reused_across_calls(lm_family, tmp_path):  # noqa: F811

@@ -65,6 +65,31 @@ def test_a_merge_is_its_start_plus_its_read_times_the_methods_factor_plus_its_da
     assert cost.executor_time(study, cal, cost.Executor("cpu", 1))["merge_s"] == pytest.approx(6.5 + 79.76 + 14.5)
 
 
+def test_an_evaluation_in_bfloat16_is_priced_by_its_measured_factor():
+    cpu = cost.DEFAULTS["cpu"]
+    scoring = cpu.eval_s_per_tparam_token * 134_515_008 * 45_000 / 1e12
+    fixed = cpu.eval_start_s + cost.read_seconds(134_515_008, 1, cpu)
+    assert cost.eval_seconds(134_515_008, 45_000, cpu) == pytest.approx(fixed + scoring)
+    assert cost.eval_seconds(134_515_008, 45_000, cpu, "bfloat16") == pytest.approx(fixed + 0.52 * scoring)
+    assert cost.eval_seconds(134_515_008, 45_000, cpu, "float16") == pytest.approx(fixed + scoring)  # unmeasured: 1
+    # a calibration measured in bfloat16 prices float32 back up; the GPU table has no factor
+    own = replace(cpu, eval_dtype="bfloat16")
+    assert cost.dtype_factor("float32", own) == pytest.approx(1 / 0.52) and cost.dtype_factor("bfloat16", own) == 1
+    assert cost.dtype_factor("bfloat16", cost.DEFAULTS["cuda"]) == 1
+    assert all(f.source for table in cost.EVAL_DTYPE_FACTORS.values() for f in table.values())
+
+
+def test_the_smollm2_dry_run_prices_its_suites_dtype(capsys):
+    """The shipped smollm2_bf16 suite's plan on this machine's CPU is its float32 suite's with 0.52 x the scoring."""
+    plans = {}
+    for suite in ("smollm2", "smollm2_bf16"):
+        assert main(["sample", "--base", "smollm2", "--methods", "ta", "--suite", suite, "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert f"weights in {'bfloat16' if suite.endswith('bf16') else 'float32'}" in out
+        plans[suite] = next(line for line in out.splitlines() if "this machine, CPU" in line)
+    assert plans["smollm2"] != plans["smollm2_bf16"]
+
+
 def test_every_factor_and_data_method_says_where_it_comes_from():
     for device, table in cost.METHOD_FACTORS.items():
         assert table["ta"].value == 1.0 and all(f.value >= 1.0 and f.source for f in table.values()), device
@@ -221,13 +246,15 @@ def test_the_demo_dry_run_prints_its_cost(tmp_path, capsys):
     assert "merges: 35 to do, reading 3-13 models each" in out
     # the CPU estimate of the demo main job, by hand: 35 merges of 0.33 s, then 2.47 s per G read x each method's
     # factor (TA 1, TIES 15, Model Stock unmeasured 1, TSV-M 13.21, Iso-C 3.8, TA+SB 4.04, TIES+SB 18.04) over its
-    # 29 models read; 48 evaluations of a read and 0.06M tokens at 21.3 s per T parameter-tokens
+    # 29 models read; 48 evaluations of a 0.15 s start, a read and 0.06M tokens at 14.5 s per T parameter-tokens;
+    # the run's 9 s start
     reads = 29 * 1_820_736 / 1e9
     merges = 35 * 0.33 + 2.47 * reads * (1 + 15 + 1 + 13.21 + 3.8 + 4.04 + 18.04)  # 19.0 s
-    evals = 48 * (2.47 * 1_820_736 / 1e9 + 21.3 * 1_820_736 * 60_000 / 1e12)  # 112 s
-    assert round(merges) == 19 and round(evals) == 112  # measured 97.3 s in all, quiet (docs/evaluation.md)
-    assert (f"this machine, CPU, one worker:        {(merges + evals) / 60:.0f} min wall (merges {merges:.0f} s, "
-            f"evaluations {evals:.0f} s)") in out
+    evals = 48 * (0.15 + 2.47 * 1_820_736 / 1e9 + 14.5 * 1_820_736 * 60_000 / 1e12)  # 83 s
+    assert round(merges) == 19 and round(evals) == 83  # measured 97.3 s in all, quiet (docs/evaluation.md)
+    assert round(9 + merges + evals) == 111  # the plan / measured: 1.15
+    assert (f"{'this machine, CPU:':<32} {'111 s':>10} wall (merges {merges:.0f} s, evaluations {evals:.0f} s)"
+            in out)
     assert ("merges (cpu): 0.33 s each + 2.47 s per G parameters read x the method's factor: ta x1, ties x15, "
             "tsv_m x13.21, iso_c x3.8, ta_sb x4.04, ties_sb x18.04; priced as TA (no measured factor on cpu): "
             "model_stock") in out

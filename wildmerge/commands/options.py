@@ -105,8 +105,7 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
                              "(needs `pip install wandb`; WANDB_MODE=offline writes the runs locally)")
     w = parser.add_argument_group("local executor (long-lived workers)")
     w.add_argument("--workers", type=_evaluation("workers"),
-                   help="worker processes (default: one per visible GPU, else one per two "
-                                               "CPU cores, at most four)")
+                   help="worker processes (default: one per visible GPU, else one per CPU core, at most four)")
     w.add_argument("--job-timeout", type=_evaluation("job_timeout"),
                    help="seconds one model may take before its worker is replaced "
                                                      "(default 3600)")

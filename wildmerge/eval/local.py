@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from wildmerge import lifeline
 from wildmerge.atomic import write_json
+from wildmerge.checkpoints import weights_bytes
 from wildmerge.errors import ConfigError
 from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result
@@ -40,16 +41,12 @@ WORKER_MEMORY = 640 << 20
 
 
 def default_workers(cpus: Optional[int] = None) -> int:
-    """On a CPU, one worker per two cores (at least one, at most four): small models gain from a second worker's
-    Python overhead overlapping the first one's matrix products, large ones from threads (benchmarks/)."""
+    """On a CPU, one worker per core (at most four, which then share the cores): a worker's forward passes use one
+    thread better than two, and its Python overhead overlaps the others' matrix products. Measured on 2 quiet cores,
+    paired against one two-thread worker: the demo main job 0.62x wall, the SmolLM2 base and an expert under
+    smollm2_bf16 0.45x (with bfloat16; docs/performance.md, "Evaluation throughput")."""
     cpus = cpus or usable_cores()
-    return max(1, min(4, cpus // 2))
-
-
-def weights_bytes(path) -> int:
-    """The size of a model folder's weight files (safetensors, else pickles); 0 for one without (a composition)."""
-    files = list(Path(path).glob("*.safetensors")) or list(Path(path).glob("*.bin"))
-    return sum(f.stat().st_size for f in files)
+    return max(1, min(4, cpus))
 
 
 def check_workers(workers: Optional[int], model_bytes: int = 0) -> None:

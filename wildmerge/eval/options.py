@@ -49,7 +49,7 @@ class EvalOptions(BaseModel):
     dtype: Optional[str] = None
     batch_size: Optional[Union[int, Literal["auto"]]] = None
     device: Optional[str] = None  # the evaluation device; the suite's when unset
-    workers: Optional[int] = None  # local: default one per visible GPU, else one per two CPU cores
+    workers: Optional[int] = None  # local: default one per visible GPU, else one per CPU core (at most four)
     job_timeout: float = 3600.0  # local: seconds one model may take before its worker is replaced
     ray_address: Optional[str] = None  # ray: auto or ray://host:10001 joins a cluster; unset starts a local one
     gpus_per_job: Optional[float] = None  # ray, slurm: default 1 where GPUs exist

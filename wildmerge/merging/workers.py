@@ -12,10 +12,10 @@ GPU helper ``i`` sees only the ``i``-th visible GPU (``CUDA_VISIBLE_DEVICES``); 
 """
 
 import os
-from pathlib import Path
 from typing import List, Optional, Union
 
 from wildmerge import lifeline
+from wildmerge.checkpoints import cpu_merge_peak_bytes, weights_bytes
 from wildmerge.errors import ConfigError
 from wildmerge.resources import (THREADS_ENV, free_memory, peak_rss_mib, prefer_passive_wait, thread_share,
                                  usable_cores, visible_gpus)
@@ -34,10 +34,8 @@ def _on_gpu(device: str) -> bool:
 
 
 def merge_peak(base_path, max_experts: int) -> int:
-    """A merge's peak memory, estimated high: the base's weights times (experts + 2) (inputs, the base, output)."""
-    size = sum(f.stat().st_size for f in Path(base_path).glob("*.safetensors")) \
-        or sum(f.stat().st_size for f in Path(base_path).glob("*.bin"))
-    return size * (max_experts + 2)
+    """A merge's peak memory on the CPU, estimated high (``checkpoints.cpu_merge_peak_bytes``, at the base's size)."""
+    return cpu_merge_peak_bytes(weights_bytes(base_path), max_experts)
 
 
 def worker_count(requested: Union[int, str, None], device: str, base_path, max_experts: int) -> int:

@@ -44,6 +44,7 @@ class Calibration:
     merge_start_s: float = 0.0  # per merge, whatever its size
     run_start_s: float = 0.0  # per run: the command's start, the evaluation worker's start, the report
     method_rates: Tuple[Tuple[str, float], ...] = ()  # (method, seconds per G read, data included) fitted from a run
+    eval_dtype: str = "float32"  # the weights' dtype the evaluation rate was measured at
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,14 @@ METHOD_FACTORS: Dict[str, Dict[str, Factor]] = {
              "iso_c": Factor(1.03, _H100), "ta_sb": Factor(1.03, _H100),
              "tsv_m": Factor(1.49, _H100), "iso_cts": Factor(1.25, _H100)},
 }
+
+
+# An evaluation's rate per parameter-token at other weights' dtypes, as a multiple of float32's, per device (a dtype
+# not listed counts 1). Measured as CPU-seconds, so they hold whatever the number of workers.
+_SMOL_BF16 = ("benchmarks/results/eval_smollm2_bf16_workers_cpu2_quiet.txt: the smollm2_bf16 suite (bfloat16, float32 "
+              "log-softmax, batch 64) against smollm2 (float32, batch 16), SmolLM2 base and arithmetic expert, "
+              "50 items per task, 3 quiet pairs: CPU-seconds 0.52x [0.51, 0.56]")
+EVAL_DTYPE_FACTORS: Dict[str, Dict[str, Factor]] = {"cpu": {"bfloat16": Factor(0.52, _SMOL_BF16)}}
 
 
 @dataclass(frozen=True)
@@ -103,9 +112,10 @@ FAMILY_TEXT_TOKENS = 20  # the embedded families' texts, measured: SmolLM2 quick
 # 0.0528 G each, x the factors above: 2.96 G TA-equivalent): start + 0.724 rate = 2.12, 35 start + 2.96 rate = 19,
 # so 0.33 s per merge and 2.47 s per G parameters read. Evaluations, fitted to two measurements: the demo's 48 took
 # ~83 s of its 1.8-1.9 min (less the merges and the 9 s a finished run takes): 1.73 s per model at 1.82M parameters
-# x 600 items x 100 tokens (0.109 T parameter-tokens); the SmolLM2 base (134.5M parameters) scored in 103 s at 40
-# items x 9 tasks (4.84 T parameter-tokens). Less the model's read, the line through both gives 21.3 s per T
-# parameter-tokens and a start of -0.6 s, taken as 0.
+# x 600 items x 100 tokens (0.109 T parameter-tokens); the SmolLM2 main job's models (134.5M parameters, the smollm2
+# suite: float32, 50 items x 9 tasks, 6.05 T parameter-tokens) in 88 s each (median of 9 on a quiet machine, round 9:
+# benchmarks/results/smollm2_main_job_cpu2_round9.txt). Less the model's read, the line through both gives 14.5 s per
+# T parameter-tokens and a start of 0.15 s (it was 21.3 s and 0 from an earlier, slower SmolLM2 measurement).
 # cuda, merges measured: mergekit's task_arithmetic of 12 experts of a 142.9M-parameter Qwen3 (Qwen3-4B's layer
 # shapes, bf16 on disk, page cache warm) took 3.58 s (median of 5) on one H100 with --cuda (1.86 G parameters read;
 # benchmarks/results/spectral_gpu_h100_k12_paired.md); the demo main job's 35 merges took 10.3 s on one H200
@@ -118,7 +128,7 @@ FAMILY_TEXT_TOKENS = 20  # the embedded families' texts, measured: SmolLM2 quick
 # worker's start with CUDA, the report): 50 s on the H200 (its demo job took 107 s, of which merges 10.2 s and jobs
 # 47.3 s); on the CPU the 9 s a finished run takes. `--calibrate-from RUN` replaces the rates with the user's own run.
 DEFAULTS = {
-    "cpu": Calibration("cpu", 2.47, 0.0, 21.3,
+    "cpu": Calibration("cpu", 2.47, 0.15, 14.5,
                        "default: TA's 55.7M merge, the demo main job and the SmolLM2 base on 2 quiet CPU cores "
                        "(cost.py)", 2.0, merge_start_s=0.33, run_start_s=9.0),
     "cuda": Calibration("cuda", 1.78, 0.70, 0.01,
@@ -196,10 +206,20 @@ def unpriced(methods: Iterable[Optional[str]], cal: Calibration) -> List[str]:
             if m not in fitted and factor(m, cal.device) is None and m not in DATA_PASSES]
 
 
-def eval_seconds(parameters: int, tokens: int, cal: Calibration) -> float:
-    """Start, reading the model once (at the merges' read rate), then scoring its tokens."""
+def dtype_factor(dtype: Optional[str], cal: Calibration) -> float:
+    """The evaluation rate at ``dtype`` (None: float32) relative to the one ``cal`` was measured at."""
+    table = EVAL_DTYPE_FACTORS.get(cal.device, {})
+
+    def of(d):
+        return table[d].value if d in table else 1.0
+
+    return of(dtype or "float32") / of(cal.eval_dtype)
+
+
+def eval_seconds(parameters: int, tokens: int, cal: Calibration, dtype: Optional[str] = None) -> float:
+    """Start, reading the model once (at the merges' read rate), then scoring its tokens with weights in ``dtype``."""
     return (cal.eval_start_s + read_seconds(parameters, 1, cal)
-            + cal.eval_s_per_tparam_token * parameters * tokens / 1e12)
+            + cal.eval_s_per_tparam_token * dtype_factor(dtype, cal) * parameters * tokens / 1e12)
 
 
 def merge_peak_bytes(largest_tensor: int, inputs: int, model_bytes: int, bytes_per_param: int = 2) -> int:
@@ -226,6 +246,7 @@ class Scoring:
     tasks: List[str]
     limit: Optional[float] = None  # items per task: a number, or a fraction of each task
     slurm_tasks: int = 64  # --slurm-array-parallelism
+    dtype: Optional[str] = None  # the weights' dtype of the evaluation (the suite's, or --dtype); None: float32
 
 
 @dataclass(frozen=True)
@@ -247,6 +268,7 @@ class Study:
     models_evaluated: int  # base, experts, merges (0: not evaluated)
     tokens_per_model: int
     text_tokens: int = TEXT_TOKENS  # tokens per calibration text of a data-based merge
+    eval_dtype: Optional[str] = None  # the evaluation's weights' dtype (None: float32)
 
 
 @dataclass(frozen=True)
@@ -265,7 +287,7 @@ def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: flo
     start (``run_start_s``) once, on the wall clock."""
     merges = sum(merge_seconds(study.parameters, m.inputs, cal, m.method, m.texts, study.text_tokens)
                  for m in study.merges)
-    per_model = eval_seconds(study.parameters, study.tokens_per_model, cal)
+    per_model = eval_seconds(study.parameters, study.tokens_per_model, cal, study.eval_dtype)
     if ex.slurm_tasks:
         evals = study.models_evaluated * (per_model + job_start_s)
         eval_wall = math.ceil(study.models_evaluated / ex.slurm_tasks) * (per_model + job_start_s)
@@ -338,8 +360,9 @@ def calibrate_from(run_dir) -> Calibration:
     own = [(m, params * n / GB, s) for m, n, s, d in merges if d == device]
     start, rates = fit_merges(own, base.merge_start_s) if own else (base.merge_start_s, {})
     merge_rate = rates.get("ta", base.merge_s_per_gparam_read)
-    eval_start, token_rate = base.eval_start_s, base.eval_s_per_tparam_token
+    eval_start, token_rate, eval_dtype = base.eval_start_s, base.eval_s_per_tparam_token, base.eval_dtype
     if results:
+        eval_dtype = (results[0].get("settings") or {}).get("dtype") or "float32"
         seconds = sorted(float(r["seconds"]) for r in results)
         eval_start = max(seconds[0] - merge_rate * params / GB, 0.0)  # the fastest job, less reading the model
         tokens = sum(t for r in results for t in _record_tokens(r))
@@ -349,6 +372,7 @@ def calibrate_from(run_dir) -> Calibration:
     other = len(merges) - len(own)
     return replace(base, merge_s_per_gparam_read=merge_rate, eval_start_s=eval_start,
                    eval_s_per_tparam_token=token_rate, merge_start_s=start, method_rates=tuple(sorted(rates.items())),
+                   eval_dtype=eval_dtype if eval_dtype in ("float32", "bfloat16", "float16") else "float32",
                    source=f"--calibrate-from {run.root}: {len(results)} timed evaluation(s), {len(own)} timed "
                           f"merge(s) on {device} ({', '.join(sorted(rates)) or 'none'}; {params / 1e6:.4g}M "
                           f"parameters each{f'; {other} on another device left out' if other else ''})", error=1.5)

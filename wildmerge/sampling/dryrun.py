@@ -7,6 +7,7 @@ from wildmerge.run import PoolModels, ResolvedModel, SubsetRecord, read_merge_in
 from wildmerge.sampling.manifest import check_same, draw_for
 
 BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+FAMILY_BYTES_PER_PARAMETER = 4  # the embedded families' checkpoints and their merges are float32 on disk
 
 
 def _one_model_bytes(pool, methods) -> int | None:
@@ -62,6 +63,7 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
                keep_models: str = "all", calibrate_from=None) -> None:
     """The cost plan: merges, evaluations, disk, and wall time / GPU-hours per executor (``cost.py``);
     ``scoring``: the suite's tasks and limit (``cost.Scoring``), None when the run is not evaluated."""
+    from wildmerge import checkpoints
     from wildmerge.hub import FAMILY_PREFIXES
     from wildmerge.resources import visible_gpus
     from wildmerge.sampling import cost
@@ -82,20 +84,23 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     family = pool.base.model.startswith(FAMILY_PREFIXES)  # their texts are short: priced at their measured length
     study = cost.Study(params, [cost.Merge(e.method, len(e.experts) + 1, e.hparams.get("n_samples")) for e in merges],
                        models_evaluated if tasks else 0, tokens,
-                       cost.FAMILY_TEXT_TOKENS if family else cost.TEXT_TOKENS)
+                       cost.FAMILY_TEXT_TOKENS if family else cost.TEXT_TOKENS, scoring.dtype)
     own = cost.calibrate_from(calibrate_from) if calibrate_from else None
     print(f"  cost plan ({params / 1e9:.3g} B parameters, from {where}):")
+    model_bytes = params * (FAMILY_BYTES_PER_PARAMETER if family else 2)
+    most = max(inputs, default=1)
     print(f"    merges: {len(merges)} to do, reading {min(inputs, default=0)}-{max(inputs, default=0)} models each; "
-          f"peak {cost.merge_peak_bytes(largest, max(inputs, default=1), params * 2) / cost.GB:.3g} GB "
-          f"{'GPU memory' if merge_device != 'cpu' else 'RAM'} (--merge-device {merge_device}; the GPU plans below "
-          f"merge with --merge-device cuda)")
+          f"peak {checkpoints.cpu_merge_peak_bytes(model_bytes, most - 1) / cost.GB:.3g} GB RAM with "
+          f"--merge-device cpu (every input's files mapped), "
+          f"{cost.merge_peak_bytes(largest, most, model_bytes) / cost.GB:.3g} GB GPU memory with --merge-device cuda "
+          f"(the GPU plans below)")
     if tasks:
         print(f"    evaluations: {study.models_evaluated} models x {len(tasks)} tasks x {items} items "
-              f"(~{tokens / 1e6:.3g}M tokens per model); {cost.eval_peak_bytes(params) / cost.GB:.3g} GB GPU memory each")
+              f"(~{tokens / 1e6:.3g}M tokens per model, weights in {scoring.dtype or 'float32'}); "
+              f"{cost.eval_peak_bytes(params) / cost.GB:.3g} GB GPU memory each")
     else:
         print("    evaluations: none (not evaluated)")
-    per_model = params * 2
-    kept = per_model * (min(len(merges), 1) if keep_models == "none" else len(merges))
+    kept = model_bytes * (min(len(merges), 1) if keep_models == "none" else len(merges))
     print(f"    disk: {kept / cost.GB:.4g} GB of merged checkpoints (--keep-models {keep_models}), "
           f"~{study.models_evaluated * cost.record_bytes(len(tasks)) / 1e6:.3g} MB of evaluation records")
     gpus = max(len(visible_gpus()), 8)
@@ -109,7 +114,7 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
         print(f"    {ex.name + ':':<32} {_duration(t['wall_s']):>10} wall, {t['gpu_hours']:,.1f} GPU-hours")
     if params < 1e9:  # a billion-parameter study on a CPU: tens of thousands of hours, not a plan
         t = cost.executor_time(study, cpu_cal, cost.Executor("cpu", 1))
-        print(f"    {'this machine, CPU, one worker:':<32} {_duration(t['wall_s']):>10} wall (merges "
+        print(f"    {'this machine, CPU:':<32} {_duration(t['wall_s']):>10} wall (merges "
               f"{_duration(t['merge_s'])}, evaluations {_duration(t['eval_s'])})")
     for cal in dict.fromkeys((gpu_cal, cpu_cal)):
         print(f"    rates ({cal.device}): {cal.source}; good to about x{cal.error:g} either way")
