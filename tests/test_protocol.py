@@ -75,7 +75,7 @@ def test_arguments_become_settings_with_the_defaults_of_the_pool(pool):
     # the embedded families carry their own defaults in their pool files: the protocol in minutes on a CPU
     demo, smol = load_pool("demo").protocol, load_pool("smollm2").protocol
     assert (demo.sizes, demo.k, demo.evaluate, demo.suite) == ([1, 2, 4], 2, True, "demo")
-    assert smol.evaluate and smol.suite == "smollm2" and {"regmean", "com"} <= set(smol.methods)
+    assert smol.evaluate and smol.suite == "smollm2_bf16" and {"regmean", "com"} <= set(smol.methods)
     assert _settings("--homogeneous").sampling(pool).mode == "homogeneous"
 
 

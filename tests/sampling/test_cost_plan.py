@@ -43,7 +43,7 @@ def test_a_merge_is_its_start_plus_its_read_times_the_methods_factor_plus_its_da
     cal = cost.Calibration("cpu", 2.0, 0.0, 10.0, "by hand", 2.0, merge_start_s=0.5)
     assert cost.merge_seconds(10**9, 3, cal, "ta") == pytest.approx(0.5 + 2 * 3)  # 6.5
     assert cost.merge_seconds(10**9, 3, cal, "tsv_m") == pytest.approx(0.5 + 2 * 3 * 13.21)  # 79.76
-    assert cost.merge_seconds(10**9, 3, cal, "ties") == pytest.approx(0.5 + 2 * 3 * 15)  # 90.5
+    assert cost.merge_seconds(10**9, 3, cal, "ties") == pytest.approx(0.5 + 2 * 3 * 3.7)  # 22.7
     for unknown in ("model_stock", "my_recipe", None):  # no measured factor: counted as TA
         assert cost.merge_seconds(10**9, 3, cal, unknown) == pytest.approx(6.5)
     # RegMean of 2 experts: 2 passes x 2 experts x 64 texts x 256 tokens = 65,536 tokens x 1e9 parameters
@@ -103,7 +103,7 @@ def test_the_default_rates_solve_the_measurements_they_state():
 
     seven = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")
     demo_reads = 1_820_736 * (3 + 3 + 5 + 5 + 13) / 1e9  # per method: two subsets of 2 and of 4, all 12
-    for device, anchor, demo_s in (("cpu", (55.7e6 * 13 / 1e9, 2.12), 19.0),
+    for device, anchor, demo_s in (("cpu", (55.7e6 * 13 / 1e9, 2.12), 10.24),
                                    ("cuda", (142.9e6 * 13 / 1e9, 3.58), 10.3)):
         table = cost.METHOD_FACTORS[device]
         weighted = demo_reads * sum(table[m].value if m in table else 1.0 for m in seven)
@@ -190,18 +190,18 @@ def test_calibrate_from_an_earlier_run(tmp_path, capsys):
                                                          "tasks": [{"task": "my_task"}], "settings": {}}))
     cal = cost.calibrate_from(tmp_path)
     assert cal.device == "cpu"
-    # one merge of one size: the start is the table's (0.33 s), TA's rate what is left of 3 s over 212 x 3 parameters
-    rate = (3.0 - 0.33) / (212 * 3 / 1e9)
-    assert cal.merge_start_s == 0.33 and cal.merge_s_per_gparam_read == pytest.approx(rate)
+    # one merge of one size: the start is the table's (0.16 s), TA's rate what is left of 3 s over 212 x 3 parameters
+    rate = (3.0 - 0.16) / (212 * 3 / 1e9)
+    assert cal.merge_start_s == 0.16 and cal.merge_s_per_gparam_read == pytest.approx(rate)
     assert cal.method_rates == (("ta", pytest.approx(rate)),)
-    assert cal.eval_start_s == pytest.approx(2.0 - (3.0 - 0.33) / 3)  # the fastest job less reading 212 parameters
+    assert cal.eval_start_s == pytest.approx(2.0 - (3.0 - 0.16) / 3)  # the fastest job less reading 212 parameters
     assert cal.eval_s_per_tparam_token == pytest.approx((6.0 - 2 * 2.0) / (212 * 20_000 / 1e12))
     # and through the dry run: the CPU plan uses the run's rates, and says so
     assert main(["sample", "--dry-run", "--out", str(tmp_path / "new"), "--calibrate-from", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert f"rates (cpu): --calibrate-from {tmp_path}: 2 timed evaluation(s), 1 timed merge(s) on cpu (ta;" in out
-    assert f"merges (cpu): 0.33 s each + {rate:.3g} s per G parameters read x the method's factor: " \
-           f"ta {rate:.3g} s per G read (fitted), ties x15," in out
+    assert f"merges (cpu): 0.16 s each + {rate:.3g} s per G parameters read x the method's factor: " \
+           f"ta {rate:.3g} s per G read (fitted), ties x3.7," in out
 
 
 def test_calibrate_from_a_real_run_fits_its_own_merge_records(tiny_family, tmp_path, capsys):
@@ -242,21 +242,24 @@ def test_the_demo_dry_run_prints_its_cost(tmp_path, capsys):
     assert main(["sample", "--dry-run", "--out", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "cost plan (0.00182 B parameters, from the pool's base.parameters)" in out
-    assert "evaluations: 48 models x 6 tasks x 600 items" in out
+    assert "evaluations: 48 models x 6 tasks x 580 items" in out
     assert "merges: 35 to do, reading 3-13 models each" in out
-    # the CPU estimate of the demo main job, by hand: 35 merges of 0.33 s, then 2.47 s per G read x each method's
-    # factor (TA 1, TIES 15, Model Stock unmeasured 1, TSV-M 13.21, Iso-C 3.8, TA+SB 4.04, TIES+SB 18.04) over its
+    # the CPU estimate of the demo main job, by hand: 35 merges of 0.16 s, then 2.71 s per G read x each method's
+    # factor (TA 1, TIES 3.7, Model Stock unmeasured 1, TSV-M 13.21, Iso-C 3.8, TA+SB 4.04, TIES+SB 6.74) over its
     # 29 models read; 48 evaluations of a 0.15 s start, a read and 0.06M tokens at 14.5 s per T parameter-tokens;
     # the run's 9 s start
     reads = 29 * 1_820_736 / 1e9
-    merges = 35 * 0.33 + 2.47 * reads * (1 + 15 + 1 + 13.21 + 3.8 + 4.04 + 18.04)  # 19.0 s
-    evals = 48 * (0.15 + 2.47 * 1_820_736 / 1e9 + 14.5 * 1_820_736 * 60_000 / 1e12)  # 83 s
-    assert round(merges) == 19 and round(evals) == 83  # measured 97.3 s in all, quiet (docs/evaluation.md)
-    assert round(9 + merges + evals) == 111  # the plan / measured: 1.15
-    assert (f"{'this machine, CPU:':<32} {'111 s':>10} wall (merges {merges:.0f} s, evaluations {evals:.0f} s)"
+    # 29 models read; 48 evaluations of a read and the demo tasks' counted tokens at 12.8 s per T parameter-tokens;
+    # the run's 18 s start
+    merges = 35 * 0.16 + 2.71 * reads * (1 + 3.7 + 1 + 13.21 + 3.8 + 4.04 + 6.74)  # 10.4 s
+    tokens = 100 * 42 + 100 * 21 + 100 * 68 + 80 * 45 + 100 * 64 + 100 * 42
+    evals = 48 * (2.71 * 1_820_736 / 1e9 + 12.8 * 1_820_736 * tokens / 1e12)  # 31 s
+    assert round(merges) == 10 and round(evals) == 31  # measured 57.3 s in all, quiet (docs/evaluation.md)
+    assert round(18 + merges + evals) == 59  # the plan / measured: 1.03
+    assert (f"{'this machine, CPU:':<32} {'59 s':>10} wall (merges {merges:.0f} s, evaluations {evals:.0f} s)"
             in out)
-    assert ("merges (cpu): 0.33 s each + 2.47 s per G parameters read x the method's factor: ta x1, ties x15, "
-            "tsv_m x13.21, iso_c x3.8, ta_sb x4.04, ties_sb x18.04; priced as TA (no measured factor on cpu): "
+    assert ("merges (cpu): 0.16 s each + 2.71 s per G parameters read x the method's factor: ta x1, ties x3.7, "
+            "tsv_m x13.21, iso_c x3.8, ta_sb x4.04, ties_sb x6.74; priced as TA (no measured factor on cpu): "
             "model_stock") in out
     assert "priced as TA (no measured factor on cuda): ties, model_stock, ties_sb" in out
 
@@ -269,9 +272,9 @@ def test_a_data_based_merge_is_priced_by_its_passes_and_the_dry_run_says_so(tmp_
     assert "regmean +2 forward passes per text of each expert (20 tokens a text" in out
     assert "priced as TA (no measured factor on cpu): star" in out
     # by hand: one subset of 2 and the full pool of 12 (3 and 13 models read), each merged by the three methods at
-    # 0.33 s + 2.47 s per G read; regmean adds 2 passes x (2 + 12) experts x 64 texts x 20 tokens at 21.3 s per T
-    merges = 6 * 0.33 + 3 * 2.47 * (3 + 13) * 1_820_736 / 1e9 + 21.3 * 1_820_736 * 2 * 14 * 64 * 20 / 1e12
-    assert round(merges, 1) == 3.6
+    # 0.16 s + 2.71 s per G read; regmean adds 2 passes x (2 + 12) experts x 64 texts x 20 tokens at 12.8 s per T
+    merges = 6 * 0.16 + 3 * 2.71 * (3 + 13) * 1_820_736 / 1e9 + 12.8 * 1_820_736 * 2 * 14 * 64 * 20 / 1e12
+    assert round(merges, 1) == 2.0
     assert f"(merges {merges:.0f} s," in out
 
 

@@ -84,18 +84,19 @@ def test_search_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys, mon
     out = capsys.readouterr().out
     from wildmerge.pools import load_pool
 
-    plan = plan_search({t: 100 for t in ("add", "add_gen", "compare", "count", "facts", "reverse")}, 10,
+    items = {"add": 100, "add_gen": 100, "compare": 100, "count": 100, "facts": 80, "reverse": 100}  # cost.py's
+    plan = plan_search(items, 10,
                        screen=len(load_pool("demo").experts))  # the Thompson search screens the experts first
     assert plan.screened == len(load_pool("demo").experts) and plan.merges == plan.candidates - plan.screened
     assert (f"{plan.screened} experts screened at the first rung, then {plan.brackets} bracket(s), "
             f"{plan.merges} candidates merged at most") in out
     assert f"{plan.jobs} evaluation jobs, <= {plan.item_evaluations:,} item evaluations" in out
     assert "one GPU: merges" in out and "this machine's CPU: merges" in out
-    assert "merges (cpu): 0.33 s each + 2.47 s per G parameters read x the method's factor: ta x1, ties x15" in out
+    assert "merges (cpu): 0.16 s each + 2.71 s per G parameters read x the method's factor: ta x1, ties x3.7" in out
     assert "priced as TA (no measured factor on cuda): ties" in out
     assert main(["search", "--base", "demo", "--budget", "10", "--methods", "ta,regmean,star", "--dry-run"]) == 0
     out = capsys.readouterr().out  # the user's methods, priced as the protocol's dry run prices them
-    assert ("merges (cpu): 0.33 s each + 2.47 s per G parameters read x the method's factor: ta x1; regmean +2 "
+    assert ("merges (cpu): 0.16 s each + 2.71 s per G parameters read x the method's factor: ta x1; regmean +2 "
             "forward passes per text of each expert (20 tokens a text") in out
     assert "priced as TA (no measured factor on cpu): star" in out
     assert not (tmp_path / "runs").exists()

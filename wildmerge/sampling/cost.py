@@ -22,12 +22,15 @@ GB, HOUR = 1e9, 3600.0
 # tasks in lm-eval 0.4: item counts are the test / validation splits lm-eval scores; tokens per item are estimates
 # (prompt length x choices, few-shot examples included; one context for single-letter choices, which lm-eval's HF
 # backend scores in one pass: mmlu, mmlu_pro), good to about a factor of 2. A task not listed counts
-# DEFAULT_ITEMS x DEFAULT_TOKENS (the embedded families' tasks: 80-100 short items).
+# DEFAULT_ITEMS x DEFAULT_TOKENS (the SmolLM2 family's tasks, counted: 100 items of 59-157 tokens, 103 on average).
 TASK_ITEMS = {"arc_easy": (2376, 160), "arc_challenge": (1172, 180), "boolq": (3270, 300),
               "commonsense_qa": (1221, 200), "hellaswag": (10042, 440), "winogrande": (1267, 60),
               "piqa": (1838, 100), "openbookqa": (500, 100), "headqa": (5484, 250), "prost": (18736, 160),
               "truthfulqa_mc1": (817, 1500), "medmcqa": (4183, 240), "leaderboard_gpqa": (1192, 1000),
-              "leaderboard_bbh": (5761, 2400), "mmlu": (14042, 150), "leaderboard_mmlu_pro": (12032, 1600)}
+              "leaderboard_bbh": (5761, 2400), "mmlu": (14042, 150), "leaderboard_mmlu_pro": (12032, 1600),
+              # the demo family's tasks, counted with its tokenizer (prompt x choices + choices, 100 items each):
+              "demo_add": (100, 42), "demo_compare": (100, 21), "demo_count": (100, 68), "demo_facts": (80, 45),
+              "demo_reverse": (100, 64), "demo_add_gen": (100, 42)}
 DEFAULT_ITEMS, DEFAULT_TOKENS = 100, 100
 
 
@@ -56,8 +59,8 @@ class Factor:
 
 
 _ANCHOR = "docs/performance.md 'CPU merges at K = 12': run_merge x TA, 55.7M Llama, 12 experts, 2 quiet cores"
-_SMOL = ("docs/demo-family.md, the SmolLM2 main job on 2 loaded cores: up to 2-6 min for the 9-expert merge against "
-         "TA's 14 s (8.6x-26x), the middle of the range")
+_SMOL = ("benchmarks/results/smollm2_main_job_cpu2_quiet_round10.txt: the SmolLM2 main job's 9-expert merges on 2 "
+         "quiet cores, TIES (the linear-time trim) 43.0 s against TA's 11.7 s")
 _H100 = "docs/performance.md 'GPU kernels': x TA, K = 12, 142.9M Qwen3 with Qwen3-4B's shapes, one H100, default route"
 # One table per device: methods not listed count 1 (priced as task arithmetic; the dry run names them). The
 # factors are ratios of whole merges, applied to the read only (at the anchor's size the start is 16% of TA's).
@@ -65,9 +68,9 @@ METHOD_FACTORS: Dict[str, Dict[str, Factor]] = {
     "cpu": {"ta": Factor(1.0, "the reference"),
             "iso_c": Factor(3.80, _ANCHOR), "ta_sb": Factor(4.04, _ANCHOR),
             "tsv_m": Factor(13.21, _ANCHOR), "iso_cts": Factor(17.13, _ANCHOR),
-            "ties": Factor(15.0, _SMOL),
-            "ties_sb": Factor(18.04, "derived: TIES's 15 plus what Subspace Boosting adds to TA on the anchor "
-                                     "(TA+SB 4.04 - 1)")},
+            "ties": Factor(3.7, _SMOL),
+            "ties_sb": Factor(6.74, "derived: TIES's 3.7 plus what Subspace Boosting adds to TA on the anchor "
+                                    "(TA+SB 4.04 - 1)")},
     "cuda": {"ta": Factor(1.0, "the reference"),
              "iso_c": Factor(1.03, _H100), "ta_sb": Factor(1.03, _H100),
              "tsv_m": Factor(1.49, _H100), "iso_cts": Factor(1.25, _H100)},
@@ -106,16 +109,19 @@ TEXT_TOKENS = 256  # calibration texts in the wild: the layer-wise methods' cap,
 FAMILY_TEXT_TOKENS = 20  # the embedded families' texts, measured: SmolLM2 quick family facts 17.8, arithmetic 19.3
 
 
-# Defaults. cpu, measured on 2 quiet CPU cores of this project's machine. Merges: the start and TA's rate solve two
-# measurements, TA's merge of the 55.7M anchor (12 experts and the base: 0.724 G parameters read) in 2.12 s
-# (docs/performance.md) and the demo main job's 35 merges in 19 s (7 methods x 29 models read of 1.82M parameters,
-# 0.0528 G each, x the factors above: 2.96 G TA-equivalent): start + 0.724 rate = 2.12, 35 start + 2.96 rate = 19,
-# so 0.33 s per merge and 2.47 s per G parameters read. Evaluations, fitted to two measurements: the demo's 48 took
-# ~83 s of its 1.8-1.9 min (less the merges and the 9 s a finished run takes): 1.73 s per model at 1.82M parameters
-# x 600 items x 100 tokens (0.109 T parameter-tokens); the SmolLM2 main job's models (134.5M parameters, the smollm2
-# suite: float32, 50 items x 9 tasks, 6.05 T parameter-tokens) in 88 s each (median of 9 on a quiet machine, round 9:
-# benchmarks/results/smollm2_main_job_cpu2_round9.txt). Less the model's read, the line through both gives 14.5 s per
-# T parameter-tokens and a start of 0.15 s (it was 21.3 s and 0 from an earlier, slower SmolLM2 measurement).
+# Defaults. cpu, measured on 2 quiet CPU cores of this project's machine, with the default evaluation workers (one
+# per core). Merges: the start and TA's rate solve two measurements, TA's merge of the 55.7M anchor (12 experts and
+# the base: 0.724 G parameters read) in 2.12 s (docs/performance.md) and the demo main job's 35 merges in 10.2 s
+# (7 methods x 29 models read of 1.82M parameters, 0.0528 G each, x the factors above: 1.77 G TA-equivalent;
+# benchmarks/results/eval_workers_demo_main_job_cpu2_quiet.txt): start + 0.724 rate = 2.12, 35 start + 1.77 rate =
+# 10.2, so 0.16 s per merge and 2.71 s per G parameters read. Evaluations, as the machine's throughput per model:
+# the SmolLM2 main job (benchmarks/results/smollm2_main_job_cpu2_quiet_round10.txt) scored its 31 models (134.5M
+# parameters, 9 tasks x 50 items x 100 tokens: 6.05 T parameter-tokens) in 1,257 s of two workers' wall time, 40.5 s
+# a model in bfloat16, 77.9 s in float32 at the bfloat16 factor below: less the model's read, 12.8 s per T
+# parameter-tokens with no start; the demo job's 48 (1.82M parameters, 0.0494 T at its tasks' counted tokens) took
+# 28.8 s, 0.60 s a model, and are planned at 0.64 s. A run's own start (the command, the pool, the pre-flight scan,
+# the workers' start, the report): 18 s in the demo job (57.3 s less 10.2 s of merges and 28.8 s of evaluation);
+# the SmolLM2 job's was 55 s (its pre-flight scan and report read 31 models of 538 MB).
 # cuda, merges measured: mergekit's task_arithmetic of 12 experts of a 142.9M-parameter Qwen3 (Qwen3-4B's layer
 # shapes, bf16 on disk, page cache warm) took 3.58 s (median of 5) on one H100 with --cuda (1.86 G parameters read;
 # benchmarks/results/spectral_gpu_h100_k12_paired.md); the demo main job's 35 merges took 10.3 s on one H200
@@ -126,11 +132,11 @@ FAMILY_TEXT_TOKENS = 20  # the embedded families' texts, measured: SmolLM2 quick
 # parameter-tokens: the 0.01 assumed before (lm-eval's HF backend at ~20% of 990 TFLOP/s, 2 FLOP per
 # parameter-token) is kept, the job's plan is then 10.3 s (1.03x the measurement). A run's own start (the command, the
 # worker's start with CUDA, the report): 50 s on the H200 (its demo job took 107 s, of which merges 10.2 s and jobs
-# 47.3 s); on the CPU the 9 s a finished run takes. `--calibrate-from RUN` replaces the rates with the user's own run.
+# 47.3 s). `--calibrate-from RUN` replaces the rates with the user's own run.
 DEFAULTS = {
-    "cpu": Calibration("cpu", 2.47, 0.15, 14.5,
-                       "default: TA's 55.7M merge, the demo main job and the SmolLM2 base on 2 quiet CPU cores "
-                       "(cost.py)", 2.0, merge_start_s=0.33, run_start_s=9.0),
+    "cpu": Calibration("cpu", 2.71, 0.0, 12.8,
+                       "default: TA's 55.7M merge, the demo and SmolLM2 main jobs on 2 quiet CPU cores, one "
+                       "evaluation worker per core (cost.py)", 2.0, merge_start_s=0.16, run_start_s=18.0),
     "cuda": Calibration("cuda", 1.78, 0.70, 0.01,
                         "default: merges measured on one H100 (mergekit task arithmetic, K = 12) and the demo job "
                         "on one H200; evaluations on one H200 (the demo job, a 4B model on the demo suite)", 3.0,
