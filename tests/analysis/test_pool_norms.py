@@ -42,6 +42,27 @@ def test_groups_and_row_blocks_add_up_to_the_definition(tiny_family, monkeypatch
         assert found[i] == pytest.approx(norm64(path, base), rel=1e-12)
 
 
+def test_a_pass_maps_at_most_group_bytes_of_checkpoints(tiny_family, monkeypatch):
+    """Large checkpoints go in smaller groups (their mapped pages stay resident while the pass runs), with the same
+    norms as one group."""
+    from wildmerge.checkpoints import weights_bytes
+
+    base, experts = tiny_family["base"], tiny_family["experts"]
+    size = weights_bytes(experts[0])
+    assert norms.group_size(experts) == norms.GROUP  # tiny models: one pass
+    monkeypatch.setattr(norms, "GROUP_BYTES", 2 * size)
+    assert norms.group_size(experts) == 2
+    monkeypatch.setattr(norms, "GROUP_BYTES", size // 2)
+    assert norms.group_size(experts) == 1  # never fewer than one
+    passes = []
+    real = norms._one_pass
+    monkeypatch.setattr(norms, "_one_pass", lambda group, *a: (passes.append(len(group)), real(group, *a)))
+    found = norms.task_vector_norms({i: p for i, p in enumerate(experts)}, base)
+    assert passes == [1] * len(experts)
+    for i, path in enumerate(experts):
+        assert found[i] == pytest.approx(norm64(path, base), rel=1e-12)
+
+
 def test_each_base_tensor_is_read_once_per_pass(tiny_family, monkeypatch):
     import safetensors
 

@@ -106,3 +106,24 @@ def test_ties_merge_through_mergekit_uses_it():
     agree = (np.sign(trimmed) == sign) & (trimmed != 0)
     expected = base.to(torch.float64).numpy() + (trimmed * agree).sum(0)
     np.testing.assert_allclose(merged.numpy(), expected, rtol=0, atol=1e-6)
+
+
+def test_wildmerge_merge_runs_ties_through_the_trim_and_closes_its_inputs(tiny_family, tmp_path, monkeypatch):
+    """``wildmerge merge`` of mergekit's TIES selects with the linear-time trim, and afterwards no input shard is
+    left open in this process (mergekit's loader cache would otherwise keep each input's pages mapped)."""
+    import yaml
+    from mergekit.io.tasks import LoaderCache
+
+    from wildmerge.cli import main
+
+    calls = []
+    real = trim.top_share_mask
+    monkeypatch.setattr(trim, "top_share_mask", lambda *a: calls.append(1) or real(*a))
+    recipe = {"merge_method": "ties", "base_model": tiny_family["base"], "dtype": "float32",
+              "parameters": {"normalize": True},
+              "models": [{"model": e, "parameters": {"weight": 1.0, "density": 0.5}} for e in tiny_family["experts"]]}
+    (tmp_path / "r.yml").write_text(yaml.safe_dump(recipe))
+    assert main(["merge", str(tmp_path / "r.yml"), str(tmp_path / "out")]) == 0
+    assert calls  # every tensor of every expert trimmed here
+    assert sparsify.magnitude is not trim.magnitude
+    assert LoaderCache().loaders and all(loader.current_shard is None for loader in LoaderCache().loaders.values())

@@ -40,7 +40,10 @@ _checks = contextvars.ContextVar("wildmerge_checks", default=GUEST)
 def wildmerge_checks(strict_params: bool = False):
     """Within this block, merges of mergekit's methods refuse bad inputs (and, with ``strict_params``, unknown or
     out-of-range parameters) instead of warning: for wildmerge's own commands, which promise checked merges. TIES's
-    trim selects in linear time there (``trim.py``: ties at the cut kept lowest index first)."""
+    trim selects in linear time there (``trim.py``: ties at the cut kept lowest index first), and the inputs mergekit
+    opened are closed at the end (a run merges many models in one process)."""
+    from mergekit.io.tasks import LoaderCache
+
     from wildmerge.plugins.trim import linear_time_trim
 
     token = _checks.set(Checks(params=strict_params, inputs=True))
@@ -49,6 +52,7 @@ def wildmerge_checks(strict_params: bool = False):
             yield
     finally:
         _checks.reset(token)
+        LoaderCache().flush_all()  # mergekit keeps each input's last shard open: its pages would stay in memory
 
 
 def _local_inputs(merge_config):
