@@ -60,9 +60,10 @@ def base_parameters(pool, config: dict | None = None) -> int | None:
 
 
 def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: str = "cpu",
-               keep_models: str = "all", calibrate_from=None) -> None:
+               keep_models: str = "all", calibrate_from=None, model_bytes=None) -> None:
     """The cost plan: merges, evaluations, disk, and wall time / GPU-hours per executor (``cost.py``);
-    ``scoring``: the suite's tasks and limit (``cost.Scoring``), None when the run is not evaluated."""
+    ``scoring``: the suite's tasks and limit (``cost.Scoring``), None when the run is not evaluated;
+    ``model_bytes``: one merged model's size (``_one_model_bytes``), else from the parameters."""
     from wildmerge import checkpoints
     from wildmerge.hub import FAMILY_PREFIXES
     from wildmerge.resources import visible_gpus
@@ -87,7 +88,7 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
                        cost.FAMILY_TEXT_TOKENS if family else cost.TEXT_TOKENS, scoring.dtype)
     own = cost.calibrate_from(calibrate_from) if calibrate_from else None
     print(f"  cost plan ({params / 1e9:.3g} B parameters, from {where}):")
-    model_bytes = params * (FAMILY_BYTES_PER_PARAMETER if family else 2)
+    model_bytes = model_bytes or params * (FAMILY_BYTES_PER_PARAMETER if family else 2)
     most = max(inputs, default=1)
     print(f"    merges: {len(merges)} to do, reading {min(inputs, default=0)}-{max(inputs, default=0)} models each; "
           f"peak {checkpoints.cpu_merge_peak_bytes(model_bytes, most - 1) / cost.GB:.3g} GB RAM with "
@@ -186,7 +187,7 @@ def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "
               "on first use)")
     print(f"  models evaluated: {len(entries)} (base, {len(pool.experts)} experts, {len(merges)} merges)")
     print_cost([e for e in merges if read_merge_info(e.path) is None], len(entries), pool, scoring, merge_device,
-               keep_models, calibrate_from)
+               keep_models, calibrate_from, size)
     missing = missing_expert_data(pool, methods, sweeps, tune)  # said before the plan: a real run stops on it
     for line in missing:
         print(f"  MISSING DATA: {line}")
