@@ -26,9 +26,12 @@ import time
 from paired import Process, measure, print_table
 
 CHILD = r"""
-import os, signal, subprocess, sys, threading, time
+import os, resource, signal, subprocess, sys, threading, time
+from wildmerge import resources
 from wildmerge.resources import prefer_passive_wait
 prefer_passive_wait()
+if os.environ.get("BENCH_THREADS_MIN_SIDE"):  # the policy with another THREADS_MIN_SIDE, to choose it
+    resources.THREADS_MIN_SIDE = int(os.environ["BENCH_THREADS_MIN_SIDE"])
 import torch
 from paired import report_seconds
 from wildmerge.plugins import spectral
@@ -60,9 +63,14 @@ try:
         prepare()
         timer = threading.Timer(start_after, load) if busy else None
         timer and timer.start()
-        t = time.perf_counter()
+        t, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
         run()
         report_seconds(name, time.perf_counter() - t)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        # what the call cost besides its time: CPU seconds of this process, minor page faults, involuntary switches
+        report_seconds(f"{name} cpu", after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        report_seconds(f"{name} faults", after.ru_minflt - before.ru_minflt)
+        report_seconds(f"{name} preempted", after.ru_nivcsw - before.ru_nivcsw)
         if timer:
             timer.cancel()
             timer.join()  # a load being resumed is running before it is stopped
@@ -77,6 +85,10 @@ finally:
 
 BUSY = "while True: pass\n"
 KERNELS = ("tsv_m", "iso_cts", "iso_c")
+CASES = ("policy", "one thread", "all cores", "policy, malloc kept", "policy, min side 2048")
+COSTS = ("cpu", "faults", "preempted")  # what each child reports per kernel besides its time (--diagnose)
+MALLOC_KEPT = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+               "MALLOC_TOP_PAD_": str(64 << 20)}
 
 
 def cases(size, args, cores, starting_load):
@@ -85,8 +97,24 @@ def cases(size, args, cores, starting_load):
     every = {"policy": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive}, timeout=args.timeout),
             "one thread": Process(child, env={"WILDMERGE_LAPACK_THREADS": "1", **passive}, timeout=args.timeout),
             "all cores": Process(child, env={"WILDMERGE_LAPACK_THREADS": str(cores), **passive},
-                                 timeout=args.timeout)}
-    return {name: every[name] for name in ("policy", "one thread", "all cores") if name in args.cases}
+                                 timeout=args.timeout),
+            # a diagnosis: glibc keeps freed blocks up to 32 MiB instead of returning them to the kernel, so the
+            # threads do not fault fresh pages in (and contend for the address space's lock) on every matrix
+            "policy, malloc kept": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive, **MALLOC_KEPT},
+                                           timeout=args.timeout),
+            "policy, min side 2048": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive,
+                                                          "BENCH_THREADS_MIN_SIDE": "2048"}, timeout=args.timeout)}
+    return {name: every[name] for name in CASES if name in args.cases}
+
+
+def print_costs(m) -> None:
+    """Medians per case of what each kernel cost besides its time: CPU seconds, minor faults, involuntary switches."""
+    keys = [f"{k} {c}" for k in KERNELS for c in COSTS]
+    print("| case | " + " | ".join(keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    for case in m.runs:
+        cells = [m.median(case, key) for key in keys]
+        print(f"| {case} | " + " | ".join("-" if v is None else f"{v:.3g}" for v in cells) + " |")
 
 
 def main():
@@ -98,7 +126,9 @@ def main():
     ap.add_argument("--conditions", nargs="+", default=["quiet", "busy", "starting"],
                     choices=["quiet", "busy", "starting"])
     ap.add_argument("--cases", nargs="+", default=["policy", "one thread", "all cores"],
-                    choices=["policy", "one thread", "all cores"], help="one thread, the baseline, always runs")
+                    choices=CASES, help="one thread, the baseline, always runs")
+    ap.add_argument("--diagnose", action="store_true",
+                    help="also print each kernel's CPU seconds, minor page faults and involuntary context switches")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--start-after", type=float, default=0.05, help="seconds into each call the load starts")
@@ -123,6 +153,8 @@ def main():
             load = {"quiet": "no load of ours", "busy": f"{cores} busy loops of ours running",
                     "starting": f"{cores} busy loops of ours starting {args.start_after} s into each call"}[condition]
             print_table(m, baseline="one thread", keys=KERNELS, title=f"## {condition} ({load}), {size} x {size}")
+            if args.diagnose:
+                print_costs(m)
     return 0
 
 

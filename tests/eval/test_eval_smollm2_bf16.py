@@ -25,6 +25,16 @@ def test_same_tasks_as_smollm2_and_only_the_cost_settings_differ():
     assert (a["dtype"], a["batch_size"], a["model_args"]) == ("bfloat16", 64, {"softmax_dtype": "float32"})
 
 
+def test_large_bf16_is_the_large_suite_with_the_same_cost_settings():
+    """The search's SmolLM2 recording suite: smollm2_large's tasks, smollm2_bf16's cost settings, no limit."""
+    fast, shipped, bf16 = load_suite("smollm2_large_bf16"), load_suite("smollm2_large"), load_suite("smollm2_bf16")
+    assert [t.model_dump() for t in fast.tasks] == [t.model_dump() for t in shipped.tasks]
+    assert fast.include_path == shipped.include_path
+    a, b = fast.settings.model_dump(), shipped.settings.model_dump()
+    assert {k for k in a if a[k] != b[k]} == CHANGED
+    assert {k: a[k] for k in CHANGED} == {k: bf16.settings.model_dump()[k] for k in CHANGED}
+
+
 def test_smollm2_job_ids_unchanged_and_bf16_ids_its_own():
     """The shipped suite's settings (part of every job id) are what main's run folders were made with."""
     shipped = load_suite("smollm2")
