@@ -118,10 +118,12 @@ def thread_share(workers: int, root: Path = CGROUP) -> int:
     return max(1, usable_cores(root) // max(1, workers))
 
 
-# Below this matrix side (the smaller one: the Gram matrix's) a decomposition runs on one thread: on the 16-core
-# host of issue 32, 16 threads were 0.69-1.06x one thread at 768 x 768 and 1.6-1.8x at 1024 x 1024 (quiet). To be
-# re-measured with benchmarks/bench_thread_policy.py (sizes 256..4096) on a quiet machine.
-THREADS_MIN_SIDE = 1024
+# Below this matrix side (the smaller one: the Gram matrix's) a decomposition runs on one thread. At 1024 on a
+# 16-core host, a load that started during the call made Iso-C's and Iso-CTS's threaded decompositions 1.14-1.29x
+# one thread (3x its CPU seconds: threads waiting at barriers), and 2048 here brought them to 0.77-1.00x; quiet,
+# that gives up part of the gain at 1024 (2 cores: TSV-M 0.60x -> 0.75x one thread). At 2048 with a starting load
+# on 2 cores the threaded calls were 0.76-1.00x. benchmarks/results/thread_policy_*round11*.
+THREADS_MIN_SIDE = 2048
 # At most one thread per this many columns: a thread with a thinner panel spends its time at barriers.
 SIDE_PER_THREAD = 256
 LOADAVG = Path("/proc/loadavg")
