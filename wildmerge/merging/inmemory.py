@@ -38,10 +38,6 @@ def _vocabulary_axes(base_path) -> Dict[str, Optional[int]]:
     return {w.name: w.vocabulary_axis for w in arch.all_weights(config)}
 
 
-def model_bytes(path) -> int:
-    return sum(f.stat().st_size for f in weight_files(path))
-
-
 class CandidateMerger:
     """Merges recipes over one base and a fixed set of experts without writing checkpoints."""
 

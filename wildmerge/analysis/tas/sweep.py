@@ -14,6 +14,7 @@ from typing import Dict, List
 
 from wildmerge.analysis.tas.score import DISTANCES, features, mean_over_experts, task_alignment
 from wildmerge.atomic import write_json, write_text
+from wildmerge.checkpoints import weights_bytes
 from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.resources import free_device_memory
 
@@ -45,9 +46,7 @@ def check_points(method, points: List[dict], grid_name: str) -> None:
 
 def check_fits(paths: List[str], device: str) -> None:
     """Base + experts + one working model must fit the device's free memory (checked before loading anything)."""
-    from wildmerge.merging.inmemory import model_bytes
-
-    need = sum(model_bytes(p) for p in paths) + 2 * model_bytes(paths[0])
+    need = sum(weights_bytes(p) for p in paths) + 2 * weights_bytes(paths[0])
     free = free_device_memory(device)
     if free is not None and need > free:
         raise ConfigError(f"the sweep holds the base, {len(paths) - 1} experts and a working model in memory: about "
