@@ -83,6 +83,36 @@ def test_only_inside_wildmerges_merges():
     assert sparsify.magnitude is original
 
 
+def test_knots_ties_and_dataless_localize_stitch_use_it_inside_the_block():
+    """KnOTS-TIES and the dataless Localize-and-Stitch trim through mergekit's ``magnitude`` looked up per call: the
+    linear-time trim inside wildmerge's merges, mergekit's sort outside. Checked against float64 from the reference
+    mask (ties at the cut: lowest index first): KnOTS' TIES mean (agreeing entries averaged) and Localize-and-Stitch
+    (kept entries summed, divided by how many tasks keep each, at least 1)."""
+    from wildmerge.plugins.knots import ties_mean
+    from wildmerge.plugins.localize_stitch import localize_stitch
+
+    taus = [quantised((40, 50), 30 + i) for i in range(3)]
+    kept = [t.to(torch.float64).numpy() * reference_mask(t, 0.2) for t in taus]
+    sign = np.where(np.sum(kept, 0) >= 0, 1.0, -1.0)  # the elected sign; a sum of exactly 0 elects + (mergekit)
+    agree = (np.sign(kept) == sign) & (np.stack(kept) != 0)
+    ties_expected = (np.stack(kept) * agree).sum(0) / np.maximum(agree.sum(0), 1)
+    stitch_expected = np.sum(kept, 0) / np.maximum((np.stack(kept) != 0).sum(0), 1)
+    with trim.linear_time_trim():
+        ties_inside = ties_mean(torch.stack(taus), 0.2).numpy()
+        stitch_inside = localize_stitch(taus, 0.2).numpy()
+    np.testing.assert_allclose(ties_inside, ties_expected, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(stitch_inside, stitch_expected, rtol=0, atol=1e-9)
+    called = []
+    original = sparsify.magnitude
+    try:  # outside the block, mergekit's own function is the one called
+        sparsify.magnitude = lambda *a, **k: called.append(1) or original(*a, **k)
+        ties_mean(torch.stack(taus), 0.2)
+        localize_stitch(taus, 0.2)
+    finally:
+        sparsify.magnitude = original
+    assert len(called) == 6
+
+
 def test_ties_merge_through_mergekit_uses_it():
     """mergekit's TIES (its ``sparsify`` dispatch) picks the linear-time trim inside the block: the merged tensor
     equals TIES computed in float64 from the reference mask."""

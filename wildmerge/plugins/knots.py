@@ -15,9 +15,9 @@ import dataclasses
 from typing import Optional, Sequence
 
 import torch
+from mergekit import sparsify
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
 from mergekit.merge_methods.generalized_task_arithmetic import get_mask
-from mergekit.sparsify import magnitude
 from pydantic import Field
 
 from wildmerge.plugins.linalg import on_kernel_threads, out_dtype, thin_svd
@@ -36,9 +36,10 @@ class KnotsTiesParams(SpectralOptions, ScaledTaskVectors):
 
 def ties_mean(stack: torch.Tensor, density: float) -> torch.Tensor:
     """TIES over the first axis of ``stack``: each slice trimmed to its top ``density`` share by magnitude
-    (mergekit's ``magnitude``), each entry's sign elected by the sum of the trimmed values, the agreeing non-zero
-    entries averaged (an entry no slice keeps is zero)."""
-    trimmed = torch.stack([magnitude(x, density) for x in stack])
+    (mergekit's ``magnitude``, looked up per call: inside wildmerge's merges TIES' linear-time trim, plugins/trim.py),
+    each entry's sign elected by the sum of the trimmed values, the agreeing non-zero entries averaged (an entry no
+    slice keeps is zero)."""
+    trimmed = torch.stack([sparsify.magnitude(x, density) for x in stack])
     agree = get_mask(trimmed, "sum") & (trimmed != 0)
     count = agree.sum(0).clamp(min=1)
     return (trimmed * agree).sum(0) / count

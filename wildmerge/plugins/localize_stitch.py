@@ -13,8 +13,8 @@ import dataclasses
 from typing import Sequence
 
 import torch
+from mergekit import sparsify
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
-from mergekit.sparsify import magnitude
 from pydantic import Field
 
 from wildmerge.plugins.method_params import MethodParams, per_model
@@ -50,10 +50,11 @@ class Stitch:
 
 def localize_stitch(deltas: Sequence[torch.Tensor], density: float) -> torch.Tensor:
     """``sum_t gamma_t tau_t / max(1, sum_t gamma_t)`` with ``gamma_t`` the non-zero top-``density`` entries of
-    ``tau_t`` (mergekit's ``magnitude``)."""
+    ``tau_t`` (mergekit's ``magnitude``, looked up per call: inside wildmerge's merges TIES' linear-time trim,
+    plugins/trim.py)."""
     stitch = Stitch()
     for d in deltas:
-        stitch.add(magnitude(d, density))
+        stitch.add(sparsify.magnitude(d, density))
     return stitch.result()
 
 
