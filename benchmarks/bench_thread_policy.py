@@ -9,13 +9,17 @@ thread`` within each round, medians with min and max, the load of other processe
 - ``policy``: the default (no override);
 - ``one thread``: ``WILDMERGE_LAPACK_THREADS=1``, the old default;
 - ``all cores``: ``WILDMERGE_LAPACK_THREADS=<usable cores>``: what forcing threads gives (where threads pay at all;
-  ``THREADS_MIN_SIDE`` in resources.py is set from it).
+  ``THREADS_MIN_SIDE`` in resources.py is set from it);
+- ``policy, min side 2048``: the policy with ``THREADS_MIN_SIDE`` 2048 (how it was chosen: round 11);
+- ``policy, malloc kept``: the policy with glibc keeping freed blocks (a diagnosis: page faults are not the cost).
+``--diagnose`` also prints, per kernel, the process's CPU seconds, minor page faults and involuntary context switches:
+threads waiting at a barrier show as CPU seconds above one thread's.
 Conditions (``--conditions``): ``quiet`` (as found), ``busy`` (one busy-loop process per usable core, started before
 the runs) and ``starting`` (the same loops, started stopped before each kernel call and resumed ``--start-after``
 seconds into it, so the timed process pays nothing for starting interpreters). The busy loops are this benchmark's own: they do not make a figure LOADED; other processes' work does.
 
     python benchmarks/bench_thread_policy.py [--sizes 256 512 1024 2048 4096] [--tasks 6] [--rounds 5]
-        [--cases policy 'one thread' 'all cores'] [--conditions quiet busy starting]
+        [--cases policy 'one thread' 'all cores'] [--conditions quiet busy starting] [--diagnose]
 """
 
 import argparse
