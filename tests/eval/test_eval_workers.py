@@ -153,3 +153,17 @@ def test_workers_are_reused_across_calls(lm_family, tmp_path):  # noqa: F811
     before = set(_serve_pids())
     assert run_local([second], EvalOptions(workers=1))[0]["status"] == OK
     assert before and set(_serve_pids()) == before
+
+
+def test_a_parked_worker_no_call_can_take_is_closed(lm_family, tmp_path, monkeypatch):  # noqa: F811
+    """A variable set between two calls (as torch sets TORCHINDUCTOR_CACHE_DIR when it loads) makes the first call's
+    worker one that no later call takes: the second call closes it instead of leaving it parked until exit."""
+    first = _job(lm_family, tmp_path, Path(lm_family["base"]), "one")
+    second = _job(lm_family, tmp_path, Path(lm_family["experts"][0]), "two")
+    run_local([first], EvalOptions(workers=1))
+    before = set(_serve_pids())
+    monkeypatch.setenv("WILDMERGE_TEST_SET_BY_A_LIBRARY", "1")
+    assert run_local([second], EvalOptions(workers=1))[0]["status"] == OK
+    after = set(_serve_pids())
+    assert before and after and not before & after  # the first worker is gone, one worker runs
+    assert len(after) == 1
