@@ -120,7 +120,7 @@ def thread_share(workers: int, root: Path = CGROUP) -> int:
 
 # Below this matrix side (the smaller one: the Gram matrix's) a decomposition runs on one thread. At 1024 on a
 # 16-core host, a load that started during the call made Iso-C's and Iso-CTS's threaded decompositions 1.14-1.29x
-# one thread (3x its CPU seconds: threads waiting at barriers), and 2048 here brought them to 0.77-1.00x; quiet,
+# one thread (2.4-2.8x its CPU seconds: threads waiting at barriers); 2048 here brought them to 0.77-1.00x. Quiet,
 # that gives up part of the gain at 1024 (2 cores: TSV-M 0.60x -> 0.75x one thread). At 2048 with a starting load
 # on 2 cores the threaded calls were 0.76-1.00x. benchmarks/results/thread_policy_*round11*.
 THREADS_MIN_SIDE = 2048
