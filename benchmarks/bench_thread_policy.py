@@ -16,7 +16,8 @@ thread`` within each round, medians with min and max, the load of other processe
 threads waiting at a barrier show as CPU seconds above one thread's.
 Conditions (``--conditions``): ``quiet`` (as found), ``busy`` (one busy-loop process per usable core, started before
 the runs) and ``starting`` (the same loops, started stopped before each kernel call and resumed ``--start-after``
-seconds into it, so the timed process pays nothing for starting interpreters). The busy loops are this benchmark's own: they do not make a figure LOADED; other processes' work does.
+seconds into it, so the timed process pays nothing for starting interpreters). The busy loops are this benchmark's
+own: they do not make a figure LOADED; other processes' work does.
 
     python benchmarks/bench_thread_policy.py [--sizes 256 512 1024 2048 4096] [--tasks 6] [--rounds 5]
         [--cases policy 'one thread' 'all cores'] [--conditions quiet busy starting] [--diagnose]
