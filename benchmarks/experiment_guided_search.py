@@ -49,12 +49,16 @@ SUMMARY_HEAD = ("| budget | search | mean winner (full eval) | mean vs protocol 
 WIDE = 1.5  # points: a testbed whose paired 95 % half-width is wider cannot tell 1 point (issue 33's target)
 
 
+def within_one_point(gap: float, share: float) -> bool:
+    """The winner at most 1 point below the protocol's best, at most 1/5 of its items."""
+    return gap >= -1.0 and share <= 0.2
+
+
 def on_target(vs_best, share: float, half_width: float) -> bool:
     """Issue 33's target for one seed: at most 1/5 of the protocol's items, and the winner at most 1 point below the
     protocol's best; on a testbed whose paired 95 % half-width is over ``WIDE`` points, within that interval instead
     (its paired interval to the best reaches 0). ``vs_best``: [difference, low, high] in points."""
-    close = vs_best[0] >= -1.0 or (half_width > WIDE and vs_best[2] >= 0)
-    return share <= 0.2 and close
+    return within_one_point(vs_best[0], share) or (share <= 0.2 and half_width > WIDE and vs_best[2] >= 0)
 
 
 class Recording:
@@ -311,7 +315,7 @@ def summary(items: dict, merges: list, arms: dict, args, seeds, half_width: floa
                 gap, share = 100 * (g["score"] - prot["best"]), g["items_spent"] / prot["items_spent"]
                 vs_best = [100 * x for x in paired_interval(items[g["winner"]], items[prot["winner"]], every,
                                                             iters=500)]
-                out.setdefault(f"{frac} {rule}", []).append([g["score"], gap, share, gap >= -1.0 and share <= 0.2,
+                out.setdefault(f"{frac} {rule}", []).append([g["score"], gap, share, within_one_point(gap, share),
                                                              g["methods_drawn"], g["winner"].split("__")[0],
                                                              on_target(vs_best, share, half_width)])
     return {k: {"seeds": len(v), "mean_score": float(np.mean([x[0] for x in v])),
@@ -360,7 +364,7 @@ def table(results: dict) -> str:
                          f"{g['items_spent']} | {share:.3f} | {_ci(g['vs_protocol_best'])} | "
                          f"{g['candidates_best']:.4f} |")
             means.setdefault((frac, name), []).append((g["score"], g["vs_protocol_best"][0], share,
-                                                       g["vs_protocol_best"][0] >= -1.0 and share <= 0.2,
+                                                       within_one_point(g["vs_protocol_best"][0], share),
                                                        on_target(g["vs_protocol_best"], share,
                                                                  res["median_half_width_points"])))
     lines += ["", SUMMARY_HEAD, "|" + "---|" * 7]
