@@ -11,6 +11,8 @@ thread`` within each round, medians with min and max, the load of other processe
 - ``all cores``: ``WILDMERGE_LAPACK_THREADS=<usable cores>``: what forcing threads gives (where threads pay at all;
   ``THREADS_MIN_SIDE`` in resources.py is set from it);
 - ``policy, min side 2048``: the policy with ``THREADS_MIN_SIDE`` 2048 (how it was chosen: round 11);
+- ``policy, pool only``: the policy with no threaded decomposition at any size (``THREADS_MIN_SIDE`` above every
+  matrix): independent decompositions still run side by side, a single one on one thread;
 - ``policy, malloc kept``: the policy with glibc keeping freed blocks (a diagnosis: page faults are not the cost).
 ``--diagnose`` also prints, per kernel, the process's CPU seconds, minor page faults and involuntary context switches:
 threads waiting at a barrier show as CPU seconds above one thread's.
@@ -20,7 +22,8 @@ seconds into it, so the timed process pays nothing for starting interpreters). T
 own: they do not make a figure LOADED; other processes' work does.
 
     python benchmarks/bench_thread_policy.py [--sizes 256 512 1024 2048 4096] [--tasks 6] [--rounds 5]
-        [--cases policy 'one thread' 'all cores'] [--conditions quiet busy starting] [--diagnose]
+        [--cases policy 'one thread' 'all cores'] [--conditions quiet busy starting] [--kernels tsv_m iso_cts iso_c]
+        [--diagnose]
 """
 
 import argparse
@@ -44,6 +47,7 @@ from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TSVMParams
 iso_c, iso_cts, tsv_m = (IsoCParams.with_defaults(spectral.iso_c), IsoCTSParams.with_defaults(spectral.iso_cts),
                          TSVMParams.with_defaults(spectral.tsv_m))
 size, tasks, busy, start_after = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+kernels = sys.argv[5].split(",")
 g = torch.Generator().manual_seed(0)
 deltas = [torch.randn(size, size, generator=g) * 0.01 for _ in range(tasks)]
 STOPPED = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\nwhile True: pass\n"
@@ -65,6 +69,8 @@ def load():
 try:
     for name, run in (("tsv_m", lambda: tsv_m(deltas)), ("iso_cts", lambda: iso_cts(deltas, 0.8)),
                       ("iso_c", lambda: iso_c(deltas))):
+        if name not in kernels:
+            continue
         prepare()
         timer = threading.Timer(start_after, load) if busy else None
         timer and timer.start()
@@ -90,14 +96,15 @@ finally:
 
 BUSY = "while True: pass\n"
 KERNELS = ("tsv_m", "iso_cts", "iso_c")
-CASES = ("policy", "one thread", "all cores", "policy, malloc kept", "policy, min side 2048")
+CASES = ("policy", "one thread", "all cores", "policy, malloc kept", "policy, min side 2048", "policy, pool only")
 COSTS = ("cpu", "faults", "preempted")  # what each child reports per kernel besides its time (--diagnose)
 MALLOC_KEPT = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
                "MALLOC_TOP_PAD_": str(64 << 20)}
 
 
 def cases(size, args, cores, starting_load):
-    child = ["-c", CHILD, str(size), str(args.tasks), str(cores if starting_load else 0), str(args.start_after)]
+    child = ["-c", CHILD, str(size), str(args.tasks), str(cores if starting_load else 0), str(args.start_after),
+             ",".join(args.kernels)]
     passive = {"OMP_WAIT_POLICY": "PASSIVE"}
     every = {"policy": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive}, timeout=args.timeout),
             "one thread": Process(child, env={"WILDMERGE_LAPACK_THREADS": "1", **passive}, timeout=args.timeout),
@@ -108,13 +115,15 @@ def cases(size, args, cores, starting_load):
             "policy, malloc kept": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive, **MALLOC_KEPT},
                                            timeout=args.timeout),
             "policy, min side 2048": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive,
-                                                          "BENCH_THREADS_MIN_SIDE": "2048"}, timeout=args.timeout)}
+                                                          "BENCH_THREADS_MIN_SIDE": "2048"}, timeout=args.timeout),
+            "policy, pool only": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive,
+                                                      "BENCH_THREADS_MIN_SIDE": str(1 << 30)}, timeout=args.timeout)}
     return {name: every[name] for name in CASES if name in args.cases}
 
 
-def print_costs(m) -> None:
+def print_costs(m, kernels) -> None:
     """Medians per case of what each kernel cost besides its time: CPU seconds, minor faults, involuntary switches."""
-    keys = [f"{k} {c}" for k in KERNELS for c in COSTS]
+    keys = [f"{k} {c}" for k in kernels for c in COSTS]
     print("| case | " + " | ".join(keys) + " |")
     print("|---|" + "---|" * len(keys))
     for case in m.runs:
@@ -132,6 +141,8 @@ def main():
                     choices=["quiet", "busy", "starting"])
     ap.add_argument("--cases", nargs="+", default=["policy", "one thread", "all cores"],
                     choices=CASES, help="one thread, the baseline, always runs")
+    ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS,
+                    help="which kernels each run times (4096 x 4096 costs minutes a round on one thread)")
     ap.add_argument("--diagnose", action="store_true",
                     help="also print each kernel's CPU seconds, minor page faults and involuntary context switches")
     ap.add_argument("--rounds", type=int, default=5)
@@ -157,9 +168,9 @@ def main():
                     p.wait()
             load = {"quiet": "no load of ours", "busy": f"{cores} busy loops of ours running",
                     "starting": f"{cores} busy loops of ours starting {args.start_after} s into each call"}[condition]
-            print_table(m, baseline="one thread", keys=KERNELS, title=f"## {condition} ({load}), {size} x {size}")
+            print_table(m, baseline="one thread", keys=args.kernels, title=f"## {condition} ({load}), {size} x {size}")
             if args.diagnose:
-                print_costs(m)
+                print_costs(m, args.kernels)
     return 0
 
 

@@ -260,6 +260,10 @@ class Process:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     code, cut = proc.wait(), True
+                except BaseException:  # interrupted or terminated: the run's own session (and loads) go too
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    raise
                 wall = time.perf_counter() - start
             if code and not cut:
                 raise RuntimeError(f"{shlex.join(self.argv)} exited with status {code}"
@@ -337,9 +341,16 @@ class Measurement:
                 "runs": {c: [vars(r) for r in runs] for c, runs in self.runs.items()}}
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def measure(cases: Dict[str, Callable[[], Run]], rounds: int = 5, warmup: int = 1,
             progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True)) -> Measurement:
-    """Every case ``warmup`` times (not kept), then ``rounds`` rounds of every case once, in the given order."""
+    """Every case ``warmup`` times (not kept), then ``rounds`` rounds of every case once, in the given order. A
+    SIGTERM (``timeout``, a scheduler) ends the measurement like Ctrl-C: the running case's processes are killed."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
     if rounds < 5:
         progress(f"paired: {rounds} rounds (fewer than 5): a trial, not a figure to quote")
     before = Load.now()

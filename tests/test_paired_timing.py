@@ -2,6 +2,8 @@
 memory and timings, cut runs killed, and a figure taken under other processes' load printed as LOADED."""
 
 import importlib.util
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,6 +52,25 @@ def test_a_run_past_its_timeout_is_cut_and_killed(tmp_path):
     marker.unlink()
     time.sleep(0.3)
     assert not marker.exists()  # the whole process group is gone
+
+
+def test_a_measurement_ended_by_sigterm_leaves_no_run_behind(tmp_path):
+    """``timeout 300 python bench.py`` sends SIGTERM to the benchmark: the run it is timing (in its own session, so
+    a cut can kill its whole group) must go with it, with any load it started."""
+    marker = tmp_path / "alive"
+    child = f"import time\nwhile True:\n    open({str(marker)!r}, 'w').close()\n    time.sleep(0.05)\n"
+    bench = (f"import sys\nsys.path.insert(0, {str(BENCHMARKS)!r})\nimport paired\n"
+             f"paired.measure({{'A': paired.Process(['-c', {child!r}])}}, rounds=5, warmup=0)\n")
+    proc = subprocess.Popen([sys.executable, "-c", bench], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    marker.unlink()
+    time.sleep(0.3)
+    assert not marker.exists()  # the run was killed, not orphaned
 
 
 def _measurement(paired, others_during, others_before=0.0):

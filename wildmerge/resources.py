@@ -118,12 +118,11 @@ def thread_share(workers: int, root: Path = CGROUP) -> int:
     return max(1, usable_cores(root) // max(1, workers))
 
 
-# Below this matrix side (the smaller one: the Gram matrix's) a decomposition runs on one thread. At 1024 on a
-# 16-core host, a load that started during the call made Iso-C's and Iso-CTS's threaded decompositions 1.14-1.29x
-# one thread (2.4-2.8x its CPU seconds: threads waiting at barriers); 2048 here brought them to 0.77-1.00x. Quiet,
-# that gives up part of the gain at 1024 (2 cores: TSV-M 0.60x -> 0.75x one thread). At 2048 with a starting load
-# on 2 cores the threaded calls were 0.76-1.00x. benchmarks/results/thread_policy_*round11*.
-THREADS_MIN_SIDE = 2048
+# Below this matrix side (the smaller one: the Gram matrix's) a decomposition runs on one thread. With a load that
+# started during the call, threaded decompositions on a 16-core host were 1.14-1.29x one thread at 1024 and 1.12x
+# at 2048 (threads waiting at barriers; 2.4-2.8x the CPU seconds), 1.02x at 4096 (a 3-round trial), where quiet
+# they were 0.17x (Iso-C's SVD; 0.43x at 2048). benchmarks/results/thread_policy_*round11*, *round12*.
+THREADS_MIN_SIDE = 4096
 # At most one thread per this many columns: a thread with a thinner panel spends its time at barriers.
 SIDE_PER_THREAD = 256
 LOADAVG = Path("/proc/loadavg")
