@@ -3,7 +3,8 @@
 The parent keeps one pipe open for its whole life and never writes to it; every child gets the read end (``popen``
 passes it; a ``multiprocessing`` child has its parent's sentinel, the same kind of pipe) and calls ``hold`` first
 thing. ``hold`` makes the child the leader of a new session, so whatever it starts in turn (lm-eval's or a library's
-subprocesses) stays in its process group even once orphaned, and starts a thread that blocks reading the pipe. The
+subprocesses) stays in its process group even once orphaned (and gives the session's scheduling group the
+child's niceness, so ``nice`` on a command reaches its workers), and starts a thread that blocks reading the pipe. The
 read returns end-of-file only when no process holds the write end any more: the parent has exited, however it
 died (the kernel closes a dead process's files). The thread then kills the child's process group: the child and
 everything it started, at once. ``kill`` does the same from the parent's side (a hung worker is replaced).
@@ -102,8 +103,24 @@ def hold(fd: Optional[int] = None) -> bool:
         return False
     if os.getpgid(0) != os.getpid():
         os.setsid()  # not yet a group leader (a multiprocessing child): lead a new session and group
+    _keep_niceness()
     threading.Thread(target=_watch, args=(fd,), name="wildmerge-lifeline", daemon=True).start()
     return True
+
+
+def _keep_niceness() -> None:
+    """Under the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) a new session is a new
+    scheduling group whose CPU share ignores its processes' niceness: ``nice wildmerge eval ...`` would lower the
+    command and not its workers, which do the work. Give this session's group the niceness this process inherited
+    (lowering priority needs no privilege; a niceness of 0 leaves the group as it is)."""
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    if niceness <= 0:
+        return
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(niceness))
+    except OSError:  # no autogroup (kernel option off or absent): niceness already applies as it is
+        pass
 
 
 def _watch(fd: int) -> None:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from process_tree import kill_marked, marked, marked_env, new_tag, wait_for, wait_gone
 from wildmerge import lifeline
 
@@ -54,6 +55,22 @@ def test_kill_from_the_parent_ends_the_childs_subprocesses_too():
         assert wait_gone(tag, 10) == {}
     finally:
         kill_marked(tag)
+
+
+AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"
+
+
+@pytest.mark.skipif(not os.path.exists(AUTOGROUP) or open(AUTOGROUP).read().strip() != "1",
+                    reason="the kernel's autogroup scheduling is off here: niceness applies without it")
+def test_a_niced_command_s_workers_stay_niced_in_their_own_session():
+    """``nice -n 7 wildmerge ...``: a worker in its own session is its own autogroup, which the kernel schedules at
+    nice 0 whatever the processes' niceness, unless the worker gives the group its niceness."""
+    child = "from wildmerge.lifeline import hold\nassert hold()\nprint(open('/proc/self/autogroup').read())"
+    parent = (f"import os, sys\nfrom wildmerge import lifeline\nos.nice(7)\n"
+              f"proc = lifeline.popen([sys.executable, '-c', {child!r}])\nsys.exit(lifeline.reap(proc))\n")
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["nice", "7"], out.stdout
 
 
 def test_a_process_started_by_hand_has_no_lifeline():
