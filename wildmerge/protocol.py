@@ -108,14 +108,16 @@ def _predicted(s: SampleSettings, pool=None):
 
 def _scoring(suite: str, options: EvalOptions):
     """What the dry run's cost plan needs of the evaluation: the suite's tasks, its items per task, the array, the
-    weights' dtype."""
+    weights' dtype, the CPU workers asked for and the default."""
     from wildmerge.eval.suites import load_suite
     from wildmerge.sampling.cost import Scoring
+
+    from wildmerge.eval.local import default_workers
 
     loaded = load_suite(suite)
     limit = options.limit if options.limit is not None else loaded.settings.limit
     return Scoring([t.task for t in loaded.tasks], limit, options.slurm_array_parallelism,
-                   options.dtype or loaded.settings.dtype)
+                   options.dtype or loaded.settings.dtype, options.workers, default_workers())
 
 
 def run_sample(s: SampleSettings) -> int:

@@ -264,6 +264,34 @@ def test_the_demo_dry_run_prints_its_cost(tmp_path, capsys):
     assert "priced as TA (no measured factor on cuda): ties, model_stock, ties_sb" in out
 
 
+def test_the_cpu_plan_follows_the_evaluation_workers_asked_for(tmp_path, capsys):
+    """The CPU rates are the throughput of the default workers (one per core); with fewer each evaluation takes
+    default / workers as long (measured: one worker 2.13x two on 2 cores), and the line says so."""
+    import re
+
+    from wildmerge.eval.local import default_workers
+    from wildmerge.sampling.dryrun import _duration
+
+    lines = {}
+    for workers in (None, 1):
+        args = ["sample", "--dry-run", "--out", str(tmp_path / f"run{workers}")]
+        assert main(args + (["--workers", str(workers)] if workers else [])) == 0
+        lines[workers] = next(line for line in capsys.readouterr().out.splitlines() if "this machine, CPU" in line)
+    default = cost.Scoring(["demo_arithmetic"])
+    slowed = replace(default, cpu_workers=1, cpu_default_workers=default_workers())
+    assert cost.cpu_eval_slowdown(default) == 1.0
+    assert cost.cpu_eval_slowdown(slowed) == default_workers()
+    assert cost.cpu_eval_slowdown(replace(slowed, cpu_workers=8)) == 1.0  # more workers: not priced faster
+    evals = {w: re.search(r"evaluations (\d+ (?:s|min))", line).group(1) for w, line in lines.items()}
+    base = 48 * (2.71 * 1_820_736 / 1e9 + 12.8 * 1_820_736 * 27_300 / 1e12)  # the demo test's by-hand figure
+    assert evals[None] == _duration(base)
+    assert evals[1] == _duration(base * default_workers())
+    if default_workers() > 1:
+        assert f"1 evaluation worker(s) against the default {default_workers()}: x{default_workers()}" in lines[1]
+    else:
+        assert "worker" not in lines[1]
+
+
 def test_a_data_based_merge_is_priced_by_its_passes_and_the_dry_run_says_so(tmp_path, capsys):
     """The embedded families' texts are short: their data passes are priced at 20 tokens a text."""
     assert main(["sample", "--dry-run", "--methods", "ta,regmean,star", "--sizes", "2", "--k", "1",

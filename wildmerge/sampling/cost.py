@@ -253,6 +253,8 @@ class Scoring:
     limit: Optional[float] = None  # items per task: a number, or a fraction of each task
     slurm_tasks: int = 64  # --slurm-array-parallelism
     dtype: Optional[str] = None  # the weights' dtype of the evaluation (the suite's, or --dtype); None: float32
+    cpu_workers: Optional[int] = None  # --workers on a CPU (None: the default, one per core up to four)
+    cpu_default_workers: int = 1  # what the default is on this machine
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,19 @@ class Executor:
     name: str
     gpus: int
     slurm_tasks: int = 0
+    eval_slowdown: float = 1.0  # each evaluation's time against the calibration's (cpu_eval_slowdown)
+
+
+# On a CPU the evaluation rates are the machine's throughput with the default workers (one one-thread worker per
+# core). Fewer workers lose it in proportion: a worker's extra threads stall at barriers instead of adding speed.
+# Measured on 2 quiet cores (benchmarks/results/eval_workers_demo_main_job_cpu2_quiet.txt): the demo main job's
+# evaluations took 60.7 s with one two-thread worker against 28.5 s with two one-thread workers (2.13x; the job's
+# 88.9 s and 56.7 s less its merges and start, 28.2 s in both).
+def cpu_eval_slowdown(scoring: "Scoring") -> float:
+    """How much slower each CPU evaluation runs than the default workers' rate: default workers / ``--workers``."""
+    if not scoring.cpu_workers:
+        return 1.0
+    return max(1.0, scoring.cpu_default_workers / scoring.cpu_workers)
 
 
 def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: float = 60.0) -> Dict[str, float]:
@@ -293,7 +308,7 @@ def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: flo
     start (``run_start_s``) once, on the wall clock."""
     merges = sum(merge_seconds(study.parameters, m.inputs, cal, m.method, m.texts, study.text_tokens)
                  for m in study.merges)
-    per_model = eval_seconds(study.parameters, study.tokens_per_model, cal, study.eval_dtype)
+    per_model = eval_seconds(study.parameters, study.tokens_per_model, cal, study.eval_dtype) * ex.eval_slowdown
     if ex.slurm_tasks:
         evals = study.models_evaluated * (per_model + job_start_s)
         eval_wall = math.ceil(study.models_evaluated / ex.slurm_tasks) * (per_model + job_start_s)

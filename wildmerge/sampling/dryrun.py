@@ -114,9 +114,12 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
         t = cost.executor_time(study, gpu_cal, ex)
         print(f"    {ex.name + ':':<32} {_duration(t['wall_s']):>10} wall, {t['gpu_hours']:,.1f} GPU-hours")
     if params < 1e9:  # a billion-parameter study on a CPU: tens of thousands of hours, not a plan
-        t = cost.executor_time(study, cpu_cal, cost.Executor("cpu", 1))
+        slowdown = cost.cpu_eval_slowdown(scoring)
+        t = cost.executor_time(study, cpu_cal, cost.Executor("cpu", 1, eval_slowdown=slowdown))
+        workers = (f"; {scoring.cpu_workers} evaluation worker(s) against the default {scoring.cpu_default_workers}: "
+                   f"x{slowdown:.3g}" if slowdown != 1 else "")
         print(f"    {'this machine, CPU:':<32} {_duration(t['wall_s']):>10} wall (merges "
-              f"{_duration(t['merge_s'])}, evaluations {_duration(t['eval_s'])})")
+              f"{_duration(t['merge_s'])}, evaluations {_duration(t['eval_s'])}{workers})")
     for cal in dict.fromkeys((gpu_cal, cpu_cal)):
         print(f"    rates ({cal.device}): {cal.source}; good to about x{cal.error:g} either way")
         print(f"    {merge_pricing(cal, [e.method for e in merges], study.text_tokens)}")
