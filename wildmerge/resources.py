@@ -119,9 +119,9 @@ def thread_share(workers: int, root: Path = CGROUP) -> int:
 
 
 # Below this matrix side (the smaller one: the Gram matrix's) a decomposition runs on one thread. With a load that
-# started during the call, threaded decompositions on a 16-core host were 1.14-1.29x one thread at 1024 and 1.12x
-# at 2048 (threads waiting at barriers; 2.4-2.8x the CPU seconds), 1.02x at 4096 (a 3-round trial), where quiet
-# they were 0.17x (Iso-C's SVD; 0.43x at 2048). benchmarks/results/thread_policy_*round11*, *round12*.
+# started during the call, threaded decompositions on a 16-core host were 1.14-1.29x one thread at 1024 (threads
+# waiting at barriers: 2.4-2.8x one thread's CPU seconds) and 1.12x at 2048, 1.01x at 4096 (a 3-round trial), where
+# quiet they were 0.17x (Iso-C's SVD; 0.43x at 2048). benchmarks/results/thread_policy_*round11*, *round12*.
 THREADS_MIN_SIDE = 4096
 # At most one thread per this many columns: a thread with a thinner panel spends its time at barriers.
 SIDE_PER_THREAD = 256
