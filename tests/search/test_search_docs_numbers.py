@@ -18,8 +18,8 @@ def _benchmark():
     return module
 
 
-@pytest.mark.parametrize("testbed", ["demo_large_round11", "demo_large_round11_no_experts", "smollm2_large",
-                                     "smollm2_large_no_experts"])
+@pytest.mark.parametrize("testbed", ["demo_large_round11", "demo_large_round11_no_experts", "smollm2_large_full",
+                                     "smollm2_large_full_no_experts"])
 def test_docs_tables_are_the_benchmarks(testbed):
     results = json.loads((ROOT / "benchmarks" / "results" / f"guided_search_{testbed}.json").read_text())
     docs = (ROOT / "docs" / "search.md").read_text()
