@@ -109,10 +109,9 @@ def _predicted(s: SampleSettings, pool=None):
 def _scoring(suite: str, options: EvalOptions):
     """What the dry run's cost plan needs of the evaluation: the suite's tasks, its items per task, the array, the
     weights' dtype, the CPU workers asked for and the default."""
+    from wildmerge.eval.local import default_workers
     from wildmerge.eval.suites import load_suite
     from wildmerge.sampling.cost import Scoring
-
-    from wildmerge.eval.local import default_workers
 
     loaded = load_suite(suite)
     limit = options.limit if options.limit is not None else loaded.settings.limit

@@ -114,7 +114,8 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
         t = cost.executor_time(study, gpu_cal, ex)
         print(f"    {ex.name + ':':<32} {_duration(t['wall_s']):>10} wall, {t['gpu_hours']:,.1f} GPU-hours")
     if params < 1e9:  # a billion-parameter study on a CPU: tens of thousands of hours, not a plan
-        slowdown = cost.cpu_eval_slowdown(scoring)
+        # the default rates are the default workers' throughput; a user's own run's rates are already its own
+        slowdown = cost.cpu_eval_slowdown(scoring) if cpu_cal is cost.DEFAULTS["cpu"] else 1.0
         t = cost.executor_time(study, cpu_cal, cost.Executor("cpu", 1, eval_slowdown=slowdown))
         workers = (f"; {scoring.cpu_workers} evaluation worker(s) against the default {scoring.cpu_default_workers}: "
                    f"x{slowdown:.3g}" if slowdown != 1 else "")
