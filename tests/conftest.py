@@ -12,6 +12,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_data_cache(tmp_path_factory):
+    """The suite's expert-data cache is its own (a test never reads or fills the user's ~/.cache)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WILDMERGE_DATA_CACHE", str(tmp_path_factory.mktemp("expert_data_cache")))
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,8 @@ import yaml
 from helpers import lm_family  # noqa: F401  (fixture)
 from wildmerge.cli import main
 from wildmerge.errors import ConfigError
-from wildmerge.expert_data.generate import GenerateSpec, sample_texts
+from wildmerge.expert_data import generate
+from wildmerge.expert_data.generate import GenerateSpec, ensure_generated, sample_texts
 from wildmerge.expert_data.schema import parse_source
 
 SMALL = {"n_samples": 6, "max_new_tokens": 8, "prompts": ["", "The sky is", "Two plus two is"]}
@@ -60,6 +61,31 @@ def test_sampler_merges_com_with_generated_text(lm_family, tmp_path, capsys):  #
     assert main(argv) == 0  # rerun: the cached text, the done merge
     assert "0 new, 0 redone, 1 already done" in capsys.readouterr().out
     assert [f.stat().st_mtime_ns for f in files] == before
+
+
+def test_a_second_run_copies_the_text_the_first_drew(lm_family, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("WILDMERGE_DATA_CACHE", str(tmp_path / "cache"))
+    spec, expert = GenerateSpec(**SMALL), lm_family["experts"][0]
+    first = ensure_generated("x0", expert, spec, tmp_path / "run1", progress=False)
+    shared = tmp_path / "cache" / "generated" / first.name
+    assert first.parent == tmp_path / "run1" and shared.read_bytes() == first.read_bytes()
+    assert [json.loads(line) for line in first.read_text().splitlines()] == sample_texts(expert, spec)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded again")
+
+    monkeypatch.setattr(generate, "sample_texts", no_model)
+    second = ensure_generated("x0", expert, spec, tmp_path / "run2", progress=False)
+    assert second.parent == tmp_path / "run2" and second.read_bytes() == first.read_bytes()  # the run's own copy
+    with pytest.raises(AssertionError, match="loaded again"):  # other settings: other text, drawn anew
+        ensure_generated("x0", expert, spec.model_copy(update={"seed": 1}), tmp_path / "run2", progress=False)
+
+
+def test_a_cache_that_cannot_be_written_costs_only_the_reuse(lm_family, tmp_path, monkeypatch):  # noqa: F811
+    (tmp_path / "cache").write_text("a file where the cache folder would be")
+    monkeypatch.setenv("WILDMERGE_DATA_CACHE", str(tmp_path / "cache"))
+    path = ensure_generated("x0", lm_family["experts"][0], GenerateSpec(**SMALL), tmp_path / "run", progress=False)
+    assert len(path.read_text().splitlines()) == 6
 
 
 def test_bad_generate_settings_fail_before_merging(lm_family, tmp_path, capsys):  # noqa: F811

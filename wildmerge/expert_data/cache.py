@@ -1,8 +1,8 @@
 """One cache for every expert's data, keyed by content: a local file by its bytes, a hub dataset or an lm-eval task
 by the pinned source (what was read from it is kept as JSONL), generated text by the expert's weights and settings.
 
-Lives in ``$WILDMERGE_DATA_CACHE`` (default ``~/.cache/wildmerge/expert_data``); a run keeps its generated text in
-its own folder so the run carries its inputs.
+Lives in ``$WILDMERGE_DATA_CACHE`` (default ``~/.cache/wildmerge/expert_data``); a run keeps its own copy of its
+generated text in its folder so the run carries its inputs (``generated/`` here holds the machine's copy).
 """
 
 import hashlib

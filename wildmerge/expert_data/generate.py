@@ -3,8 +3,9 @@
 RegMean and Chain of Merges need inputs from each expert's own task; public checkpoints come without their training
 data, and shared data makes Chain of Merges plain averaging (Buzzega et al., arXiv 2508.21421). Text an expert
 writes from neutral prompts follows its own fine-tuned distribution, so it is a stated stand-in for its data. It is
-drawn with a fixed seed from a fixed prompt set and cached in the run folder under a key of the expert's weights
-and the settings, so every merge of a run (and every rerun) uses the same text.
+drawn with a fixed seed from a fixed prompt set and kept in the run folder under a key of the expert's weights and
+the settings, so every merge of a run (and every rerun) uses the same text; the machine's data cache keeps a copy,
+so the next run with the same weights and settings copies it instead of drawing it again.
 """
 
 import hashlib
@@ -72,17 +73,33 @@ def sample_texts(model_path, spec: GenerateSpec, progress: bool = False) -> list
 
 
 def ensure_generated(expert: str, model_path, spec: GenerateSpec, folder, progress: bool = True) -> Path:
-    """The cached file of ``expert``'s generated text (written once per weights + settings; concurrent commands
-    wait for the one that writes it)."""
+    """The file of ``expert``'s generated text in ``folder`` (a run's own copy: the run carries its inputs).
+
+    Drawn once per weights + settings on this machine: a run that finds the text in the shared data cache
+    (``cache.cache_root()/generated``) copies it instead of loading the model (SmolLM2's generalist: 76 s on 2 cores per
+    run otherwise), and text drawn for a run is kept there too; a cache that cannot be written costs only
+    the reuse. Concurrent commands wait for the one that writes."""
     from wildmerge.atomic import write_text
+    from wildmerge.errors import WildmergeError
+    from wildmerge.expert_data.cache import cache_root
     from wildmerge.locks import wait_claim
 
     folder = Path(folder)
-    path = folder / cache_name(expert, model_path, spec)
+    name = cache_name(expert, model_path, spec)
+    path = folder / name
     if path.is_file():
         return path
-    with wait_claim(folder / f".{path.name}.lock"):
+    shared = cache_root() / "generated" / name
+    with wait_claim(folder / f".{name}.lock"):
         if not path.is_file():
-            records = sample_texts(model_path, spec, progress=progress)
-            write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+            text = shared.read_text() if shared.is_file() else None
+            if text is None:
+                text = "".join(json.dumps(r) + "\n" for r in sample_texts(model_path, spec, progress=progress))
+            write_text(path, text)
+            if not shared.is_file():
+                try:
+                    shared.parent.mkdir(parents=True, exist_ok=True)
+                    write_text(shared, text)
+                except (OSError, WildmergeError):  # a read-only or full cache: the run has its copy
+                    pass
     return path
