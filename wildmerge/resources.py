@@ -15,17 +15,18 @@ can use it before torch loads.
 - ``cuda_available`` and ``checked_device``: a requested device (``auto``, ``cpu``, ``cuda``, ``cuda:N``) made
   concrete, with one message when the GPU asked for is not there; ``free_device_memory``: free bytes on it.
 - ``thread_share``: a worker among N gets the usable cores // N threads (at least 1).
-- ``kernel_threads``, ``decomposition_threads``, ``pool_threads``: the CPU kernels' thread policy, decided per call
-  from the instantaneous run queue (``others_running``), not the 1-minute load average, which lags a load that
-  starts by a minute. ``WILDMERGE_LAPACK_THREADS`` overrides all three (``threads_override``: a whole number from
-  1 to the usable cores, else one clear ``ConfigError``). Why not always every core: a multi-threaded LAPACK call
-  waits at a barrier for every thread, and a thread whose core another process holds stalls all of them
-  (measured on a loaded 2-core machine: four 512 x 512 float64 eigh took 0.3 s on one thread, 5-40 s on two with
-  OpenMP's default spinning wait; on a 16-core host a 1024 x 1024 case with 15 busy processes that had just
-  started was cut after 20 s against 1.57 s on one thread). So independent decompositions run side by side on
-  one thread each (``pool_threads``; no barrier between them: a busy core delays one matrix, never all), and a
-  single decomposition uses several threads only when it is large (``THREADS_MIN_SIDE``) and cores are free now
-  (``decomposition_threads``).
+- ``kernel_threads``, ``decomposition_threads``, ``product_threads``, ``pool_threads``: the CPU kernels' thread
+  policy, decided per call from the instantaneous run queue (``others_running``), not the 1-minute load average,
+  which lags a load that starts by a minute. ``WILDMERGE_LAPACK_THREADS`` overrides all four (``threads_override``:
+  a whole number from 1 to the usable cores, else one clear ``ConfigError``). Why not always every core: a
+  multi-threaded LAPACK call waits at a barrier for every thread, and a thread whose core another process holds
+  stalls all of them (measured on a loaded 2-core machine: four 512 x 512 float64 eigh took 0.3 s on one thread,
+  5-40 s on two with OpenMP's default spinning wait; on a 16-core host a 1024 x 1024 case with 15 busy processes
+  that had just started was cut after 20 s against 1.57 s on one thread). So independent decompositions run side
+  by side on one thread each (``pool_threads``; no barrier between them: a busy core delays one matrix, never all),
+  a single decomposition uses several threads only when it is large (``THREADS_MIN_SIDE``) and cores are free now
+  (``decomposition_threads``), and a large matrix product (one barrier, at its end) uses the cores free now
+  (``product_threads``).
 - ``prefer_passive_wait``: where wildmerge owns the process (the CLI, its worker processes), OpenMP threads sleep
   at barriers instead of spinning (``OMP_WAIT_POLICY=PASSIVE``); it only works before torch is imported.
 """
@@ -201,6 +202,22 @@ def decomposition_threads(side: int) -> int:
     if side < THREADS_MIN_SIDE:
         return 1
     return kernel_threads(cap=side // SIDE_PER_THREAD)
+
+
+# A matrix product of at least this many multiply-adds runs on the cores free now (``product_threads``). A GEMM
+# meets its threads once, at its end (a LAPACK decomposition meets them at every panel), and MKL gave the same bytes
+# on one and two threads for Iso-C's products (the anchor's merged checkpoints compared with ``cmp``).
+PRODUCT_MIN_MULS = 2 ** 26
+
+
+def product_threads(muls: int) -> int:
+    """Threads for one matrix product of ``muls`` multiply-adds: the override, else one below
+    ``PRODUCT_MIN_MULS`` (about a millisecond on one core, where waking threads would not pay), else the cores
+    free now (``kernel_threads``)."""
+    wanted = threads_override()
+    if wanted is not None:
+        return wanted
+    return 1 if muls < PRODUCT_MIN_MULS else kernel_threads()
 
 
 def pool_threads() -> int:

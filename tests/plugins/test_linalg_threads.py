@@ -51,6 +51,25 @@ def test_a_large_decomposition_gets_threads_only_when_the_policy_gives_them(four
         assert torch.get_num_threads() == 1  # large, but the other cores are busy now
 
 
+def test_iso_c_products_take_the_free_cores_and_give_the_one_thread_result(four_cores, monkeypatch):
+    """The eigensolve of a small Gram matrix stays on one thread; the two products after it, when large, do not."""
+    monkeypatch.setattr(resources, "PRODUCT_MIN_MULS", 1)
+    seen = []
+    real_product = torch.Tensor.__matmul__
+
+    def product(a, b):
+        seen.append(torch.get_num_threads())
+        return real_product(a, b)
+
+    ds = [d.float() for d in deltas((300, 120), 3)]
+    iso_c = IsoCParams.with_defaults(spectral.iso_c)
+    monkeypatch.setattr(torch.Tensor, "__matmul__", product)
+    threaded = iso_c(ds)
+    assert seen == [4, 4]  # V diag(f) V^T, then x times it
+    monkeypatch.setenv(resources.THREADS_ENV, "1")
+    assert rel(threaded, iso_c(ds)) <= 1e-6 and seen[2:] == [1, 1]  # MKL here: the same bytes
+
+
 @pytest.mark.parametrize("shape", [(48, 20), (20, 48), (32, 32)])
 def test_kernels_side_by_side_give_the_one_thread_results(shape, four_cores, monkeypatch):
     ds = deltas(shape, 7)

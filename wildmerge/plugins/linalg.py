@@ -26,9 +26,10 @@ Gram matrix and an eigensolve per task.
 
 Threads on the CPU (the policy is in ``wildmerge.resources``): a kernel runs on one thread; independent
 decompositions (TSV-M's and Iso-CTS's per-task SVDs, the two polar factors) run side by side, one BLAS thread each
-(``each_matrix``); one large decomposition takes several threads when cores are free now (``lapack_threads``).
-Matrices side by side are computed exactly as on one thread; a decomposition on several threads differs from one
-thread by float round-off only.
+(``each_matrix``); one large decomposition takes several threads when cores are free now (``lapack_threads``), and
+so does a large product (``gemm_threads``: Iso-C's and Subspace Boosting's two products). Matrices side by side are
+computed exactly as on one thread; a decomposition on several threads differs from one thread by float round-off
+only.
 
 Effective rank (Hitit et al. 2025, spec §6): singular values at or below ``tol * s_1`` are treated as zero and their
 directions dropped; the default ``tol`` is ``max(m, n) * eps(float32)``, the usual numerical-rank threshold for
@@ -48,7 +49,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Uni
 import torch
 
 from wildmerge.plugins import lapack, linalg_randomized
-from wildmerge.resources import decomposition_threads, free_memory, pool_threads, threads_override
+from wildmerge.resources import decomposition_threads, free_memory, pool_threads, product_threads, threads_override
 
 _F32_EPS = torch.finfo(torch.float32).eps
 Matrices = Union[torch.Tensor, Sequence[torch.Tensor]]
@@ -94,6 +95,17 @@ def lapack_threads(device: torch.device, side: int = 0):
         yield
         return
     with blas_threads(decomposition_threads(side)):
+        yield
+
+
+@contextlib.contextmanager
+def gemm_threads(device: torch.device, muls: int):
+    """One CPU matrix product of ``muls`` multiply-adds (and the cast after it) on ``resources.product_threads``
+    threads; the caller's threads on a GPU and in ``each_matrix``'s pool."""
+    if device.type != "cpu" or getattr(_pool, "in_pool", False):
+        yield
+        return
+    with blas_threads(product_threads(muls)):
         yield
 
 
@@ -405,9 +417,11 @@ def spectral_map(delta: torch.Tensor, new_s: Callable[[torch.Tensor, int], torch
     x = (delta.transpose(-2, -1) if wide else delta).to(working_dtype(precision))
     with lapack_threads(delta.device, min(delta.shape)):
         _, s, v = _one_svd(x, None, tol, x.dtype, None, with_u=False)
-        rank = int((s > 0).sum())
-        if rank == 0:
-            return torch.zeros_like(delta, dtype=out_dtype(delta))
+    rank = int((s > 0).sum())
+    if rank == 0:
+        return torch.zeros_like(delta, dtype=out_dtype(delta))
+    m, n = x.shape
+    with gemm_threads(delta.device, n * n * (n + m)):
         inner = (v * (new_s(s, rank) * _inverse(s))) @ v.transpose(-2, -1)
         out = (x @ inner).to(out_dtype(delta))
     return out.transpose(-2, -1) if wide else out
