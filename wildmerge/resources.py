@@ -212,7 +212,7 @@ PRODUCT_MIN_MULS = 2 ** 26
 
 def product_threads(muls: int) -> int:
     """Threads for one matrix product of ``muls`` multiply-adds: the override, else one below
-    ``PRODUCT_MIN_MULS`` (about a millisecond on one core, where waking threads would not pay), else the cores
+    ``PRODUCT_MIN_MULS`` (about 3 ms of float64 on one core, where waking threads would not pay), else the cores
     free now (``kernel_threads``)."""
     wanted = threads_override()
     if wanted is not None:

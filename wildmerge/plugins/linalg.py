@@ -111,8 +111,9 @@ def gemm_threads(device: torch.device, muls: int):
 
 def on_kernel_threads(kernel):
     """Run a whole CPU kernel on one thread (or ``WILDMERGE_LAPACK_THREADS``); the steps where threads pay ask for
-    them (``lapack_threads``, ``each_matrix``). On a busy 2-core machine even a small two-thread GEMM waits for the
-    other core (measured: a 512 x 192 x 16 float64 product took 8 ms on two threads, 0.3 ms on one)."""
+    them (``lapack_threads``, ``gemm_threads``, ``each_matrix``). On a busy 2-core machine even a small two-thread
+    GEMM waits for the other core (measured: a 512 x 192 x 16 float64 product took 8 ms on two threads, 0.3 ms on
+    one)."""
 
     @functools.wraps(kernel)
     def run(matrices, *args, **kwargs):
