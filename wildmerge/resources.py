@@ -210,14 +210,17 @@ def decomposition_threads(side: int) -> int:
 PRODUCT_MIN_MULS = 2 ** 26
 
 
-def product_threads(muls: int) -> int:
-    """Threads for one matrix product of ``muls`` multiply-adds: the override, else one below
-    ``PRODUCT_MIN_MULS`` (about 3 ms of float64 on one core, where waking threads would not pay), else the cores
-    free now (``kernel_threads``)."""
+def product_threads(muls: int, rows: int) -> int:
+    """Threads for one matrix product of ``muls`` multiply-adds whose output has ``rows`` rows: the override, else
+    one below ``PRODUCT_MIN_MULS`` (about 3 ms of float64 on one core, where waking threads would not pay), else
+    the cores free now (``kernel_threads``), at most one per ``SIDE_PER_THREAD`` rows (the decompositions' rule;
+    on many cores the products are not measured yet)."""
     wanted = threads_override()
     if wanted is not None:
         return wanted
-    return 1 if muls < PRODUCT_MIN_MULS else kernel_threads()
+    if muls < PRODUCT_MIN_MULS:
+        return 1
+    return kernel_threads(cap=max(1, rows // SIDE_PER_THREAD))
 
 
 def pool_threads() -> int:

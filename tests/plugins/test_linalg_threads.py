@@ -61,7 +61,7 @@ def test_iso_c_products_take_the_free_cores_and_give_the_one_thread_result(four_
         seen.append(torch.get_num_threads())
         return real_product(a, b)
 
-    ds = [d.float() for d in deltas((300, 120), 3)]
+    ds = [d.float() for d in deltas((1100, 60), 3)]  # 1100 rows: four threads of 256 rows or more
     iso_c = IsoCParams.with_defaults(spectral.iso_c)
     monkeypatch.setattr(torch.Tensor, "__matmul__", product)
     threaded = iso_c(ds)

@@ -99,13 +99,13 @@ def lapack_threads(device: torch.device, side: int = 0):
 
 
 @contextlib.contextmanager
-def gemm_threads(device: torch.device, muls: int):
-    """One CPU matrix product of ``muls`` multiply-adds (and the cast after it) on ``resources.product_threads``
-    threads; the caller's threads on a GPU and in ``each_matrix``'s pool."""
+def gemm_threads(device: torch.device, muls: int, rows: int):
+    """CPU matrix products of ``muls`` multiply-adds into ``rows`` rows (and the cast after them) on
+    ``resources.product_threads`` threads; the caller's threads on a GPU and in ``each_matrix``'s pool."""
     if device.type != "cpu" or getattr(_pool, "in_pool", False):
         yield
         return
-    with blas_threads(product_threads(muls)):
+    with blas_threads(product_threads(muls, rows)):
         yield
 
 
@@ -422,7 +422,7 @@ def spectral_map(delta: torch.Tensor, new_s: Callable[[torch.Tensor, int], torch
     if rank == 0:
         return torch.zeros_like(delta, dtype=out_dtype(delta))
     m, n = x.shape
-    with gemm_threads(delta.device, n * n * (n + m)):
+    with gemm_threads(delta.device, n * n * (n + m), m):
         inner = (v * (new_s(s, rank) * _inverse(s))) @ v.transpose(-2, -1)
         out = (x @ inner).to(out_dtype(delta))
     return out.transpose(-2, -1) if wide else out
