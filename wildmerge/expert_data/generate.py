@@ -76,9 +76,9 @@ def ensure_generated(expert: str, model_path, spec: GenerateSpec, folder, progre
     """The file of ``expert``'s generated text in ``folder`` (a run's own copy: the run carries its inputs).
 
     Drawn once per weights + settings on this machine: a run that finds the text in the shared data cache
-    (``cache.cache_root()/generated``) copies it instead of loading the model (SmolLM2's generalist: 76 s on 2 cores per
-    run otherwise), and text drawn for a run is kept there too; a cache that cannot be written costs only
-    the reuse. Concurrent commands wait for the one that writes."""
+    (``cache.cache_root()/generated``) copies it instead of loading the model (SmolLM2's generalist: 76 s on 2
+    cores per run otherwise), and text drawn for a run is kept there too; a cache that cannot be written costs
+    only the reuse. Concurrent commands wait for the one that writes."""
     from wildmerge.atomic import write_text
     from wildmerge.errors import WildmergeError
     from wildmerge.expert_data.cache import cache_root
