@@ -25,8 +25,8 @@ can use it before torch loads.
   that had just started was cut after 20 s against 1.57 s on one thread). So independent decompositions run side
   by side on one thread each (``pool_threads``; no barrier between them: a busy core delays one matrix, never all),
   a single decomposition uses several threads only when it is large (``THREADS_MIN_SIDE``) and cores are free now
-  (``decomposition_threads``), and a large matrix product runs in blocks of rows side by side on the cores free
-  now (``product_threads``; no barrier between the blocks either).
+  (``decomposition_threads``), and a large matrix product (one barrier, at its end) uses the cores free now
+  (``product_threads``).
 - ``prefer_passive_wait``: where wildmerge owns the process (the CLI, its worker processes), OpenMP threads sleep
   at barriers instead of spinning (``OMP_WAIT_POLICY=PASSIVE``); it only works before torch is imported.
 """
@@ -204,16 +204,17 @@ def decomposition_threads(side: int) -> int:
     return kernel_threads(cap=side // SIDE_PER_THREAD)
 
 
-# A matrix product of at least this many multiply-adds runs in blocks of rows side by side on the cores free now
-# (``product_threads``; the blocks: ``linalg.product``).
+# A matrix product of at least this many multiply-adds runs on the cores free now (``product_threads``). A GEMM
+# meets its threads once, at its end (a LAPACK decomposition meets them at every panel), and MKL gave the same bytes
+# on one and two threads for Iso-C's products (the anchor's merged checkpoints compared with ``cmp``).
 PRODUCT_MIN_MULS = 2 ** 26
 
 
 def product_threads(muls: int, rows: int) -> int:
     """Threads for one matrix product of ``muls`` multiply-adds whose output has ``rows`` rows: the override, else
-    one below ``PRODUCT_MIN_MULS`` (about 3 ms of float64 on one core, where the threads would not pay), else the
-    cores free now (``kernel_threads``), at most one per ``SIDE_PER_THREAD`` rows (a thread has a few blocks of
-    rows to take, so that one whose core is taken hands the rest to the others)."""
+    one below ``PRODUCT_MIN_MULS`` (about 3 ms of float64 on one core, where waking threads would not pay), else
+    the cores free now (``kernel_threads``), at most one per ``SIDE_PER_THREAD`` rows (the decompositions' rule;
+    on many cores the products are not measured yet)."""
     wanted = threads_override()
     if wanted is not None:
         return wanted

@@ -26,10 +26,10 @@ Gram matrix and an eigensolve per task.
 
 Threads on the CPU (the policy is in ``wildmerge.resources``): a kernel runs on one thread; independent
 decompositions (TSV-M's and Iso-CTS's per-task SVDs, the two polar factors) run side by side, one BLAS thread each
-(``each_matrix``); one large decomposition takes several threads when cores are free now (``lapack_threads``); a
-large product is cut into blocks of rows that run side by side the same way (``product``: Iso-C's and Subspace
-Boosting's two products). Matrices and blocks side by side are computed exactly as on one thread; a decomposition
-on several threads differs from one thread by float round-off only.
+(``each_matrix``); one large decomposition takes several threads when cores are free now (``lapack_threads``), and
+so does a large product (``gemm_threads``: Iso-C's and Subspace Boosting's two products). Matrices side by side are
+computed exactly as on one thread; a decomposition on several threads differs from one thread by float round-off
+only.
 
 Effective rank (Hitit et al. 2025, spec §6): singular values at or below ``tol * s_1`` are treated as zero and their
 directions dropped; the default ``tol`` is ``max(m, n) * eps(float32)``, the usual numerical-rank threshold for
@@ -98,9 +98,20 @@ def lapack_threads(device: torch.device, side: int = 0):
         yield
 
 
+@contextlib.contextmanager
+def gemm_threads(device: torch.device, muls: int, rows: int):
+    """CPU matrix products of ``muls`` multiply-adds into ``rows`` rows (and the cast after them) on
+    ``resources.product_threads`` threads; the caller's threads on a GPU and in ``each_matrix``'s pool."""
+    if device.type != "cpu" or getattr(_pool, "in_pool", False):
+        yield
+        return
+    with blas_threads(product_threads(muls, rows)):
+        yield
+
+
 def on_kernel_threads(kernel):
     """Run a whole CPU kernel on one thread (or ``WILDMERGE_LAPACK_THREADS``); the steps where threads pay ask for
-    them (``lapack_threads``, ``each_matrix``, ``product``). On a busy 2-core machine even a small two-thread
+    them (``lapack_threads``, ``gemm_threads``, ``each_matrix``). On a busy 2-core machine even a small two-thread
     GEMM waits for the other core (measured: a 512 x 192 x 16 float64 product took 8 ms on two threads, 0.3 ms on
     one)."""
 
@@ -115,13 +126,11 @@ def on_kernel_threads(kernel):
     return run
 
 
-def each_matrix(fn: Callable[[int, torch.Tensor], Any], matrices: Iterable[torch.Tensor],
-                workers: Optional[int] = None) -> List[Any]:
-    """``[fn(i, m) for i, m in enumerate(matrices)]`` for independent decompositions (or blocks of a product),
-    side by side on the CPU.
+def each_matrix(fn: Callable[[int, torch.Tensor], Any], matrices: Iterable[torch.Tensor]) -> List[Any]:
+    """``[fn(i, m) for i, m in enumerate(matrices)]`` for independent decompositions, side by side on the CPU.
 
-    On the CPU the calls run on ``workers`` Python threads at once (default ``resources.pool_threads()``: the usable
-    cores free now, or ``WILDMERGE_LAPACK_THREADS``), each on ONE BLAS thread: torch's kernels and ``lapack.py``'s calls release the
+    On the CPU the calls run on ``resources.pool_threads()`` Python threads at once (the usable cores free now,
+    or ``WILDMERGE_LAPACK_THREADS``), each on ONE BLAS thread: torch's kernels and ``lapack.py``'s calls release the
     GIL, and with no barrier between the matrices a core that another process takes, even from the middle of the
     call, delays the matrix on it, never all of them (one thread alone would run all of them at that pace). At most
     that many matrices are worked on at once (fewer when free memory would not hold four float64 copies of one per
@@ -143,7 +152,7 @@ def each_matrix(fn: Callable[[int, torch.Tensor], Any], matrices: Iterable[torch
     if count is not None and threads > count:
         with blas_threads(threads):
             return [fn(i, m) for i, m in items]
-    workers = pool_threads() if workers is None else workers
+    workers = pool_threads()
     width = min(workers, count or math.inf, _fit_in_memory(first[1]))
     if width <= 1:
         with blas_threads(1):
@@ -165,9 +174,8 @@ _executor = {"pool": None, "width": 0}
 
 
 def _threads(width: int) -> ThreadPoolExecutor:
-    """The process's pool of kernel threads, at least ``width`` of them, kept between calls (starting threads costs
-    ~0.7 ms a call); ``each_matrix`` keeps at most its own width of them busy."""
-    if _executor["width"] < width:
+    """The process's pool of kernel threads, kept between calls (starting threads costs ~0.7 ms a call)."""
+    if _executor["width"] != width:
         if _executor["pool"] is not None:
             _executor["pool"].shutdown(wait=False)
         _executor.update(pool=ThreadPoolExecutor(width, thread_name_prefix="wildmerge-kernel",
@@ -413,35 +421,11 @@ def spectral_map(delta: torch.Tensor, new_s: Callable[[torch.Tensor, int], torch
     rank = int((s > 0).sum())
     if rank == 0:
         return torch.zeros_like(delta, dtype=out_dtype(delta))
-    inner = product(v * (new_s(s, rank) * _inverse(s)), v.transpose(-2, -1), x.dtype)
-    out = product(x, inner, out_dtype(delta))
+    m, n = x.shape
+    with gemm_threads(delta.device, n * n * (n + m), m):
+        inner = (v * (new_s(s, rank) * _inverse(s))) @ v.transpose(-2, -1)
+        out = (x @ inner).to(out_dtype(delta))
     return out.transpose(-2, -1) if wide else out
-
-
-def product(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``(a @ b).to(dtype)`` for 2-D ``a`` and ``b``; on the CPU a large one in blocks of ``a``'s rows, side by side
-    (``each_matrix``) on ``resources.product_threads`` threads of one BLAS thread each.
-
-    Why blocks and not BLAS's own threads: a threaded GEMM splits its work once, up front, and waits for every
-    thread at its end, so a core that another process takes during the call holds the whole product back; blocks
-    are handed out as threads free up (about four per thread), so a taken core delays one block. Each output row
-    is computed as one thread would compute it (MKL: the same bytes, checked with ``cmp`` on the anchor's merges).
-    Each block is cast as it is written, so no float64 copy of the whole output is made."""
-    if a.device.type != "cpu" or getattr(_pool, "in_pool", False):
-        return (a @ b).to(dtype)
-    rows = a.shape[0]
-    workers = product_threads(rows * a.shape[1] * b.shape[1], rows)
-    if workers == 1:
-        with blas_threads(1):
-            return (a @ b).to(dtype)
-    out = torch.empty(rows, b.shape[1], dtype=dtype, device=a.device)
-    block = max(POOL_MIN_SIDE, -(-rows // (4 * workers)))
-
-    def one(i: int, x: torch.Tensor) -> None:
-        out[i * block:i * block + x.shape[0]] = x @ b
-
-    each_matrix(one, a.split(block), workers=workers)
-    return out
 
 
 def polar_weights(m: torch.Tensor, tol: Optional[float] = None) -> torch.Tensor:
