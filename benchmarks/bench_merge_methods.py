@@ -21,9 +21,11 @@ A method written ``name:float32`` runs with ``svd_precision: float32``, ``name:r
 randomized`` (the opt-in approximate routes; ``name:float32+randomized`` both). ``--kernels`` times the spectral
 kernels against a straightforward implementation of the papers (full float32 SVDs, polar factors by SVD), in this
 process, paired the same way; ``--floor`` times the exact route's unavoidable LAPACK / BLAS calls alone.
+``--before CHECKOUT`` (a checkout of another revision: ``git worktree add CHECKOUT REV``) adds each method run with
+that revision's wildmerge, rows ``NAME (before)``, in the same rounds: a change's speed-up as a paired ratio.
 
     python benchmarks/bench_merge_methods.py [--experts 12] [--methods iso_c ta_sb tsv_m iso_cts] [--rounds 5]
-        [--fusionbench PATH [--check]]
+        [--fusionbench PATH [--check]] [--before CHECKOUT]
 """
 
 import argparse
@@ -34,9 +36,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import fusionbench_merge
-from paired import Call, Process, measure, print_table
+from paired import Call, Process, measure, print_table, ratio_text
 
 METHODS = ["iso_c", "ta_sb", "tsv_m", "iso_cts"]  # issue 32's four; any shipped recipe name works
 ANCHOR = {"vocab_size": 8000, "num_attention_heads": 10, "num_key_value_heads": 5, "tie_word_embeddings": False}
@@ -103,16 +106,19 @@ def variant_overrides(variant):
     return dict(known[v] for v in parts) or None
 
 
-def merge_process(method: str, base: str, experts: list, work: Path, cuda: bool) -> Process:
-    """``mergekit-yaml RECIPE OUT`` for ``method``, its output folder emptied before each run."""
+def merge_process(method: str, base: str, experts: list, work: Path, cuda: bool,
+                  code: Optional[str] = None) -> Process:
+    """``mergekit-yaml RECIPE OUT`` for ``method``, its output folder emptied before each run; with ``code`` (a
+    checkout of another wildmerge revision), that checkout's wildmerge is the one mergekit loads."""
     import yaml
 
-    slug = method.replace(":", "-").replace("+", "-")
+    slug = method.replace(":", "-").replace("+", "-") + ("-before" if code else "")
     path = work / f"{slug}-k{len(experts)}.yml"
     path.write_text(yaml.safe_dump(recipe(method, base, experts)))
     out = work / f"out-{slug}"
     mergekit_yaml = shutil.which("mergekit-yaml") or str(Path(sys.executable).with_name("mergekit-yaml"))
     return Process([mergekit_yaml, str(path), str(out), *(["--cuda"] if cuda else [])],
+                   env={"PYTHONPATH": str(Path(code).resolve())} if code else None,
                    before=lambda: shutil.rmtree(out, ignore_errors=True), time_call="mergekit.merge:run_merge")
 
 
@@ -245,7 +251,7 @@ def bench_kernels(hidden, n_tasks, rounds, warmup):
 
 def bench_floor(hidden, layers, n_tasks):
     """The exact kernels' unavoidable LAPACK/BLAS calls over the benchmark model's matrices, timed alone on one
-    thread (best of 3).
+    thread (best of 3; the full eigensolve also as torch's ``eigh``, which the route called before round 14).
 
     Per matrix (r = min(m, n), k = r / T): TSV-M needs T Gram matrices (syrk) and T partial eigensolves (top k)
     for the per-task triplets, then two r x r eigensolves for the polar factors; Iso-C and Subspace Boosting one
@@ -266,11 +272,14 @@ def bench_floor(hidden, layers, n_tasks):
     def per_task(shape):
         k = max(1, min(shape) // n_tasks)
         gram = linalg.upper_gram(tall(shape))
-        return lambda: lapack.syevr_top(gram, k) if 4 * k <= min(shape) else torch.linalg.eigh(gram, UPLO="U")
+        return lambda: lapack.syevr_top(gram, k) if 4 * k <= min(shape) else linalg.eigh_upper(gram)
 
-    def full_eigh(shape):
+    def full_eigh(shape, solver=linalg.eigh_upper):
         gram = linalg.upper_gram(tall(shape))
-        return lambda: torch.linalg.eigh(gram, UPLO="U")
+        return lambda: solver(gram)
+
+    def torch_eigh(gram):
+        return torch.linalg.eigh(gram, UPLO="U")
 
     def syrk(shape):
         x = tall(shape)
@@ -287,7 +296,9 @@ def bench_floor(hidden, layers, n_tasks):
     with linalg.blas_threads(1):
         one = {"Gram (syrk)": sum(best(syrk(s)) for s in shapes),
                "partial eigensolve (top r/T)": sum(best(per_task(s)) for s in shapes),
-               "full eigensolve (r x r)": sum(best(full_eigh(s)) for s in shapes)}
+               "full eigensolve (r x r)": sum(best(full_eigh(s)) for s in shapes),
+               "full eigensolve by torch's eigh (the route before round 14)":
+                   sum(best(full_eigh(s, torch_eigh)) for s in shapes)}
     floors = {"iso_c / SB": one["Gram (syrk)"] + one["full eigensolve (r x r)"],
               "tsv_m, per-task part": n_tasks * (one["Gram (syrk)"] + one["partial eigensolve (top r/T)"]),
               "tsv_m, polar part": 2 * (one["Gram (syrk)"] + one["full eigensolve (r x r)"])}
@@ -318,6 +329,9 @@ def main():
     parser.add_argument("--json", help="write every run (times, peak RSS, load samples) to this file")
     parser.add_argument("--fusionbench", metavar="PATH",
                         help="folder FusionBench is installed into: adds its iso_c / tsv_m / iso_cts rows")
+    parser.add_argument("--before", metavar="CHECKOUT",
+                        help="a checkout of another wildmerge revision (git worktree add CHECKOUT REV): adds each "
+                             "method run with that code, as 'METHOD (before)', in the same rounds")
     parser.add_argument("--check", action="store_true",
                         help="with --fusionbench: compare FusionBench's merged weights with ours once, no timing")
     args = parser.parse_args()
@@ -343,12 +357,22 @@ def main():
         for k in args.experts:
             cases = {method: merge_process(method, base, experts[:k], work, args.cuda)
                      for method in ["task_arithmetic", *args.methods]}
+            if args.before:
+                if not (Path(args.before) / "wildmerge" / "__init__.py").exists():
+                    parser.error(f"--before {args.before}: no wildmerge package there; make one with "
+                                 f"`git worktree add {args.before} REV`")
+                cases.update({f"{method} (before)": merge_process(method, base, experts[:k], work, args.cuda,
+                                                                  args.before) for method in args.methods})
             cases.update({f"fusionbench:{method}": fusionbench_process(args.fusionbench, method, base, experts[:k],
                                                                        work, args.cuda) for method in theirs})
             m = measure(cases, args.rounds, args.warmup)
             print_table(m, baseline="task_arithmetic", keys=("wall", "run_merge"),
                         title=f"## K = {k} experts: the whole mergekit-yaml process (wall) and its merge alone "
                               f"(run_merge: without the interpreter's start and the imports)")
+            for method in args.methods if args.before else []:
+                before = f"{method} (before)"
+                print(f"  {method} / {before}: process {ratio_text(m, method, before)}, "
+                      f"run_merge {ratio_text(m, method, before, 'run_merge')}")
             results[f"K={k}"] = m.as_dict()
     finally:
         shutil.rmtree(work, ignore_errors=True)

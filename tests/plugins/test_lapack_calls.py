@@ -1,4 +1,4 @@
-"""scipy's syrk and syevr called through ctypes: bit for bit scipy's own results, and the GIL released."""
+"""scipy's syrk, syevr and syevd called through ctypes: bit for bit scipy's own results, and the GIL released."""
 
 import threading
 import time
@@ -6,8 +6,9 @@ import time
 import pytest
 import torch
 from scipy.linalg import blas, eigh
+from scipy.linalg import lapack as scipy_lapack
 
-from wildmerge.plugins import lapack
+from wildmerge.plugins import lapack, linalg
 
 
 def layouts(dtype):
@@ -39,10 +40,38 @@ def test_syevr_is_scipys_and_leaves_its_input_alone():
     assert torch.allclose(lapack.syevr_top(gram, 10)[0], true, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_syevd_is_scipys_and_torchs_eigh_up_to_rounding(dtype):
+    x = torch.randn(200, 90, dtype=dtype, generator=torch.Generator().manual_seed(2))
+    gram = lapack.syrk_upper(x)  # the lower triangle is zeros: only the upper one may be read
+    kept = gram.clone()
+    w, v = lapack.syevd(gram)
+    syevd = scipy_lapack.dsyevd if dtype == torch.float64 else scipy_lapack.ssyevd
+    rw, rv, info = syevd(gram.numpy(), compute_v=1, lower=0)
+    assert info == 0 and torch.equal(w, torch.from_numpy(rw)) and torch.equal(v, torch.from_numpy(rv))
+    assert torch.equal(gram, kept)
+    full = x.T.to(torch.float64) @ x.to(torch.float64)
+    tw = torch.linalg.eigvalsh(full)
+    eps = torch.finfo(dtype).eps
+    assert torch.allclose(w.double(), tw, rtol=0, atol=100 * eps * float(tw[-1]))  # ascending, as torch's
+    assert torch.allclose(v.T.double() @ full @ v.double(), torch.diag(w.double()), atol=100 * eps * float(tw[-1]))
+
+
+def test_eigh_upper_takes_syevd_on_one_thread_and_torchs_on_several(monkeypatch):
+    gram = lapack.syrk_upper(torch.randn(60, 20, dtype=torch.float64))
+    calls = []
+    monkeypatch.setattr(lapack, "syevd", lambda g: calls.append("syevd") or torch.linalg.eigh(g, UPLO="U"))
+    with linalg.blas_threads(1):
+        linalg.eigh_upper(gram)
+    with linalg.blas_threads(2):
+        linalg.eigh_upper(gram)
+    assert calls == ["syevd"]
+
+
 def test_the_gil_is_released_during_the_call():
     x = torch.randn(3000, 1500, dtype=torch.float64)
     gram = lapack.syrk_upper(x)
-    for call in (lambda: lapack.syrk_upper(x), lambda: lapack.syevr_top(gram, 300)):
+    for call in (lambda: lapack.syrk_upper(x), lambda: lapack.syevr_top(gram, 300), lambda: lapack.syevd(gram)):
         gap, stop = [0.0], threading.Event()
 
         def watch():

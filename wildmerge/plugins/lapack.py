@@ -1,4 +1,4 @@
-"""scipy's BLAS ``syrk`` and LAPACK ``syevr``, called without holding Python's GIL.
+"""scipy's BLAS ``syrk`` and LAPACK ``syevr`` / ``syevd``, called without holding Python's GIL.
 
 Why: the kernels run independent decompositions side by side on Python threads (``linalg.each_matrix``), which
 only pays if every heavy call releases the GIL. torch's do; scipy's f2py wrappers (``scipy.linalg.blas.dsyrk``,
@@ -7,10 +7,10 @@ only pays if every heavy call releases the GIL. torch's do; scipy's f2py wrapper
 (``scipy.linalg.cython_blas`` / ``cython_lapack``, their ``__pyx_capi__`` capsules, as numba's
 ``get_cython_function_address`` reads them); ctypes calls them and releases the GIL during the call. Same library,
 same routine, same arguments as the f2py path (optimal workspace from a query), so the results are bit for bit
-those of ``scipy.linalg.blas.?syrk(1.0, a, trans=...)`` and ``scipy.linalg.eigh(g, subset_by_index=...,
-driver="evr", lower=False)`` (tests/plugins/test_lapack_calls.py).
+those of ``scipy.linalg.blas.?syrk(1.0, a, trans=...)``, ``scipy.linalg.eigh(g, subset_by_index=...,
+driver="evr", lower=False)`` and ``scipy.linalg.lapack.?syevd(g, lower=0)`` (tests/plugins/test_lapack_calls.py).
 
-Everything here takes and returns CPU torch tensors, float64 (``syrk`` also float32).
+Everything here takes and returns CPU torch tensors, float64 (``syrk`` and ``syevd`` also float32).
 """
 
 import ctypes
@@ -82,3 +82,28 @@ def syevr_top(gram: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
     if info.value != 0 or found.value != k:
         raise RuntimeError(f"LAPACK dsyevr failed (info {info.value}, {found.value} of {k} eigenpairs)")
     return w[:k].clone(), z.T
+
+
+def syevd(gram: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Every eigenpair of a symmetric float64 or float32 matrix whose upper triangle is valid, as
+    ``torch.linalg.eigh(gram, UPLO="U")`` returns them (eigenvalues ascending, eigenvectors as columns): LAPACK
+    ``?syevd`` (divide and conquer), the routine torch calls, from scipy's OpenBLAS instead of torch's LAPACK
+    (measured faster on one thread: ``linalg.eigh_upper``)."""
+    n = gram.shape[-1]
+    a = gram.T.clone(memory_format=torch.contiguous_format)  # column-major copy; syevd leaves the eigenvectors in it
+    w = torch.empty(max(1, n), dtype=gram.dtype)
+    info = _INT(0)
+    routine = _routine("cython_lapack", "dsyevd" if gram.dtype == torch.float64 else "ssyevd", 11)
+
+    def call(work, lwork, iwork, liwork):
+        routine(b"V", b"U", _int(n), a.data_ptr(), _int(max(1, n)), w.data_ptr(), work.data_ptr(), _int(lwork),
+                iwork.data_ptr(), _int(liwork), ctypes.byref(info))
+
+    work, iwork = torch.empty(1, dtype=gram.dtype), torch.empty(1, dtype=torch.int32)
+    call(work, -1, iwork, -1)  # workspace query
+    lwork, liwork = int(work[0]), int(iwork[0])
+    call(torch.empty(max(1, lwork), dtype=gram.dtype), lwork, torch.empty(max(1, liwork), dtype=torch.int32), liwork)
+    if info.value != 0:
+        raise RuntimeError(f"LAPACK {'d' if gram.dtype == torch.float64 else 's'}syevd failed (info {info.value}): "
+                           f"the eigensolver did not converge")
+    return w[:n], a.T
