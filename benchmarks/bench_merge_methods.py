@@ -369,10 +369,11 @@ def main():
             print_table(m, baseline="task_arithmetic", keys=("wall", "run_merge"),
                         title=f"## K = {k} experts: the whole mergekit-yaml process (wall) and its merge alone "
                               f"(run_merge: without the interpreter's start and the imports)")
-            for method in args.methods if args.before else []:
-                before = f"{method} (before)"
-                print(f"  {method} / {before}: process {ratio_text(m, method, before)}, "
-                      f"run_merge {ratio_text(m, method, before, 'run_merge')}")
+            pairs = [(method, f"{method} (before)") for method in args.methods if args.before]
+            pairs += [(method, f"fusionbench:{method}") for method in theirs]
+            for ours, other in pairs:
+                print(f"  {ours} / {other}: process {ratio_text(m, ours, other)}, "
+                      f"run_merge {ratio_text(m, ours, other, 'run_merge')}")
             results[f"K={k}"] = m.as_dict()
     finally:
         shutil.rmtree(work, ignore_errors=True)
