@@ -11,6 +11,9 @@ thread`` within each round, medians with min and max, the load of other processe
 - ``all cores``: ``WILDMERGE_LAPACK_THREADS=<usable cores>``: what forcing threads gives (where threads pay at all;
   ``THREADS_MIN_SIDE`` in resources.py is set from it);
 - ``policy, min side 2048``: the policy with ``THREADS_MIN_SIDE`` 2048 (how it was chosen: round 11);
+- ``policy, min side 512`` and ``policy, min side 512, OpenBLAS threads``: threaded decompositions from 512, with
+  torch's ``eigh`` (the policy's threaded eigensolver) or with scipy's OpenBLAS ``syevd`` (the one-thread
+  eigensolver since round 14) on those threads too: whether the anchor's 640-wide eigensolves should use the cores;
 - ``policy, pool only``: the policy with no threaded decomposition at any size (``THREADS_MIN_SIDE`` above every
   matrix): independent decompositions still run side by side, a single one on one thread;
 - ``policy, malloc kept``: the policy with glibc keeping freed blocks (a diagnosis: page faults are not the cost).
@@ -41,6 +44,9 @@ prefer_passive_wait()
 if os.environ.get("BENCH_THREADS_MIN_SIDE"):  # the policy with another THREADS_MIN_SIDE, to choose it
     resources.THREADS_MIN_SIDE = int(os.environ["BENCH_THREADS_MIN_SIDE"])
 import torch
+if os.environ.get("BENCH_SYEVD_THREADED"):  # scipy's OpenBLAS syevd on every CPU eigensolve, threaded ones too
+    from wildmerge.plugins import lapack, linalg
+    linalg.eigh_upper = lambda g: lapack.syevd(g) if g.device.type == "cpu" else torch.linalg.eigh(g, UPLO="U")
 from paired import report_seconds
 from wildmerge.plugins import spectral
 from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TSVMParams
@@ -96,7 +102,8 @@ finally:
 
 BUSY = "while True: pass\n"
 KERNELS = ("tsv_m", "iso_cts", "iso_c")
-CASES = ("policy", "one thread", "all cores", "policy, malloc kept", "policy, min side 2048", "policy, pool only")
+CASES = ("policy", "one thread", "all cores", "policy, malloc kept", "policy, min side 2048", "policy, pool only",
+         "policy, min side 512", "policy, min side 512, OpenBLAS threads")
 COSTS = ("cpu", "faults", "preempted")  # what each child reports per kernel besides its time (--diagnose)
 MALLOC_KEPT = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
                "MALLOC_TOP_PAD_": str(64 << 20)}
@@ -117,7 +124,12 @@ def cases(size, args, cores, starting_load):
             "policy, min side 2048": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive,
                                                           "BENCH_THREADS_MIN_SIDE": "2048"}, timeout=args.timeout),
             "policy, pool only": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive,
-                                                      "BENCH_THREADS_MIN_SIDE": str(1 << 30)}, timeout=args.timeout)}
+                                                      "BENCH_THREADS_MIN_SIDE": str(1 << 30)}, timeout=args.timeout),
+            "policy, min side 512": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive,
+                                                        "BENCH_THREADS_MIN_SIDE": "512"}, timeout=args.timeout),
+            "policy, min side 512, OpenBLAS threads": Process(
+                child, env={"WILDMERGE_LAPACK_THREADS": None, **passive, "BENCH_THREADS_MIN_SIDE": "512",
+                            "BENCH_SYEVD_THREADED": "1"}, timeout=args.timeout)}
     return {name: every[name] for name in CASES if name in args.cases}
 
 
