@@ -336,6 +336,9 @@ def main():
                         help="with --fusionbench: compare FusionBench's merged weights with ours once, no timing")
     args = parser.parse_args()
 
+    if args.before and not (Path(args.before) / "wildmerge" / "__init__.py").exists():
+        parser.error(f"--before {args.before}: no wildmerge package there; make one with "
+                     f"`git worktree add {args.before} REV`")
     theirs = fusionbench_methods(args.fusionbench, args.methods)
     if args.check and not theirs:
         parser.error("--check compares FusionBench's merges with ours: give --fusionbench PATH (its install folder) "
@@ -358,9 +361,6 @@ def main():
             cases = {method: merge_process(method, base, experts[:k], work, args.cuda)
                      for method in ["task_arithmetic", *args.methods]}
             if args.before:
-                if not (Path(args.before) / "wildmerge" / "__init__.py").exists():
-                    parser.error(f"--before {args.before}: no wildmerge package there; make one with "
-                                 f"`git worktree add {args.before} REV`")
                 cases.update({f"{method} (before)": merge_process(method, base, experts[:k], work, args.cuda,
                                                                   args.before) for method in args.methods})
             cases.update({f"fusionbench:{method}": fusionbench_process(args.fusionbench, method, base, experts[:k],

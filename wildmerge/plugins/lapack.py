@@ -39,6 +39,15 @@ def _int(value: int):
     return ctypes.byref(_INT(value))
 
 
+def _with_workspace(call, dtype: torch.dtype) -> None:
+    """LAPACK's two calls: a workspace query (``lwork = liwork = -1``), then the call with the sizes it asked for.
+    ``call(work, lwork, iwork, liwork)`` passes the rest of the routine's arguments."""
+    work, iwork = torch.empty(1, dtype=dtype), torch.empty(1, dtype=torch.int32)
+    call(work, -1, iwork, -1)
+    lwork, liwork = int(work[0]), int(iwork[0])
+    call(torch.empty(max(1, lwork), dtype=dtype), lwork, torch.empty(max(1, liwork), dtype=torch.int32), liwork)
+
+
 def syrk_upper(x: torch.Tensor) -> torch.Tensor:
     """``x^T x`` (``n x n`` for ``x`` of ``m x n``), upper triangle valid, lower triangle zeros, column-major like
     scipy's result: BLAS ``syrk`` computes one triangle, half a GEMM's flops."""
@@ -75,10 +84,7 @@ def syevr_top(gram: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
                 zero, ctypes.byref(found), w.data_ptr(), z.data_ptr(), _int(max(1, n)), isuppz.data_ptr(),
                 work.data_ptr(), _int(lwork), iwork.data_ptr(), _int(liwork), ctypes.byref(info))
 
-    work, iwork = torch.empty(1, dtype=torch.float64), torch.empty(1, dtype=torch.int32)
-    call(work, -1, iwork, -1)  # workspace query
-    lwork, liwork = int(work[0]), int(iwork[0])
-    call(torch.empty(lwork, dtype=torch.float64), lwork, torch.empty(liwork, dtype=torch.int32), liwork)
+    _with_workspace(call, torch.float64)
     if info.value != 0 or found.value != k:
         raise RuntimeError(f"LAPACK dsyevr failed (info {info.value}, {found.value} of {k} eigenpairs)")
     return w[:k].clone(), z.T
@@ -99,10 +105,7 @@ def syevd(gram: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         routine(b"V", b"U", _int(n), a.data_ptr(), _int(max(1, n)), w.data_ptr(), work.data_ptr(), _int(lwork),
                 iwork.data_ptr(), _int(liwork), ctypes.byref(info))
 
-    work, iwork = torch.empty(1, dtype=gram.dtype), torch.empty(1, dtype=torch.int32)
-    call(work, -1, iwork, -1)  # workspace query
-    lwork, liwork = int(work[0]), int(iwork[0])
-    call(torch.empty(max(1, lwork), dtype=gram.dtype), lwork, torch.empty(max(1, liwork), dtype=torch.int32), liwork)
+    _with_workspace(call, gram.dtype)
     if info.value != 0:
         raise RuntimeError(f"LAPACK {'d' if gram.dtype == torch.float64 else 's'}syevd failed (info {info.value}): "
                            f"the eigensolver did not converge")
