@@ -76,7 +76,12 @@ def test_fisher_merge_matches_float64_reference(family):
     for name in out:
         num = sum((F[name] + floor) * theta[name] for F, theta in refs)
         den = sum(F[name] + floor for F, _ in refs)
-        torch.testing.assert_close(out[name].double(), num / den, rtol=1e-4, atol=1e-6)
+        ref = num / den
+        # the merge's Fishers are float32 gradients squared: a weight off by a share e moves the merged value by at
+        # most e times the experts' spread around it (a wrong rule moves it by a good part of that spread)
+        spread = torch.stack([(theta[name] - ref).abs() for _, theta in refs]).amax(0)
+        error = (out[name].double() - ref).abs()
+        assert bool((error <= 1e-3 * spread + 1e-7).all()), (name, float((error / (spread + 1e-12)).max()))
     # the merge is no plain average: the experts' Fishers differ where their data differ
     mean = sum(theta["model.embed_tokens.weight"] for _, theta in refs) / 3
     assert (out["model.embed_tokens.weight"].double() - mean).abs().max() > 1e-3
