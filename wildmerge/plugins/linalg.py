@@ -27,8 +27,7 @@ Gram matrix and an eigensolve per task.
 Threads on the CPU (the policy is in ``wildmerge.resources``): a kernel runs on one thread; independent
 decompositions (TSV-M's and Iso-CTS's per-task SVDs, the two polar factors) run side by side, one BLAS thread each
 (``each_matrix``); one large decomposition takes several threads when cores are free now (``lapack_threads``), and
-one decomposition alone has its Gram matrix, its eigensolve's steps and its products split in blocks that run side by
-side (``in_blocks``: Iso-C, Subspace Boosting, Iso-CTS's common subspace). Matrices side by side are
+so does a large product (``gemm_threads``: Iso-C's and Subspace Boosting's two products). Matrices side by side are
 computed exactly as on one thread; a decomposition on several threads differs from one thread by float round-off
 only.
 
@@ -50,8 +49,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Uni
 import torch
 
 from wildmerge.plugins import lapack, linalg_randomized
-from wildmerge.resources import (decomposition_threads, free_memory, pool_threads, product_threads,
-                                 threads_override, usable_cores)
+from wildmerge.resources import decomposition_threads, free_memory, pool_threads, product_threads, threads_override
 
 _F32_EPS = torch.finfo(torch.float32).eps
 Matrices = Union[torch.Tensor, Sequence[torch.Tensor]]
@@ -100,40 +98,20 @@ def lapack_threads(device: torch.device, side: int = 0):
         yield
 
 
-# One large BLAS-3 call (a Gram matrix, Iso-C's and Subspace Boosting's products) or eigensolve, alone, is split into
-# blocks that run side by side, one BLAS thread each (``in_blocks``): with no barrier between them a core that another
-# process takes delays one block, and no second pool of threads (OpenBLAS's own) spins beside the kernel's between
-# calls. Where a block's edges fall changes OpenBLAS's rounding, so the edges are fixed (multiples of BLOCK, whatever
-# the threads): the bytes depend on the shapes and on whether the machine has two usable cores, never on the load.
-BLOCK = 128
-
-
-def split_here(device: torch.device) -> bool:
-    """Whether one decomposition's calls are split in blocks: on a CPU with two usable cores or more."""
-    return device.type == "cpu" and usable_cores() >= 2
-
-
-def edges(size: int, block: int = BLOCK) -> List[int]:
-    """Block edges ``0, block, 2 block, ..., size``."""
-    return [*range(0, size, block), size]
-
-
-def in_blocks(jobs: Sequence[Callable[[], None]], muls: int, rows: int) -> None:
-    """Run the blocks of one call (each a call that releases the GIL) side by side on
-    ``resources.product_threads(muls, rows)`` threads of ``each_matrix``'s pool, one BLAS thread each; one after
-    another on this thread inside that pool or when one thread is all the policy gives."""
-    threads = 1 if getattr(_pool, "in_pool", False) else min(len(jobs), product_threads(muls, rows))
-    if threads <= 1:
-        for job in jobs:
-            job()
+@contextlib.contextmanager
+def gemm_threads(device: torch.device, muls: int, rows: int):
+    """CPU matrix products of ``muls`` multiply-adds into ``rows`` rows (and the cast after them) on
+    ``resources.product_threads`` threads; the caller's threads on a GPU and in ``each_matrix``'s pool."""
+    if device.type != "cpu" or getattr(_pool, "in_pool", False):
+        yield
         return
-    with blas_threads(1):
-        _at_most(threads, ((job, ()) for job in jobs))
+    with blas_threads(product_threads(muls, rows)):
+        yield
 
 
 def on_kernel_threads(kernel):
     """Run a whole CPU kernel on one thread (or ``WILDMERGE_LAPACK_THREADS``); the steps where threads pay ask for
-    them (``lapack_threads``, ``in_blocks``, ``each_matrix``). On a busy 2-core machine even a small two-thread
+    them (``lapack_threads``, ``gemm_threads``, ``each_matrix``). On a busy 2-core machine even a small two-thread
     GEMM waits for the other core (measured: a 512 x 192 x 16 float64 product took 8 ms on two threads, 0.3 ms on
     one)."""
 
@@ -179,38 +157,30 @@ def each_matrix(fn: Callable[[int, torch.Tensor], Any], matrices: Iterable[torch
     if width <= 1:
         with blas_threads(1):
             return [fn(i, m) for i, m in items]
-    with blas_threads(1):  # the next matrix is read when a thread is free for it
-        return _at_most(width, ((fn, item) for item in items))
+    futures, running = [], set()
+    with blas_threads(1):
+        pool = _threads(workers)
+        while True:
+            if len(running) >= width:  # the next matrix is read when a thread is free for it
+                _, running = wait(running, return_when=FIRST_COMPLETED)
+            item = next(items, None)
+            if item is None:
+                return [f.result() for f in futures]
+            futures.append(pool.submit(fn, *item))
+            running.add(futures[-1])
 
 
 _executor = {"pool": None, "width": 0}
 
 
 def _threads(width: int) -> ThreadPoolExecutor:
-    """The process's pool of kernel threads, kept between calls (starting threads costs ~0.7 ms a call): as many as
-    the usable cores (at least ``width``); callers bound how many of them work at once."""
-    width = max(width, usable_cores())
-    if _executor["width"] < width:
+    """The process's pool of kernel threads, kept between calls (starting threads costs ~0.7 ms a call)."""
+    if _executor["width"] != width:
         if _executor["pool"] is not None:
             _executor["pool"].shutdown(wait=False)
         _executor.update(pool=ThreadPoolExecutor(width, thread_name_prefix="wildmerge-kernel",
                                                  initializer=_enter_pool), width=width)
     return _executor["pool"]
-
-
-def _at_most(width: int, jobs: Iterable[Tuple[Callable, tuple]]) -> List[Any]:
-    """``[fn(*args) for fn, args in jobs]`` on the pool, at most ``width`` at once, a job submitted when a thread is
-    free for it (an iterable is read as it goes)."""
-    futures, running, jobs = [], set(), iter(jobs)
-    pool = _threads(width)
-    while True:
-        if len(running) >= width:
-            _, running = wait(running, return_when=FIRST_COMPLETED)
-        job = next(jobs, None)
-        if job is None:
-            return [f.result() for f in futures]
-        futures.append(pool.submit(job[0], *job[1]))
-        running.add(futures[-1])
 
 
 def _enter_pool() -> None:
@@ -306,24 +276,22 @@ def thin_svd(
     dtype = working_dtype(precision)
     if isinstance(a, torch.Tensor) and a.ndim == 2:
         with lapack_threads(a.device, min(a.shape)):
-            return _one_svd(a, k, tol, dtype, scale, with_u, split=split_here(a.device))
+            return _one_svd(a, k, tol, dtype, scale, with_u)
     us, ss, vs = _unzip(each_matrix(
         lambda i, m: _one_svd(m, k, tol, dtype, None if scale is None else scale[i], with_u), a))
     return (torch.stack(us) if with_u else None), torch.stack(ss), torch.stack(vs)
 
 
 def _one_svd(m: torch.Tensor, k: Optional[int], tol: Optional[float], dtype: torch.dtype,
-             scale: Optional[torch.Tensor], with_u: bool = True,
-             split: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One matrix, on the threads the caller set; ``split``: its Gram matrix and eigensolve in blocks
-    (``in_blocks``)."""
+             scale: Optional[torch.Tensor], with_u: bool = True) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One matrix, on the threads the caller set."""
     transpose = m.shape[0] < m.shape[1]  # work on the tall orientation: the Gram of the smaller side
     if transpose and not with_u:
         raise ValueError("with_u=False needs a tall matrix")
     partial = _partial(m, k)
     work = torch.float64 if partial else dtype  # a partial float32 solve would blur the rank (noise floor)
     x = _oriented(m, work, transpose)
-    s, v = _svd_from_gram(upper_gram(x, split), k, partial, m.shape, tol, scale, split)
+    s, v = _svd_from_gram(upper_gram(x), k, partial, m.shape, tol, scale)
     if not with_u:
         return None, s, v
     u = x @ (v * _inverse(s))
@@ -336,14 +304,14 @@ def _partial(m: torch.Tensor, k: Optional[int]) -> bool:
 
 
 def _svd_from_gram(gram: torch.Tensor, k: Optional[int], partial: bool, shape, tol: Optional[float],
-                   scale: Optional[torch.Tensor], split: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+                   scale: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     """Singular values (descending) and right singular vectors from a Gram matrix (upper triangle), with the
     effective-rank rule: values at or below the threshold become exact zeros, their vectors zero columns."""
     if partial:  # LAPACK syevr: only the k largest eigenpairs
         evals, v = lapack.syevr_top(gram, k)
         v = v.contiguous()
     else:
-        evals, v = eigh_upper(gram, split)  # ascending
+        evals, v = eigh_upper(gram)  # ascending
     s, v = evals.flip(-1).clamp_min(0).sqrt(), v.flip(-1)
     if k is not None:
         s, v = s[..., :k], v[..., :k]
@@ -356,83 +324,27 @@ def _oriented(m: torch.Tensor, dtype: torch.dtype, transpose: bool) -> torch.Ten
     return x.transpose(-2, -1) if transpose else x
 
 
-def upper_gram(x: torch.Tensor, split: bool = False) -> torch.Tensor:
+def upper_gram(x: torch.Tensor) -> torch.Tensor:
     """``x^T x`` with a valid upper triangle (the lower one may be zeros): the eigensolvers read only the upper.
 
     On the CPU, BLAS ``syrk`` computes just that triangle, half a GEMM's flops (measured 1.7x faster than
-    ``x.T @ x`` on one thread for a 1728 x 640 float64 matrix); ``split``: in tiles of ``BLOCK`` columns side by
-    side (``in_blocks``). Elsewhere a plain product.
+    ``x.T @ x`` on one thread for a 1728 x 640 float64 matrix); elsewhere a plain product.
     """
-    if not _one_triangle(x):
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
         return x.transpose(-2, -1) @ x
-    m, n = x.shape
-    if not split or n <= BLOCK:
-        return lapack.syrk_upper(x)
-    x = x if x.is_contiguous() or x.transpose(-2, -1).is_contiguous() else x.contiguous()
-    out = lapack.empty_column_major(n, n, x.dtype, zero=True)
-    cuts = edges(n)
-    tiles = [(slice(cuts[a], cuts[a + 1]), slice(cuts[b], cuts[b + 1]))
-             for a in range(len(cuts) - 1) for b in range(a, len(cuts) - 1)]
-    tiles.sort(key=lambda t: -(t[0].stop - t[0].start) * (t[1].stop - t[1].start))  # the largest first
-    in_blocks([functools.partial(lapack.gram_tile, x, out, rows, cols) for rows, cols in tiles], m * n * n // 2, n)
-    return out
+    return lapack.syrk_upper(x)
 
 
-def times_upper(x: torch.Tensor, sym: torch.Tensor, split: bool = False) -> torch.Tensor:
-    """``x @ sym`` for a symmetric ``sym`` from ``upper_gram`` (on the CPU only its upper triangle is valid): BLAS
-    ``symm`` there (``split``: in blocks of ``BLOCK`` rows side by side), a plain product elsewhere."""
-    if not _one_triangle(x):
-        return x @ sym
-    if not split:
-        return lapack.symm_right(x, sym)
-    x = x if x.is_contiguous() or x.transpose(-2, -1).is_contiguous() else x.contiguous()
-    m, n = x.shape
-    out = torch.empty_like(x) if x.is_contiguous() else lapack.empty_column_major(m, n, x.dtype)
-    cuts = edges(m)
-    in_blocks([functools.partial(lapack.symm_rows, x, sym, out, slice(a, b)) for a, b in zip(cuts, cuts[1:])],
-              m * n * n, m)
-    return out
-
-
-def _one_triangle(x: torch.Tensor) -> bool:
-    """Whether ``upper_gram`` leaves only the upper triangle (scipy's BLAS: CPU, float32 / float64)."""
-    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
-
-
-def eigh_upper(gram: torch.Tensor, split: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+def eigh_upper(gram: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """``torch.linalg.eigh(gram, UPLO="U")``: eigenvalues ascending, eigenvectors as columns. On the CPU on one
     thread (every decomposition below ``THREADS_MIN_SIDE``, and each in ``each_matrix``'s pool) the same LAPACK
     routine, ``?syevd``, from scipy's OpenBLAS (``lapack.syevd``): the anchor's 70 float64 eigensolves took 2.38 s
     against torch's 3.00 s on one core of the development machine (``bench_merge_methods.py --floor``; Iso-C's
-    merge 0.89x). ``split`` (one decomposition alone, ``split_here``): ``?syevd``'s steps with the two independent
-    ones side by side (``_eigh_in_blocks``). A call on several threads keeps torch's, whose threads the policy was
-    measured with on many cores."""
+    merge 0.89x). A call on several threads keeps torch's, whose threads the policy was measured with on many
+    cores."""
     if gram.device.type == "cpu" and gram.dtype in (torch.float32, torch.float64) and torch.get_num_threads() == 1:
-        if split and gram.shape[-1] > 2 * BLOCK:
-            return _eigh_in_blocks(gram)
         return lapack.syevd(gram)
     return torch.linalg.eigh(gram, UPLO="U")
-
-
-def _eigh_in_blocks(gram: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``?syevd`` is ``?sytrd`` (to a tridiagonal ``T = Q^T gram Q``), ``?stedc`` (``T = Z diag(w) Z^T``), then ``Q``
-    applied to ``Z``. Here ``Q`` is formed (``?orgtr``) beside ``?stedc``, which does not need it, and ``V = Q Z`` is
-    one GEMM in blocks of rows (``in_blocks``): two of the three steps on the free cores, with no barrier."""
-    n = gram.shape[-1]
-    reflectors, diagonal, off_diagonal, tau = lapack.sytrd(gram)
-    threads = 1 if getattr(_pool, "in_pool", False) else min(2, pool_threads())
-    if threads > 1:
-        with blas_threads(1):
-            eigen = _threads(threads).submit(lapack.stedc, diagonal, off_diagonal)
-            q = lapack.orgtr(reflectors, tau)
-            w, z = eigen.result()
-    else:
-        w, z = lapack.stedc(diagonal, off_diagonal)
-        q = lapack.orgtr(reflectors, tau)
-    v = lapack.empty_column_major(n, n, gram.dtype)
-    cuts = edges(n)
-    in_blocks([functools.partial(lapack.gemm_rows, q, z, v, slice(a, b)) for a, b in zip(cuts, cuts[1:])], n ** 3, n)
-    return w, v
 
 
 # ---------------------------------------------------------------- per-task top-k
@@ -511,25 +423,20 @@ def batched_randomized_svds(deltas: Sequence[torch.Tensor], k: int, tol: Optiona
 
 def spectral_map(delta: torch.Tensor, new_s: Callable[[torch.Tensor, int], torch.Tensor], tol: Optional[float],
                  precision: str) -> torch.Tensor:
-    """``U diag(new_s(s, rank)) V^T`` as ``x W W^T`` with ``W = V diag(sqrt(new_s(s) / s))`` on the tall orientation:
-    U is never formed (one m x n float64 matrix less alive), ``W W^T`` is symmetric (``syrk``: half the flops of
-    ``V diag V^T``, and ``symm`` reads one triangle of it). ``new_s`` must be non-negative, as singular values are
-    (Iso-C's mean, Subspace Boosting's lift). ``x`` is cast to the working dtype once, for the Gram matrix and the
-    product."""
+    """``U diag(new_s(s, rank)) V^T`` as ``x V diag(new_s(s) / s) V^T`` on the tall orientation: U is never formed
+    (one m x n float64 matrix less alive) and the work is one n x n product and one m x n x n product. ``x`` is
+    cast to the working dtype once, for the Gram matrix and the product."""
     wide = delta.shape[0] < delta.shape[1]
     x = (delta.transpose(-2, -1) if wide else delta).to(working_dtype(precision))
-    split = split_here(delta.device)
     with lapack_threads(delta.device, min(delta.shape)):
-        _, s, v = _one_svd(x, None, tol, x.dtype, None, with_u=False, split=split)
+        _, s, v = _one_svd(x, None, tol, x.dtype, None, with_u=False)
     rank = int((s > 0).sum())
     if rank == 0:
         return torch.zeros_like(delta, dtype=out_dtype(delta))
-    scale = new_s(s, rank) * _inverse(s)
-    if bool((scale < 0).any()):
-        raise ValueError("spectral_map: new_s gave a negative singular value")
-    w = v * scale.sqrt()
-    inner = upper_gram(w.transpose(-2, -1), split)  # W W^T
-    out = times_upper(x, inner, split).to(out_dtype(delta))
+    m, n = x.shape
+    with gemm_threads(delta.device, n * n * (n + m), m):
+        inner = (v * (new_s(s, rank) * _inverse(s))) @ v.transpose(-2, -1)
+        out = (x @ inner).to(out_dtype(delta))
     return out.transpose(-2, -1) if wide else out
 
 
