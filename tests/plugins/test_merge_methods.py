@@ -111,6 +111,40 @@ def test_boosting_with_beta_one_is_exactly_mergekits_method(mergekit_method, our
     assert torch.isclose(s_ref[0], s_new[0], rtol=1e-4) and s_new[-1] > s_ref[-1]
 
 
+def boosted_reference(update: torch.Tensor, beta: float) -> torch.Tensor:
+    """Subspace Boosting (Skorobogat et al. 2025) in float64 from the paper: within the numerical rank, every
+    singular value after the first one at which the cumulative energy reaches ``beta`` is raised to it."""
+    u, s, vt = torch.linalg.svd(update.double(), full_matrices=False)
+    rank = int((s > max(update.shape) * torch.finfo(torch.float32).eps * s[0]).sum())
+    energy = torch.cumsum(s[:rank], 0) / s[:rank].sum()
+    j = int((energy >= beta).nonzero()[0])
+    lifted = s.clone()
+    lifted[j + 1:rank] = s[j]
+    return u @ torch.diag(lifted) @ vt
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_task_arithmetic_sb_boosts_task_arithmetics_update(normalize, dtype):
+    """``theta_0 + SB(u)`` with Task Arithmetic's ``u = lambda sum_i w_i tau_i`` (divided by ``sum_i w_i`` with
+    ``normalize``), against float64; and within round-off of boosting mergekit's own TA tensor (the route before)."""
+    base, experts = inputs(n=4)
+    base, experts = base.to(dtype), [e.to(dtype) for e in experts]
+    weights = [1.0, 0.5, 2.0, 0.25]
+    parameters = {"weight": weights, "lambda": 0.8, "normalize": normalize}
+    out = merge_tensors([base, *experts], "task_arithmetic_sb", base_index=0, name="w.weight",
+                        parameters={**parameters, "beta": 0.3})
+    update = 0.8 * sum(w * (e.double() - base.double()) for w, e in zip(weights, experts))
+    update = update / (sum(weights) if normalize else 1.0)
+    expected = base.double() + boosted_reference(update, 0.3)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2  # the result is rounded to the base's dtype
+    assert out.dtype == dtype and float((out.double() - expected).abs().max() / expected.abs().max()) < tol
+    ta = merge_tensors([base, *experts], "task_arithmetic", base_index=0, name="w.weight", parameters=parameters)
+    before = ta.float() + methods.TaskArithmeticSBParams.with_defaults(spectral.subspace_boost)(
+        ta.float() - base.float(), 0.3)
+    assert float((out.float() - before).abs().max() / before.abs().max()) < tol
+
+
 @pytest.mark.parametrize("method", ["iso_c", "tsv_m", "iso_cts"])
 def test_vectors_and_vocabulary_matrices_follow_task_arithmetic(method):
     base, experts = inputs(shape=(16,))

@@ -1,8 +1,8 @@
 """wildmerge's per-tensor merge methods, as mergekit 0.1.5 methods.
 
 - ``iso_c``, ``iso_cts``, ``tsv_m``: spectral merges of the task vectors ``delta_i = w_i (theta_i - theta_0)``.
-- ``task_arithmetic_sb``, ``ties_sb``: mergekit's own Task Arithmetic / TIES (so they behave exactly like
-  ``task_arithmetic`` / ``ties``) followed by Subspace Boosting of the merged update.
+- ``task_arithmetic_sb``, ``ties_sb``: mergekit's Task Arithmetic / TIES followed by Subspace Boosting of the merged
+  update; with ``beta = 1`` mergekit's own result, byte for byte.
 
 Which tensors get the spectral step: 2-D weight matrices. 1-D tensors (norms, biases) and tensors with a
 vocabulary axis (embeddings, lm_head) follow plain task arithmetic instead: ``theta_0 + lambda * mean_w(delta_i)``
@@ -28,7 +28,8 @@ from typing_extensions import Annotated, Literal
 from wildmerge.checkpoints import all_finite
 from wildmerge.plugins import spectral
 from wildmerge.plugins.method_params import MethodParams, per_model
-from wildmerge.plugins.task_vector_method import TaskVectorMethod, all_zero, check_finite, check_shapes
+from wildmerge.plugins.task_vector_method import (TaskVectorMethod, all_zero, check_finite, check_shapes,
+                                                  summed_task_vectors)
 
 ISO_URL = "https://arxiv.org/abs/2502.04959"
 TSV_URL = "https://arxiv.org/abs/2412.00081"
@@ -183,7 +184,11 @@ _NOT_KERNEL = (*ScaledTaskVectors.fields_by_name(), "spectral_vocab", "exclude")
 class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
     """mergekit's Task Arithmetic / TIES, then Subspace Boosting of the merged update (Skorobogat et al. 2025).
 
-    The base method runs unchanged (in float32), so with ``beta = 1`` the result is bit-for-bit the base method's.
+    With ``beta = 1``, and on every tensor that gets no spectral step, the base method runs unchanged, so the result
+    is bit-for-bit the base method's. Where Task Arithmetic's update is boosted, it is computed as mergekit writes
+    it (``lambda * sum_i w_i tau_i``, divided by ``sum_i w_i`` with ``normalize``) but in float32 and in one buffer
+    (``summed_task_vectors``, as Iso-C sums them) instead of mergekit's stack of every task vector: the boosted
+    result differs from boosting mergekit's rounded tensor by float32 round-off only, at a quarter of the time.
     """
 
     params: Type[MethodParams] = TaskArithmeticSBParams
@@ -206,6 +211,11 @@ class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
             check_finite(self.method_name, group)
         self.params.check_resolved(self.method_name, parameters)
         own = {k: parameters.pop(k) for k in ("beta", *SpectralOptions.fields_by_name())}
+        base = group.base.tensor
+        if (own["beta"] < 1.0 and self.sparsification_method is None and self.consensus_method is None
+                and base.is_floating_point() and group.non_base
+                and spectral_eligible(group, own["spectral_vocab"], own["exclude"])):
+            return self._boosted_sum(group, parameters, own)
         merged = super().merge_group(group, **parameters)
         if self.sparsification_method is None and merged.is_floating_point() and not all_finite(merged):
             check_finite(self.method_name, group)
@@ -213,13 +223,30 @@ class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
             return merged
         if not spectral_eligible(group, own["spectral_vocab"], own["exclude"]):
             return merged
-        base = group.base.tensor
         update = merged.to(torch.float32) - base.to(torch.float32)
         if not bool(update.any()):
             return merged
         correction = spectral.subspace_boost(update, beta=own["beta"], rank_tol=own["rank_tol"],
                                              svd_precision=own["svd_precision"])
         return (merged.to(correction.dtype) + correction).to(base.dtype)
+
+    def _boosted_sum(self, group: TensorGroup, parameters, own) -> torch.Tensor:
+        """Task Arithmetic's update in float32, summed in one buffer, then boosted: ``theta_0 + u + SB(u)``."""
+        base32 = group.base.tensor.to(torch.float32)
+        weights = [float(parameters["weight"][e.id]) for e in group.non_base]
+        update = summed_task_vectors(base32, [e.tensor for e in group.non_base], weights)
+        if not all_finite(update):  # a NaN / Inf in any input makes the sum non-finite: name the model
+            check_finite(self.method_name, group)
+        divisor = sum(weights)
+        if parameters["normalize"] and abs(divisor) >= 1e-8:  # mergekit's rule: a near-zero sum divides by 1
+            update /= divisor
+        if parameters["lambda"] != 1:
+            update *= parameters["lambda"]
+        if not bool(update.any()):
+            return group.base.tensor.clone()
+        correction = spectral.subspace_boost(update, beta=own["beta"], rank_tol=own["rank_tol"],
+                                             svd_precision=own["svd_precision"])
+        return (base32 + update + correction).to(group.base.tensor.dtype)
 
 
 def _boosted(params: Type[TaskArithmeticSBParams], **kwargs) -> BoostedTaskArithmetic:
