@@ -37,7 +37,7 @@ import time
 from paired import Process, measure, print_table
 
 CHILD = r"""
-import os, resource, signal, subprocess, sys, threading, time
+import os, resource, sys, time
 from wildmerge import resources
 from wildmerge.resources import prefer_passive_wait
 prefer_passive_wait()
@@ -47,7 +47,7 @@ import torch
 if os.environ.get("BENCH_SYEVD_THREADED"):  # scipy's OpenBLAS syevd on every CPU eigensolve, threaded ones too
     from wildmerge.plugins import lapack, linalg
     linalg.eigh_upper = lambda g: lapack.syevd(g) if g.device.type == "cpu" else torch.linalg.eigh(g, UPLO="U")
-from paired import report_seconds
+from paired import StartingLoad, report_seconds
 from wildmerge.plugins import spectral
 from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TSVMParams
 iso_c, iso_cts, tsv_m = (IsoCParams.with_defaults(spectral.iso_c), IsoCTSParams.with_defaults(spectral.iso_cts),
@@ -56,48 +56,19 @@ size, tasks, busy, start_after = int(sys.argv[1]), int(sys.argv[2]), int(sys.arg
 kernels = sys.argv[5].split(",")
 g = torch.Generator().manual_seed(0)
 deltas = [torch.randn(size, size, generator=g) * 0.01 for _ in range(tasks)]
-STOPPED = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\nwhile True: pass\n"
-def stopped(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] == "T"
-    except OSError:
-        return False
-loops = []
-def prepare():
-    # the loops exist (stopped) before the call, so the call pays nothing for starting interpreters
-    loops.extend(subprocess.Popen([sys.executable, "-c", STOPPED]) for _ in range(busy))
-    while not all(stopped(p.pid) for p in loops):
-        time.sleep(0.01)
-def load():
-    for p in loops:
-        os.kill(p.pid, signal.SIGCONT)
-try:
-    for name, run in (("tsv_m", lambda: tsv_m(deltas)), ("iso_cts", lambda: iso_cts(deltas, 0.8)),
-                      ("iso_c", lambda: iso_c(deltas))):
-        if name not in kernels:
-            continue
-        prepare()
-        timer = threading.Timer(start_after, load) if busy else None
-        timer and timer.start()
+for name, run in (("tsv_m", lambda: tsv_m(deltas)), ("iso_cts", lambda: iso_cts(deltas, 0.8)),
+                  ("iso_c", lambda: iso_c(deltas))):
+    if name not in kernels:
+        continue
+    with StartingLoad(busy, start_after):
         t, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
         run()
         report_seconds(name, time.perf_counter() - t)
         after = resource.getrusage(resource.RUSAGE_SELF)
-        # what the call cost besides its time: CPU seconds of this process, minor page faults, involuntary switches
-        report_seconds(f"{name} cpu", after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-        report_seconds(f"{name} faults", after.ru_minflt - before.ru_minflt)
-        report_seconds(f"{name} preempted", after.ru_nivcsw - before.ru_nivcsw)
-        if timer:
-            timer.cancel()
-            timer.join()  # a load being resumed is running before it is stopped
-        while loops:
-            p = loops.pop()
-            p.kill()
-            p.wait()
-finally:
-    for p in loops:
-        p.kill()
+    # what the call cost besides its time: CPU seconds of this process, minor page faults, involuntary switches
+    report_seconds(f"{name} cpu", after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    report_seconds(f"{name} faults", after.ru_minflt - before.ru_minflt)
+    report_seconds(f"{name} preempted", after.ru_nivcsw - before.ru_nivcsw)
 """
 
 BUSY = "while True: pass\n"

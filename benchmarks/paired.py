@@ -126,6 +126,56 @@ def _launch(argv: List[str]) -> None:
     sys.exit(code)
 
 
+# ---------------------------------------------------------------- a load that starts during a call (in a child)
+
+
+class StartingLoad:
+    """``cores`` busy-loop processes of the benchmark's own, resumed ``after`` seconds into the block::
+
+        with StartingLoad(cores, after):
+            timed_call()
+
+    They are started stopped before the block, so the call pays nothing for starting interpreters, and killed when
+    it ends. With ``cores = 0`` nothing happens. A benchmark's own loops do not make its figures LOADED."""
+
+    LOOP = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\nwhile True: pass\n"
+
+    def __init__(self, cores: int, after: float):
+        self.cores, self.after = cores, after
+        self.loops: List[subprocess.Popen] = []
+        self.timer: Optional[threading.Timer] = None
+
+    def __enter__(self) -> "StartingLoad":
+        self.loops = [subprocess.Popen([sys.executable, "-c", self.LOOP]) for _ in range(self.cores)]
+        while not all(_stopped(p.pid) for p in self.loops):
+            time.sleep(0.01)
+        if self.loops:
+            self.timer = threading.Timer(self.after, self._resume)
+            self.timer.start()
+        return self
+
+    def _resume(self) -> None:
+        for p in self.loops:
+            os.kill(p.pid, signal.SIGCONT)
+
+    def __exit__(self, *exc) -> None:
+        if self.timer:
+            self.timer.cancel()
+            self.timer.join()  # a load being resumed is running before it is stopped
+        for p in self.loops:
+            p.kill()
+            p.wait()
+        self.loops = []
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "T"
+    except OSError:
+        return False
+
+
 # ---------------------------------------------------------------- load
 
 

@@ -27,8 +27,8 @@ can use it before torch loads.
   a single decomposition uses several threads only when it is large (``THREADS_MIN_SIDE``) and cores are free now
   (``decomposition_threads``), and a large matrix product (one barrier, at its end) uses the cores free now
   (``product_threads``).
-- ``prefer_passive_wait``: where wildmerge owns the process (the CLI, its worker processes), OpenMP threads sleep
-  at barriers instead of spinning (``OMP_WAIT_POLICY=PASSIVE``); it only works before torch is imported.
+- ``prefer_passive_wait``: in the worker processes wildmerge starts (merge helpers, evaluation workers), OpenMP
+  threads sleep at barriers instead of spinning (``OMP_WAIT_POLICY=PASSIVE``); it only works before torch is imported.
 """
 
 import functools

@@ -2,7 +2,9 @@
 
 A hyperparameter sweep scores many merges of the same models; writing each to disk and reading it back costs more
 than the merge itself. ``CandidateMerger`` keeps every checkpoint's tensors in memory and runs the recipe's own
-mergekit merge-method object on one ``TensorGroup`` per tensor, as wildmerge's merges run it (tests compare the two),
+mergekit merge-method object on a ``TensorGroup`` per tensor, all of them in one call (mergekit's multi-tensor entry
+point, as its ``merge_state_dicts``: wildmerge's methods then merge the large CPU matrices side by side, mergekit's run
+them one by one), each as wildmerge's merges run it (tests compare the two),
 so what a sweep scores is what ``wildmerge merge`` writes from the selected recipe: ``mergekit-yaml``'s bytes except
 TIES's trim, which selects in linear time there (``plugins/trim.py``). An expert with added tokens is held on the
 base's tokens, as a recipe's ``tokenizer: {source: base}`` merges it.
@@ -94,7 +96,6 @@ class CandidateMerger:
     def merge(self, recipe: dict) -> dict:
         """{tensor name: merged tensor} of the recipe, in the recipe's ``out_dtype`` (else the base's dtype)."""
         import torch
-        from mergekit.merge_methods.base import TensorEntry, TensorGroup, TensorMetadata
 
         from wildmerge.plugins.trim import linear_time_trim
 
@@ -103,14 +104,21 @@ class CandidateMerger:
         dtype = getattr(torch, _DTYPES.get(recipe.get("dtype") or "float32", "float32"))
         out_name = recipe.get("out_dtype") or self.out_dtype
         out_dtype = getattr(torch, _DTYPES[out_name]) if out_name in _DTYPES else None
+        by_out_dtype: Dict[torch.dtype, list] = {}  # one call per output dtype (the base's, when the recipe has none)
+        for name, base in self.base.items():
+            by_out_dtype.setdefault(out_dtype or base.dtype, []).append(name)
         merged = {}
-        with linear_time_trim():
-            for name, base in self.base.items():
-                entries = [TensorEntry(id="base", tensor=base, is_base=True)]
-                entries += [TensorEntry(id=e, tensor=self.experts[e][name]) for e in self.expert_names]
-                group = TensorGroup(entries=tuple(entries),
-                                    metadata=TensorMetadata(name=name, vocabulary_axis=self.vocabulary_axis.get(name)))
-                with torch.no_grad():
-                    merged[name] = method([group], parameters=parameters, dtype=dtype,
-                                          out_dtype=out_dtype or base.dtype)[0]
-        return merged
+        # every tensor in one call: wildmerge's methods merge the large ones side by side (groups_side_by_side)
+        with linear_time_trim(), torch.no_grad():
+            for out, names in by_out_dtype.items():
+                merged.update(zip(names, method([self._group(name) for name in names], parameters=parameters,
+                                                dtype=dtype, out_dtype=out)))
+        return {name: merged[name] for name in self.base}
+
+    def _group(self, name: str):
+        from mergekit.merge_methods.base import TensorEntry, TensorGroup, TensorMetadata
+
+        entries = [TensorEntry(id="base", tensor=self.base[name], is_base=True)]
+        entries += [TensorEntry(id=e, tensor=self.experts[e][name]) for e in self.expert_names]
+        return TensorGroup(entries=tuple(entries),
+                           metadata=TensorMetadata(name=name, vocabulary_axis=self.vocabulary_axis.get(name)))

@@ -44,7 +44,7 @@ import math
 import os
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -152,16 +152,43 @@ def each_matrix(fn: Callable[[int, torch.Tensor], Any], matrices: Iterable[torch
     if count is not None and threads > count:
         with blas_threads(threads):
             return [fn(i, m) for i, m in items]
+    return _on_pool(fn, items, count, _fit_in_memory(first[1]))
+
+
+def side_by_side(fn: Callable[[int], Any], count: int, bytes_each: int) -> List[Any]:
+    """``[fn(i) for i in range(count)]`` for independent pieces of CPU work of about ``bytes_each`` bytes of scratch
+    memory each (e.g. whole tensors of a merge), side by side on ``each_matrix``'s pool: each on one BLAS thread, at
+    most as many at once as the cores free now and free memory allow; one after another on the caller's threads
+    when only one fits, and inside a pool thread. Torch's grad mode, which is per thread, is the caller's in every
+    piece."""
+    if getattr(_pool, "in_pool", False):
+        return [fn(i) for i in range(count)]
+    grad = torch.is_grad_enabled()
+
+    def piece(i: int, _):
+        with torch.set_grad_enabled(grad):
+            return fn(i)
+
+    free = free_memory()
+    fit = math.inf if free is None else max(1, free // (bytes_each + 1))
+    return _on_pool(piece, ((i, None) for i in range(count)), count, fit)
+
+
+def _on_pool(fn: Callable[[int, Any], Any], items: Iterator[Tuple[int, Any]], count: Optional[int],
+             fit: Union[int, float]) -> List[Any]:
+    """``[fn(i, x) for i, x in items]`` on ``pool_threads()`` threads of one BLAS thread each, at most ``fit`` (and
+    ``count``) at once, an item read when a thread is free for it; on the caller's thread, on one BLAS thread, when
+    that is one."""
     workers = pool_threads()
-    width = min(workers, count or math.inf, _fit_in_memory(first[1]))
+    width = min(workers, count or math.inf, fit)
     if width <= 1:
         with blas_threads(1):
-            return [fn(i, m) for i, m in items]
+            return [fn(i, x) for i, x in items]
     futures, running = [], set()
     with blas_threads(1):
         pool = _threads(workers)
         while True:
-            if len(running) >= width:  # the next matrix is read when a thread is free for it
+            if len(running) >= width:  # the next item is read when a thread is free for it
                 _, running = wait(running, return_when=FIRST_COMPLETED)
             item = next(items, None)
             if item is None:

@@ -29,7 +29,7 @@ from wildmerge.checkpoints import all_finite
 from wildmerge.plugins import spectral
 from wildmerge.plugins.method_params import MethodParams, per_model
 from wildmerge.plugins.task_vector_method import (TaskVectorMethod, all_zero, check_finite, check_shapes,
-                                                  summed_task_vectors)
+                                                  groups_side_by_side, summed_task_vectors)
 
 ISO_URL = "https://arxiv.org/abs/2502.04959"
 TSV_URL = "https://arxiv.org/abs/2412.00081"
@@ -202,6 +202,9 @@ class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
 
     def renamed(self, name: str) -> "BoostedTaskArithmetic":
         return dataclasses.replace(self, method_name=name)
+
+    def _execute(self, groups, parameters, options, *, input_dtypes, out_dtype=None):
+        return groups_side_by_side(super()._execute, groups, parameters, options, input_dtypes, out_dtype)
 
     def merge_group(self, group: TensorGroup, /, **parameters: Any) -> torch.Tensor:
         """Without sparsification a NaN / Inf in any input reaches the merged tensor (``w * NaN`` is NaN even for

@@ -12,13 +12,14 @@ every input (one pass over one tensor instead of one per model; a non-finite sum
 
 import dataclasses
 from functools import cached_property
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from mergekit.merge_methods.base import BasePolicy, InputContract, MergeMethodSpec, TensorGroup
 
 from wildmerge.checkpoints import all_finite
 from wildmerge.errors import ConfigError
+from wildmerge.plugins.linalg import POOL_MIN_SIDE, side_by_side
 
 
 class TaskVectorMethod:
@@ -61,6 +62,9 @@ class TaskVectorMethod:
             return base.clone()
         return (base.to(update.dtype) + update).to(base.dtype)
 
+    def _execute(self, groups, parameters, options, *, input_dtypes, out_dtype=None):
+        return groups_side_by_side(super()._execute, groups, parameters, options, input_dtypes, out_dtype)
+
     def takes_sum(self, group: TensorGroup, parameters: Dict[str, Any]) -> bool:
         """Whether this tensor's update depends on the task vectors only through their sum (``merged_sum``)."""
         return False
@@ -74,6 +78,42 @@ class TaskVectorMethod:
                       parameters: Dict[str, Any]) -> Optional[torch.Tensor]:
         """The update added to the base (``lambda`` already applied), or None when it is exactly zero."""
         raise NotImplementedError
+
+
+def groups_side_by_side(execute: Callable, groups: Sequence[TensorGroup], parameters: List[Dict[str, Any]], options,
+                        input_dtypes: Sequence[Optional[torch.dtype]],
+                        out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, ...]:
+    """mergekit's ``_execute`` over several tensors (``merge_state_dicts``, wildmerge's in-memory merger), with the
+    large CPU matrices merged side by side, one BLAS thread each (``linalg.side_by_side``), the rest one after
+    another as mergekit does; results in the groups' order.
+
+    Why: mergekit's executor hands a ``mergekit-yaml`` merge one tensor at a time, so there a spectral method's
+    eigensolves run one after another on one core (a LAPACK call on two threads stalls on a busy core,
+    docs/performance.md); given several tensors at once, two of them fill two cores with no barrier between them.
+    A matrix merged in the pool is computed as on a machine whose other cores are busy (its products on one thread):
+    the bytes of one call per tensor on one thread (tested), which products on two threads can differ from by
+    round-off on some shapes.
+    """
+    def one(i: int) -> torch.Tensor:
+        (result,) = execute((groups[i],), [parameters[i]], options, input_dtypes=[input_dtypes[i]],
+                            out_dtype=out_dtype)
+        return result
+
+    large = [i for i, group in enumerate(groups) if _worth_a_thread(group)]
+    if len(large) < 2:
+        return execute(groups, parameters, options, input_dtypes=input_dtypes, out_dtype=out_dtype)
+    scratch = 32 * max(groups[i].entries[0].tensor.numel() for i in large)  # four float64 copies, as each_matrix
+    merged = dict(zip(large, side_by_side(lambda j: one(large[j]), len(large), scratch)))
+    return tuple(merged[i] if i in merged else one(i) for i in range(len(groups)))
+
+
+def _worth_a_thread(group: TensorGroup) -> bool:
+    """A CPU float matrix of at least ``POOL_MIN_SIDE`` on each side (below it Python's share of the work, which
+    holds the GIL, is as large as the maths)."""
+    if not group.entries:
+        return False
+    t = group.entries[0].tensor
+    return t.device.type == "cpu" and t.is_floating_point() and t.ndim == 2 and min(t.shape) >= POOL_MIN_SIDE
 
 
 def _scaled(weight: float, delta: torch.Tensor) -> torch.Tensor:

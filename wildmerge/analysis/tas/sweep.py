@@ -1,6 +1,6 @@
 """A TAS sweep: score every grid point of one method by its task alignment, with no checkpoint written.
 
-Base and experts are loaded once (``sampling.inmemory.CandidateMerger``); each expert's own features on its own
+Base and experts are loaded once (``merging.inmemory.CandidateMerger``); each expert's own features on its own
 unlabelled data are computed once and cached on disk; each candidate is merged in memory, loaded into one model
 object, run over every expert's data and scored (``analysis.alignment``). One JSON record per candidate makes a
 rerun resume where it stopped. The reality-check paper, Section 3.2: pick ``argmin TAS``.
