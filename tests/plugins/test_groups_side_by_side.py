@@ -13,6 +13,9 @@ from wildmerge.errors import ConfigError
 from wildmerge.merging.inmemory import CandidateMerger
 from wildmerge.plugins import methods
 from wildmerge.plugins.task_vector_method import TaskVectorMethod
+from wildmerge.resources import usable_cores
+
+needs_two_cores = pytest.mark.skipif(usable_cores() < 2, reason="side by side needs two usable cores")
 
 # large enough for the pool (POOL_MIN_SIDE = 128), in both orientations, with a small matrix and a vector between
 SHAPES = {"a.weight": (160, 130), "norm.weight": (130,), "b.weight": (130, 200), "tiny.weight": (8, 6),
@@ -46,6 +49,7 @@ def merged_on(monkeypatch, method, parameters, models, threads: str):
     return out, where
 
 
+@needs_two_cores
 @pytest.mark.parametrize("name,parameters", CASES)
 def test_tensors_side_by_side_give_the_bytes_of_one_call_each(monkeypatch, name, parameters):
     method = merge_methods.get(name)
@@ -67,6 +71,7 @@ def test_one_thread_merges_them_one_after_another_on_the_callers_thread(monkeypa
     assert set(where.values()) == {threading.current_thread().name}
 
 
+@needs_two_cores
 @pytest.mark.parametrize("grad", [False, True])
 def test_grad_mode_is_the_callers_in_the_pool(monkeypatch, grad):
     """torch's grad mode is per thread: a merge under ``no_grad`` records no graph in the pool's threads either."""
@@ -85,6 +90,7 @@ def test_grad_mode_is_the_callers_in_the_pool(monkeypatch, grad):
     assert {mode for _, mode in seen.values()} == {grad}
 
 
+@needs_two_cores
 def test_a_bad_tensor_in_the_pool_is_named(monkeypatch):
     monkeypatch.setenv("WILDMERGE_LAPACK_THREADS", "2")
     models = state_dicts()
