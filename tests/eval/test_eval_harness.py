@@ -44,7 +44,10 @@ def killed_then_resumed(lm_family, tmp_path_factory):  # noqa: F811
         _entry("iso_c_n2_s0", "merge", crash, method="iso_c", n=2, subset_id="s0"),
     ])
     results = run / "eval" / "mini" / "results"
-    cmd = [sys.executable, "-m", "wildmerge.cli", "eval", str(run), "--suite", lm_family["suite"], "--no-report"]
+    # one worker, so that jobs finish one at a time and a fast look sees the first before the next one ends (two
+    # workers finished all three between two looks 0.2 s apart on a slow host)
+    cmd = [sys.executable, "-m", "wildmerge.cli", "eval", str(run), "--suite", lm_family["suite"], "--no-report",
+           "--workers", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 240
     try:
@@ -52,7 +55,7 @@ def killed_then_resumed(lm_family, tmp_path_factory):  # noqa: F811
             done = [p for p in results.glob("mini-*.json") if "invalid" not in p.name] if results.is_dir() else []
             if done or proc.poll() is not None:
                 break
-            time.sleep(0.2)
+            time.sleep(0.02)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # the driver and its worker, mid-run
