@@ -155,12 +155,12 @@ def each_matrix(fn: Callable[[int, torch.Tensor], Any], matrices: Iterable[torch
     return _on_pool(fn, items, count, _fit_in_memory(first[1]))
 
 
-def side_by_side(fn: Callable[[int], Any], count: int, bytes_each: int) -> List[Any]:
-    """``[fn(i) for i in range(count)]`` for independent pieces of CPU work of about ``bytes_each`` bytes of scratch
-    memory each (e.g. whole tensors of a merge), side by side on ``each_matrix``'s pool: each on one BLAS thread, at
-    most as many at once as the cores free now and free memory allow; one after another on the caller's threads
-    when only one fits, and inside a pool thread. Torch's grad mode, which is per thread, is the caller's in every
-    piece."""
+def side_by_side(fn: Callable[[int], Any], count: int, largest: torch.Tensor) -> List[Any]:
+    """``[fn(i) for i in range(count)]`` for independent pieces of CPU work on matrices no larger than ``largest``
+    (e.g. whole tensors of a merge), side by side on ``each_matrix``'s pool: each on one BLAS thread, at most as
+    many at once as the cores free now and free memory allow (``each_matrix``'s rule); one after another on the
+    caller's threads when only one fits, and inside a pool thread. Torch's grad mode, which is per thread, is the
+    caller's in every piece."""
     if getattr(_pool, "in_pool", False):
         return [fn(i) for i in range(count)]
     grad = torch.is_grad_enabled()
@@ -169,9 +169,7 @@ def side_by_side(fn: Callable[[int], Any], count: int, bytes_each: int) -> List[
         with torch.set_grad_enabled(grad):
             return fn(i)
 
-    free = free_memory()
-    fit = math.inf if free is None else max(1, free // (bytes_each + 1))
-    return _on_pool(piece, ((i, None) for i in range(count)), count, fit)
+    return _on_pool(piece, ((i, None) for i in range(count)), count, _fit_in_memory(largest))
 
 
 def _on_pool(fn: Callable[[int, Any], Any], items: Iterator[Tuple[int, Any]], count: Optional[int],

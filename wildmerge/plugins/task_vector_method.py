@@ -102,8 +102,8 @@ def groups_side_by_side(execute: Callable, groups: Sequence[TensorGroup], parame
     large = [i for i, group in enumerate(groups) if _worth_a_thread(group)]
     if len(large) < 2:
         return execute(groups, parameters, options, input_dtypes=input_dtypes, out_dtype=out_dtype)
-    scratch = 32 * max(groups[i].entries[0].tensor.numel() for i in large)  # four float64 copies, as each_matrix
-    merged = dict(zip(large, side_by_side(lambda j: one(large[j]), len(large), scratch)))
+    largest = max((groups[i].entries[0].tensor for i in large), key=torch.Tensor.numel)
+    merged = dict(zip(large, side_by_side(lambda j: one(large[j]), len(large), largest)))
     return tuple(merged[i] if i in merged else one(i) for i in range(len(groups)))
 
 
