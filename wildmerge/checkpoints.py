@@ -166,22 +166,26 @@ def tensor_index(path) -> Dict[str, Path]:
 def tensor_shapes(path, allow_pickle: bool = False) -> Dict[str, tuple]:
     """{tensor name: shape} from the safetensors headers of a checkpoint folder ({} for an allowed pickle-only
     checkpoint: it has no cheap header; mergekit will load it)."""
-    from safetensors import SafetensorError, safe_open
-
     shards = weight_files(path, allow_pickle)
     if shards[0].suffix != ".safetensors":
         return {}
     shapes = {}
     for shard in shards:
-        check_safetensors(shard)
-        try:
-            with safe_open(str(shard), framework="pt") as f:
-                for name in f.keys():
-                    shapes[name] = tuple(f.get_slice(name).get_shape())
-        except (SafetensorError, OSError) as exc:
-            raise WildmergeError(f"{shard} is not a readable safetensors file ({exc}); the checkpoint is damaged or "
-                                 f"incomplete, download it again") from None
+        shapes.update(shard_shapes(shard))
     return shapes
+
+
+def shard_shapes(shard) -> Dict[str, tuple]:
+    """{tensor name: shape} from one safetensors file's header (checked whole first)."""
+    from safetensors import SafetensorError, safe_open
+
+    check_safetensors(shard)
+    try:
+        with safe_open(str(shard), framework="pt") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError) as exc:
+        raise WildmergeError(f"{shard} is not a readable safetensors file ({exc}); the checkpoint is damaged or "
+                             f"incomplete, download it again") from None
 
 
 def param_count(path) -> int:

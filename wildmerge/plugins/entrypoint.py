@@ -10,6 +10,9 @@
 3. a recipe of one of mergekit's own methods merges exactly as it would without wildmerge: what we would object
    to is printed as a warning on stderr, never raised, unless a wildmerge command asked for checks
    (``wildmerge_checks``: ``wildmerge merge`` and the sampler), which turns them into errors.
+
+``run_merge`` plans with ``tensors_side_by_side.SideBySidePlanner``: for our methods on a CPU it merges neighbouring tensors
+two at a time (mergekit's plan otherwise, and always for mergekit's own methods).
 """
 
 import contextlib
@@ -167,4 +170,8 @@ def wrap_run_merge(original):
 
 
 def on_merge_module_imported(module) -> None:
+    from wildmerge.plugins.tensors_side_by_side import side_by_side_planner
+
     module.run_merge = wrap_run_merge(module.run_merge)
+    if not getattr(module.MergePlanner, "__wildmerge_side_by_side__", False):
+        module.MergePlanner = side_by_side_planner(module.MergePlanner)

@@ -194,6 +194,7 @@ class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
 
     params: Type[MethodParams] = TaskArithmeticSBParams
     __wildmerge__ = True
+    merges_side_by_side = True  # several tensors at once (``_execute``; ``tensors_side_by_side`` in mergekit-yaml)
 
     @cached_property
     def spec(self) -> MergeMethodSpec:

@@ -27,6 +27,7 @@ class TaskVectorMethod:
     ``merge_group`` every method shares."""
 
     __wildmerge__ = True
+    merges_side_by_side = True  # several tensors at once (``_execute``; ``tensors_side_by_side`` in mergekit-yaml)
 
     @cached_property
     def spec(self) -> MergeMethodSpec:
