@@ -172,6 +172,24 @@ def side_by_side(fn: Callable[[int], Any], count: int, largest: torch.Tensor) ->
     return _on_pool(piece, ((i, None) for i in range(count)), count, _fit_in_memory(largest))
 
 
+def large_ones_side_by_side(fn: Callable[[int], Any], tensors: Sequence[Optional[torch.Tensor]]) -> List[Any]:
+    """``[fn(i) for i in range(len(tensors))]`` for pieces of work on matrices like ``tensors[i]`` (e.g. whole
+    tensors of a merge): the large CPU matrices (``worth_a_thread``) side by side (``side_by_side``), then the rest
+    one after another on the caller's thread; results in order."""
+    large = [i for i, t in enumerate(tensors) if t is not None and worth_a_thread(t)]
+    if len(large) < 2:
+        return [fn(i) for i in range(len(tensors))]
+    largest = max((tensors[i] for i in large), key=torch.Tensor.numel)
+    done = dict(zip(large, side_by_side(lambda j: fn(large[j]), len(large), largest)))
+    return [done[i] if i in done else fn(i) for i in range(len(tensors))]
+
+
+def worth_a_thread(t: torch.Tensor) -> bool:
+    """A CPU float matrix of at least ``POOL_MIN_SIDE`` on each side (below it Python's share of the work, which
+    holds the GIL, is as large as the maths)."""
+    return t.device.type == "cpu" and t.is_floating_point() and t.ndim == 2 and min(t.shape) >= POOL_MIN_SIDE
+
+
 def _on_pool(fn: Callable[[int, Any], Any], items: Iterator[Tuple[int, Any]], count: Optional[int],
              fit: Union[int, float]) -> List[Any]:
     """``[fn(i, x) for i, x in items]`` on ``pool_threads()`` threads of one BLAS thread each, at most ``fit`` (and

@@ -19,7 +19,7 @@ from mergekit.merge_methods.base import BasePolicy, InputContract, MergeMethodSp
 
 from wildmerge.checkpoints import all_finite
 from wildmerge.errors import ConfigError
-from wildmerge.plugins.linalg import POOL_MIN_SIDE, side_by_side
+from wildmerge.plugins.linalg import large_ones_side_by_side, worth_a_thread
 
 
 class TaskVectorMethod:
@@ -88,9 +88,10 @@ def groups_side_by_side(execute: Callable, groups: Sequence[TensorGroup], parame
     large CPU matrices merged side by side, one BLAS thread each (``linalg.side_by_side``), the rest one after
     another as mergekit does; results in the groups' order.
 
-    Why: mergekit's executor hands a ``mergekit-yaml`` merge one tensor at a time, so there a spectral method's
-    eigensolves run one after another on one core (a LAPACK call on two threads stalls on a busy core,
-    docs/performance.md); given several tensors at once, two of them fill two cores with no barrier between them.
+    Why: one tensor at a time, a spectral method's eigensolves run one after another on one core (a LAPACK call on
+    two threads stalls on a busy core, docs/performance.md); given several tensors at once, two of them fill two
+    cores with no barrier between them. (``mergekit-yaml`` hands a method one tensor per call; there the planner of
+    ``tensors_side_by_side`` joins neighbouring tensors' merge tasks instead.)
     A matrix merged in the pool is computed as on a machine whose other cores are busy (its products on one thread):
     the bytes of one call per tensor on one thread (tested), which products on two threads can differ from by
     round-off on some shapes.
@@ -100,21 +101,10 @@ def groups_side_by_side(execute: Callable, groups: Sequence[TensorGroup], parame
                             out_dtype=out_dtype)
         return result
 
-    large = [i for i, group in enumerate(groups) if _worth_a_thread(group)]
-    if len(large) < 2:
+    firsts = [group.entries[0].tensor if group.entries else None for group in groups]
+    if sum(1 for t in firsts if t is not None and worth_a_thread(t)) < 2:
         return execute(groups, parameters, options, input_dtypes=input_dtypes, out_dtype=out_dtype)
-    largest = max((groups[i].entries[0].tensor for i in large), key=torch.Tensor.numel)
-    merged = dict(zip(large, side_by_side(lambda j: one(large[j]), len(large), largest)))
-    return tuple(merged[i] if i in merged else one(i) for i in range(len(groups)))
-
-
-def _worth_a_thread(group: TensorGroup) -> bool:
-    """A CPU float matrix of at least ``POOL_MIN_SIDE`` on each side (below it Python's share of the work, which
-    holds the GIL, is as large as the maths)."""
-    if not group.entries:
-        return False
-    t = group.entries[0].tensor
-    return t.device.type == "cpu" and t.is_floating_point() and t.ndim == 2 and min(t.shape) >= POOL_MIN_SIDE
+    return tuple(large_ones_side_by_side(one, firsts))
 
 
 def _scaled(weight: float, delta: torch.Tensor) -> torch.Tensor:

@@ -4,20 +4,22 @@ mergekit's executor runs the planned tasks one after another, one merge task per
 method's eigensolves (on one thread each: a LAPACK call on two threads stalls when a core is taken mid-call,
 docs/performance.md) leave the other cores idle; two whole kernels side by side take about 0.6x the time of one
 after the other. Once wildmerge is installed, ``mergekit.merge`` plans with ``SideBySidePlanner``: for a recipe of a
-wildmerge method that merges tensors side by side (``merges_side_by_side``), it joins the merge tasks of neighbouring
-tensors in mergekit's schedule into one task, which runs mergekit's own merge task of each on the kernel pool
-(``linalg.side_by_side``: one BLAS thread each, as many at once as the cores free now and free memory allow); each
-tensor's save then takes its result from it. Each tensor is still merged by mergekit's task (its checks, parameters
-and dtypes) and saved by the same writer in the same order: the files are those of mergekit's plan with the kernels
-on one thread (tested byte for byte).
+wildmerge method that merges tensors side by side (``merges_side_by_side``), it joins the merge tasks of runs of
+neighbouring tensors in mergekit's schedule into one task, which runs mergekit's own merge task of each: the large
+CPU matrices on the kernel pool (``linalg.large_ones_side_by_side``: one BLAS thread each, as many at once as the
+cores free now and free memory allow), then the rest (norms, small matrices) on the executor's thread; each tensor's
+save then takes its result from it. Each tensor is still merged by mergekit's task (its checks, parameters and
+dtypes) and saved by the same writer in the same order: the files are those of mergekit's plan with the kernels on
+one thread (tested byte for byte).
 
 Joined: on a CPU math device with at least two usable cores (not with ``WILDMERGE_LAPACK_THREADS=1`` or
-``--num-threads 1``), runs of tensors next to each other in the schedule (no other tensor between them, so the
-writer sees mergekit's order), each read as stored (no vocabulary alignment) and a matrix of at least
-``POOL_MIN_SIDE`` on each side in the base (shapes from the safetensors headers), at most ``RUN_PER_CORE`` per usable
-core, and only while the run's inputs and its kernels' work fit in half of the memory free when the merge is planned
-(mergekit holds one tensor's inputs at a time; a run holds all of its own). A recipe of one of mergekit's own methods
-gets mergekit's plan unchanged.
+``--num-threads 1``), runs of tensors next to each other in the schedule (a run takes in the norms between its
+matrices, so the writer sees mergekit's order), each read as stored (a tensor whose vocabulary is aligned ends a run)
+and with a safetensors header to read its shape from; a run holds at least two matrices of at least
+``POOL_MIN_SIDE`` on each side in the base and at most ``LARGE_PER_CORE`` per usable core, and only as many
+tensors as its inputs and its kernels' work fit in half of the memory free when the merge is planned (mergekit holds
+one tensor's inputs at a time; a run holds all of its own). A recipe of one of mergekit's own methods gets
+mergekit's plan unchanged.
 """
 
 import math
@@ -30,10 +32,10 @@ from mergekit.io.tasks import GatherTensors, LoaderCache
 from mergekit.merge_methods.task_adapter import ExecuteMergeMethodTask
 
 from wildmerge.checkpoints import shard_shapes
-from wildmerge.plugins.linalg import POOL_MIN_SIDE, side_by_side
+from wildmerge.plugins.linalg import POOL_MIN_SIDE, large_ones_side_by_side
 from wildmerge.resources import free_memory, threads_override, usable_cores
 
-RUN_PER_CORE = 2  # a run of 2 per core lets a short kernel's core take the next one while a long one runs
+LARGE_PER_CORE = 4  # matrices per core in a run: the cores stay busy while its last kernels finish
 F32_BYTES = 4  # inputs counted as float32 (mergekit converts them to the recipe's dtype)
 WORK_COPIES = 4  # float64 copies of one matrix that a kernel holds (each_matrix's memory rule)
 
@@ -41,7 +43,8 @@ Headers = Dict[str, Dict[str, tuple]]  # safetensors file -> {tensor name: shape
 
 
 class MergedSideBySide(Task[Tuple[Optional[torch.Tensor], ...]]):
-    """mergekit's merge tasks of neighbouring tensors, run side by side; the value is their results in order."""
+    """mergekit's merge tasks of a run of neighbouring tensors, the large matrices side by side; the value is
+    their results in order."""
 
     merges: Tuple[ExecuteMergeMethodTask, ...]
 
@@ -53,11 +56,8 @@ class MergedSideBySide(Task[Tuple[Optional[torch.Tensor], ...]]):
 
     def execute(self, **inputs) -> Tuple[Optional[torch.Tensor], ...]:
         tensors = [inputs[f"tensors_{i}"] for i in range(len(self.merges))]
-        loaded = [t for models in tensors for t in models.values()]
-        if not loaded:  # optional tensors absent from every model: mergekit's tasks decide, one by one
-            return tuple(merge.execute(tensors=t) for merge, t in zip(self.merges, tensors))
-        largest = max(loaded, key=torch.Tensor.numel)
-        return tuple(side_by_side(lambda i: self.merges[i].execute(tensors=tensors[i]), len(self.merges), largest))
+        firsts = [next(iter(models.values()), None) for models in tensors]
+        return tuple(large_ones_side_by_side(lambda i: self.merges[i].execute(tensors=tensors[i]), firsts))
 
 
 class OneOfThem(Task[Optional[torch.Tensor]]):
@@ -86,7 +86,7 @@ def side_by_side_planner(planner_class):
         def _plan(self):
             super()._plan()
             if wanted(self._method, self.options):
-                self._tensors = joined(self._tensors, free_memory(), RUN_PER_CORE * usable_cores())
+                self._tensors = joined(self._tensors, free_memory(), LARGE_PER_CORE * usable_cores())
 
     return SideBySidePlanner
 
@@ -113,30 +113,43 @@ def joined(tensors: List[Tuple[object, Task]], free: Optional[int], most: int) -
     return [(weight, shares.get(i, task)) for i, (weight, task) in enumerate(tensors)]
 
 
-def runs(sizes: Sequence[Optional[Tuple[int, int]]], free: Optional[int], most: int) -> List[List[int]]:
-    """Runs of at least two neighbours to merge side by side, left to right, from each tensor's ``(models,
-    elements)`` in schedule order (None: not a matrix to join): at most ``most`` long, and while the run's inputs
-    (float32) and the work of one kernel per member fit in half of ``free`` bytes (no limit when unknown)."""
+def runs(sizes: Sequence[Optional[Tuple[int, int, bool]]], free: Optional[int], most: int) -> List[List[int]]:
+    """Runs of neighbours to merge in one task, left to right, from each tensor's ``(models, elements, large)`` in
+    schedule order (None: a tensor that ends a run). A run starts and ends at a large matrix, has at least two and
+    at most ``most`` of them, and takes in tensors while its inputs (float32) and the work of its large ones fit in
+    half of ``free`` bytes (no limit when unknown)."""
     chosen, run = [], []
-    for i, size in enumerate([*sizes, None]):
-        if size is not None and run and len(run) < most and _fits([sizes[k] for k in run] + [size], free):
-            run.append(i)
+
+    def close():
+        while run and not run[-1][1][2]:
+            run.pop()
+        if sum(1 for _, size in run if size[2]) >= 2:
+            chosen.append([i for i, _ in run])
+        run.clear()
+
+    for i, size in enumerate(sizes):
+        if size is None:
+            close()
             continue
-        if len(run) >= 2:
-            chosen.append(run)
-        run = [i] if size is not None else []
+        full = size[2] and sum(1 for _, s in run if s[2]) >= most
+        if run and (full or not _fits([s for _, s in run] + [size], free)):
+            close()
+        if run or size[2]:  # a run starts at a large matrix
+            run.append((i, size))
+    close()
     return chosen
 
 
-def _fits(sizes: List[Tuple[int, int]], free: Optional[int]) -> bool:
-    inputs = sum(F32_BYTES * models * elements for models, elements in sizes)
-    work = sum(WORK_COPIES * 8 * elements for _, elements in sizes)
+def _fits(sizes: List[Tuple[int, int, bool]], free: Optional[int]) -> bool:
+    inputs = sum(F32_BYTES * models * elements for models, elements, _ in sizes)
+    work = sum(WORK_COPIES * 8 * elements for _, elements, large in sizes if large)
     return free is None or inputs + work <= free // 2
 
 
-def _input_elements(task: Task, headers: Headers) -> Optional[Tuple[int, int]]:
-    """``(models, elements per model)`` of a merge task worth joining, else None: mergekit's merge task over tensors
-    gathered as stored, whose base (or first) copy is a matrix of at least ``POOL_MIN_SIDE`` on each side."""
+def _input_elements(task: Task, headers: Headers) -> Optional[Tuple[int, int, bool]]:
+    """``(models, elements per model, large)`` of a merge task that may join a run, else None: mergekit's merge task
+    over tensors gathered as stored, with its base's (or first model's) shape known; large: a matrix of at least
+    ``POOL_MIN_SIDE`` on each side."""
     if not isinstance(task, ExecuteMergeMethodTask) or type(task.gather_tensors) is not GatherTensors:
         return None
     weights = task.gather_tensors.weight_info
@@ -144,9 +157,9 @@ def _input_elements(task: Task, headers: Headers) -> Optional[Tuple[int, int]]:
     if model is None:
         return None
     shape = _stored_shape(model, weights[model], headers)
-    if shape is None or len(shape) != 2 or min(shape) < POOL_MIN_SIDE:
+    if shape is None:
         return None
-    return len(weights), math.prod(shape)
+    return len(weights), math.prod(shape), len(shape) == 2 and min(shape) >= POOL_MIN_SIDE
 
 
 def _stored_shape(model, weight, headers: Headers) -> Optional[tuple]:
