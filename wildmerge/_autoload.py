@@ -9,8 +9,9 @@ then runs our post-import hooks:
   before mergekit (mergekit's hook then finds it half-imported and leaves its registration to this one);
 - after ``mergekit.merge``: wrap ``run_merge`` so recipes for our methods are validated strictly (mergekit
   silently ignores misspelled parameters) and layer-sequential methods (Chain of Merges, RegMean) are routed to
-  their own driver; and plan with ``tensors_side_by_side.SideBySidePlanner``, which merges two tensors at a time for our
-  methods on a CPU. Recipes of mergekit's own methods merge exactly as without wildmerge (warnings only).
+  their own driver; and plan with ``tensors_side_by_side.SideBySidePlanner``, which merges neighbouring tensors
+  side by side for our methods on a CPU. Recipes of mergekit's own methods merge exactly as without wildmerge
+  (warnings only; mergekit's own plan).
 
 ``WILDMERGE_AUTOLOAD=0`` in the environment turns the hook off (mergekit then runs as if wildmerge were not
 installed; CI compares mergekit's own test suite both ways).

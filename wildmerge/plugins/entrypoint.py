@@ -11,8 +11,8 @@
    to is printed as a warning on stderr, never raised, unless a wildmerge command asked for checks
    (``wildmerge_checks``: ``wildmerge merge`` and the sampler), which turns them into errors.
 
-``run_merge`` plans with ``tensors_side_by_side.SideBySidePlanner``: for our methods on a CPU it merges neighbouring tensors
-two at a time (mergekit's plan otherwise, and always for mergekit's own methods).
+``mergekit.merge`` plans with ``tensors_side_by_side.SideBySidePlanner``: for our methods on a CPU it merges runs of
+neighbouring tensors side by side (mergekit's plan otherwise, and always for mergekit's own methods).
 """
 
 import contextlib
