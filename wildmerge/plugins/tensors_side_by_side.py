@@ -80,7 +80,9 @@ def side_by_side_planner(planner_class):
     """``planner_class`` (mergekit's ``MergePlanner``) with neighbouring merge tasks joined where it pays."""
 
     class SideBySidePlanner(planner_class):
-        __doc__ = planner_class.__doc__
+        """mergekit's ``MergePlanner``; for a wildmerge per-tensor method on a CPU, runs of neighbouring tensors are
+        merged in one task, side by side (``wildmerge.plugins.tensors_side_by_side``)."""
+
         __wildmerge_side_by_side__ = True
 
         def _plan(self):
