@@ -30,13 +30,16 @@ VARIANTS = {
     "avx2_machine_cbwr": {**AVX2, "MKL_CBWR": "AVX2"},
     "mkl_sse42": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "MKL_CBWR": "SSE4_2"},
     "onednn_sse41": {"ONEDNN_MAX_CPU_ISA": "SSE41"},
-    "pinned_avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},  # what WILDMERGE_DEMO_KERNELS=avx2 sets
+    "pinned_avx2_mkl_avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},  # MKL's branch differs by vendor
+    "pinned": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},  # what every default build sets
+    "pinned_sse42_threads_2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "MKL_ENABLE_INSTRUCTIONS":
+                               "SSE4_2", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"},
 }
 
 BUILD = """
 import json, sys
 from wildmerge.families.demo.build import build_family
-m = build_family(sys.argv[1], seed=0, quick=sys.argv[2] == "quick", progress=False)
+m = build_family(sys.argv[1], seed=0, quick=sys.argv[2] == "quick", progress=False)  # in this process's kernels
 print(json.dumps({"files": m["files"], "seconds": m["build_seconds"]}))
 """
 

@@ -80,6 +80,19 @@ def test_references_fail_with_the_valid_names(monkeypatch):
 
 
 @needs_gguf
+def test_the_default_quick_family_is_the_published_one(family):
+    """Built with the pinned kernels (ATen AVX2, MKL COMPATIBLE): the SHA-256 shipped in smollm2/published.json."""
+    from wildmerge.families import kernels, published
+
+    if kernels.level("WILDMERGE_SMOLLM2") != "avx2":
+        pytest.skip("the published family needs an x86-64 CPU with AVX2 (and no WILDMERGE_SMOLLM2_KERNELS)")
+    root = Path(family["root"])
+    manifest = json.loads((root / "family.json").read_text())
+    assert root.name == "v3-seed0-quick" and manifest["kernels"]["mkl_cbwr"] == "COMPATIBLE"
+    assert manifest["files"] == published.records("smollm2")[root.name]["files"], \
+        published.compare("smollm2", root.name, manifest)
+
+
 def test_layout_checksums_and_pool(family):
     from wildmerge.families.cache import checksums
     from wildmerge.families.smollm2.family import problem

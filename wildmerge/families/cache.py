@@ -24,6 +24,7 @@ from typing import Callable, Iterable
 
 from wildmerge.atomic import atomic_dir, write_json, write_text
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
+from wildmerge.families import published
 from wildmerge.locks import wait_claim
 
 MANIFEST = "family.json"  # the builders' completion marker (demo/build.py, smollm2/build.py)
@@ -135,14 +136,14 @@ def checksums(root) -> dict:
 
 def build_record(builder_version: int, seed: int, quick: bool, threads: int) -> dict:
     """The head of a family's ``family.json``: what built it, with which seed, size and library versions."""
-    import torch
-    import transformers
+    from importlib.metadata import version
 
     from wildmerge import __version__
 
+    libraries = {name: version(name) for name in ("torch", "transformers", "tokenizers", "safetensors", "numpy")}
     return {"builder_version": builder_version, "seed": seed, "quick": quick, "threads": threads,
-            "versions": {"wildmerge": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-                         "python": platform.python_version(), "machine": platform.machine()}}
+            "versions": {"wildmerge": __version__, **libraries, "python": platform.python_version(),
+                         "machine": platform.machine()}}
 
 
 def finish(out: Path, manifest: dict) -> dict:
@@ -241,6 +242,9 @@ def ensure(family: CachedFamily, cache_dir, seed: int, quick: bool, *,
             clean_leftovers(cache, key)
             with atomic_dir(root) as tmp:
                 build(tmp, seed=seed, quick=quick)
+            said = published.compare(family.label, key, json.loads((root / MANIFEST).read_text()))
+            if said:
+                print(said, flush=True)
         signature = family.signature(root)
         family.validated.add(signature)
         info = describe(root, json.loads((root / MANIFEST).read_text()))

@@ -92,6 +92,8 @@ def save_checkpoint(model, tokenizer, path) -> None:
         # an adapter: no embedding layers to save, and no look-up of its base's config on the hub to find that out
         extra = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
         model.save_pretrained(str(path), safe_serialization=True, **extra)
+        # how it was loaded (HF_HUB_OFFLINE), not what it is: left out, so the file is the same online and offline
+        tokenizer.init_kwargs.pop("local_files_only", None)
         tokenizer.save_pretrained(str(path))
     finally:
         if shown:

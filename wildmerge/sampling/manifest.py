@@ -6,7 +6,9 @@ same expert sets) and these revisions (so a hub repository that moved on is not 
 
 import csv
 import io
+import re
 from datetime import datetime, timezone
+from pathlib import Path
 
 from wildmerge.atomic import write_text
 from wildmerge.errors import ConfigError
@@ -50,6 +52,27 @@ def check_same(run_dir, sampling: Sampling) -> Manifest | None:
     return existing
 
 
+FAMILY_FOLDER = re.compile(r"v\d+-seed\d+.*")  # an embedded family's cache key (families/cache.py)
+
+
+def _family_folder(path: str) -> str | None:
+    return next((p.name for p in [Path(path), *Path(path).parents] if FAMILY_FOLDER.fullmatch(p.name)), None)
+
+
+def check_same_family(run_dir, recorded: PoolModels, now: PoolModels) -> None:
+    """A run's models from an embedded family (``demo:`` / ``smollm2:`` references, or paths into a family's cache
+    folder) must come from the family it was made with: a new builder version or other kernels make another family
+    (other weights), whose merges and scores must never mix into an old run."""
+    then = {m.name: _family_folder(m.path) for m in [recorded.base, *recorded.experts] if _family_folder(m.path)}
+    moved = {m.name: (then[m.name], _family_folder(m.path)) for m in [now.base, *now.experts]
+             if m.name in then and then[m.name] != _family_folder(m.path)}
+    if moved:
+        name, (old, new) = next(iter(moved.items()))
+        raise ConfigError(f"{run_dir} was made with the family {old}, but {name} now resolves to {new}: another "
+                          "family (other weights; a new builder version or other kernels), never mixed into an old run; "
+                          "pass a new --out to run the protocol on it, or keep the old run as it is")
+
+
 def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=False,
             download=None) -> tuple[Manifest, PoolModels]:
     """(manifest, models resolved on this machine). Resolves and checks every model before anything is merged.
@@ -66,6 +89,8 @@ def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=Fals
         print(f"  note: {name}: vocabulary of {vocab} tokens vs base {base_vocab}; its merges keep the base's "
               "tokenizer (mergekit aligns the embeddings; RegMean / CoM read it on the base's tokens)")
     models = resolved.pool_models()
+    if existing:
+        check_same_family(run_dir, existing.models, models)
     check_finite(run.root, models, allow_pickle)  # before any merge: NaN in, NaN out
     if existing:
         return existing, models

@@ -12,6 +12,7 @@ from pathlib import Path
 from wildmerge.families.demo import spec as S
 from wildmerge.families.demo.skills import SKILLS, Mixture, conflict_world, eval_items, known_part, make_world
 from wildmerge.families import cache as C
+from wildmerge.families.kernels import record as record_kernels
 
 
 def _tokenizer_corpus(world, conflict, held_out, seed) -> list:
@@ -23,25 +24,10 @@ def _tokenizer_corpus(world, conflict, held_out, seed) -> list:
     return texts
 
 
-def _check_kernels() -> dict:
-    """The ATen kernel level training runs with (it decides the float rounding), checked against a pinned one."""
-    import os
-
-    import torch
-
-    from wildmerge.errors import WildmergeError
-
-    level = torch.backends.cpu.get_cpu_capability()
-    pinned = os.environ.get("WILDMERGE_DEMO_KERNELS", "").strip().lower()  # set by demo.family for a pinned build
-    pinned = pinned if pinned in ("avx2", "default") else None
-    if pinned and level.lower() != pinned.lower():
-        raise WildmergeError(f"WILDMERGE_DEMO_KERNELS={pinned} asks for {pinned} kernels, but torch runs {level} on "
-                             f"this CPU; pick a level this CPU has (default always exists), or unset it")
-    return {"aten": level, "pinned": pinned, "mkl_cbwr": os.environ.get("MKL_CBWR")}
-
-
-def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, progress: bool = True) -> dict:
-    """Train and save everything into ``out_dir`` (the caller makes it atomic); returns the manifest."""
+def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, progress: bool = True,
+                 kernels_level: str = "native") -> dict:
+    """Train and save everything into ``out_dir`` (the caller makes it atomic); returns the manifest.
+    ``kernels_level``: the pins this process runs with (``families/kernels.py``), checked and recorded."""
     from tqdm.auto import tqdm
 
     from wildmerge.families.demo.model import new_model
@@ -51,7 +37,7 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
     from wildmerge.families.train import deterministic, save_checkpoint, train
 
     start = time.time()
-    kernels = _check_kernels()
+    kernels = record_kernels(kernels_level)
     out, bs = Path(out_dir), S.build_spec(quick)
     experts = S.experts_for(quick)
     world = make_world(seed, bs.n_entities)
@@ -100,6 +86,7 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
 
 
 if __name__ == "__main__":  # the child process of a pinned-kernel build (demo.family._build)
+    import os
     import sys
 
     from wildmerge.lifeline import hold
@@ -107,4 +94,5 @@ if __name__ == "__main__":  # the child process of a pinned-kernel build (demo.f
     hold()  # dies with the process that started it
 
     _out, _seed, _size, _threads, _progress = sys.argv[1:6]
-    build_family(_out, seed=int(_seed), quick=_size == "quick", threads=int(_threads), progress=_progress == "progress")
+    build_family(_out, seed=int(_seed), quick=_size == "quick", threads=int(_threads), progress=_progress == "progress",
+                 kernels_level=os.environ["WILDMERGE_DEMO_KERNELS"])

@@ -1,6 +1,6 @@
 """The cached demo family: build once, validate every time, resolve ``demo:<name>`` references.
 
-A family lives in ``<cache>/v<builder version>-seed<seed>[-<kernels>][-quick]/`` and is used only if its
+A family lives in ``<cache>/v<builder version>-seed<seed>[-default|-native][-quick]/`` and is used only if its
 ``family.json`` and every file's SHA-256 check out; a partial, corrupted or stale folder is rebuilt, never used
 (``families/cache.py``: the claim, the checks and the atomic rebuild, shared with the SmolLM2 family).
 """
@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 from wildmerge.families.demo import spec as S
-from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
-from wildmerge.families import cache as C
+from wildmerge.errors import ConfigError
+from wildmerge.families import cache as C, kernels
 
 # the calibration/ and tasks_large/ files are derived (rewritten on use), not data
 FAMILY = C.CachedFamily(label="demo", title="demo", env="WILDMERGE_DEMO", unsigned_dirs=("calibration", "tasks_large"))
@@ -26,57 +26,27 @@ def quick_forced() -> bool:
     return FAMILY.quick_forced()
 
 
-KERNEL_LEVELS = ("avx2", "default")
-README_KERNELS = "AVX512"  # the ATen kernel level of the build the README's demo numbers come from
-
-
-def pinned_kernels() -> str | None:
-    """``$WILDMERGE_DEMO_KERNELS``: the ATen kernel level to train with (``avx2`` or ``default``), or None (unset or
-    ``native``: this machine's best kernels, as the README's family was built).
-
-    Training is bit-reproducible on one machine, but ATen picks vectorised kernels for the CPU (AVX-512, AVX2,
-    scalar), and their float rounding differs (measured: every weight of the quick family); a pinned level gives the
-    same family on every x86-64 CPU that has it, at the price of a family other than the native build's."""
-    level = os.environ.get("WILDMERGE_DEMO_KERNELS", "").strip().lower()
-    if level in ("", "native"):
-        return None
-    if level not in KERNEL_LEVELS:
-        raise ConfigError(f"WILDMERGE_DEMO_KERNELS={level!r}{did_you_mean(level, KERNEL_LEVELS)}; use one of "
-                          f"{', '.join(KERNEL_LEVELS)}, or native (unset) for this machine's kernels")
-    return level
-
-
 def family_key(seed: int, quick: bool) -> str:
-    pinned = pinned_kernels()
-    return f"v{S.BUILDER_VERSION}-seed{seed}" + (f"-{pinned}" if pinned else "") + ("-quick" if quick else "")
+    """``v<builder>-seed<seed>[-default|-native][-quick]``: the kernels are part of the family (``families/kernels.py``)."""
+    suffix = kernels.key_suffix(kernels.level(FAMILY.env))
+    return f"v{S.BUILDER_VERSION}-seed{seed}{suffix}" + ("-quick" if quick else "")
 
 
 def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
-    """Train the family into ``out``: here, or with pinned kernels in a child process (ATen reads its kernel level
-    once per process, at start-up)."""
+    """Train the family into ``out``: with pinned kernels in a child process (ATen reads its kernel level once per
+    process, at start-up), or here with this machine's native ones."""
     from wildmerge.families.demo.build import build_family
 
-    pinned = pinned_kernels()
-    if pinned is None:
-        import torch
-
-        level = torch.backends.cpu.get_cpu_capability()
-        if level != README_KERNELS:
-            print(f"wildmerge demo: torch runs {level} kernels on this CPU; the README's demo numbers come from a "
-                  f"build with {README_KERNELS} kernels, whose rounding differs, so this family's weights and scores "
-                  "will differ from them (README: 'The demo family across machines')", flush=True)
-        build_family(out, seed=seed, quick=quick, threads=threads, progress=progress)
+    chosen = kernels.level(FAMILY.env)
+    note = kernels.other_family_note("demo", chosen)
+    if note:
+        print(note, flush=True)
+    if chosen == "native":
+        build_family(out, seed=seed, quick=quick, threads=threads, progress=progress, kernels_level=chosen)
         return
-    import sys
-
-    from wildmerge import lifeline
-
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": pinned,
-           "MKL_CBWR": "AVX2" if pinned == "avx2" else "COMPATIBLE"}  # MKL's reproducible mode, to be safe
-    cmd = [sys.executable, "-m", "wildmerge.families.demo.build", str(out), str(seed), "quick" if quick else "full",
-           str(threads), "progress" if progress else "quiet"]
-    if lifeline.run(cmd, env=env) != 0:  # the child dies with this process
-        raise WildmergeError(f"building the demo family with WILDMERGE_DEMO_KERNELS={pinned} failed (see above)")
+    kernels.run_build(chosen, "wildmerge.families.demo.build", [out, seed, "quick" if quick else "full", threads,
+                                                                "progress" if progress else "quiet"],
+                      f"{FAMILY.env}_KERNELS")
 
 
 def problem(root) -> str | None:

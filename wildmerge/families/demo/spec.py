@@ -8,7 +8,7 @@ caches are not reused.
 
 from dataclasses import dataclass, field
 
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3  # 3: kernels pinned by default (families/kernels.py)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,13 @@ from pathlib import Path
 from wildmerge.families.smollm2 import spec as S
 from wildmerge.families.smollm2.skills import SKILLS, eval_items, make_kb
 from wildmerge.families import cache as C
+from wildmerge.families.kernels import record as record_kernels
 
 
-def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, progress: bool = True) -> dict:
-    """Make and save everything into ``out_dir`` (the caller makes it atomic); returns the manifest."""
-    import torch
+def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, progress: bool = True,
+                 kernels_level: str = "native") -> dict:
+    """Make and save everything into ``out_dir`` (the caller makes it atomic); returns the manifest.
+    ``kernels_level``: the pins this process runs with (``families/kernels.py``), checked and recorded."""
     from tqdm.auto import tqdm
 
     from wildmerge.families.smollm2.data import write_expert_data
@@ -36,7 +38,7 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
     experts = S.experts_for(quick)
     manifest = {
         **C.build_record(S.BUILDER_VERSION, seed, quick, threads),
-        "kernels": {"aten": torch.backends.cpu.get_cpu_capability()},
+        "kernels": record_kernels(kernels_level),
         "source": source, "spec": asdict(bs), "tasks": {"path": "tasks", "names": task_names()},
         "knowledge_base": kb, "seconds": {},
     }
@@ -67,3 +69,16 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
                       f"task vector {record['task_vector_norm']:.3f}")
     manifest["build_seconds"] = round(time.time() - start, 1)
     return C.finish(out, manifest)  # last: the completion marker
+
+
+if __name__ == "__main__":  # the child process of a pinned-kernel build (smollm2.family._build)
+    import os
+    import sys
+
+    from wildmerge.lifeline import hold
+
+    hold()  # dies with the process that started it
+
+    _out, _seed, _size, _threads, _progress = sys.argv[1:6]
+    build_family(_out, seed=int(_seed), quick=_size == "quick", threads=int(_threads), progress=_progress == "progress",
+                 kernels_level=os.environ["WILDMERGE_SMOLLM2_KERNELS"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from wildmerge.families.smollm2 import spec as S
 from wildmerge.errors import ConfigError, did_you_mean
-from wildmerge.families import cache as C
+from wildmerge.families import cache as C, kernels
 
 PREFIX = "smollm2:"
 FAMILY = C.CachedFamily(label="smollm2", title="SmolLM2", env="WILDMERGE_SMOLLM2", tell_waits=True,
@@ -28,7 +28,9 @@ def quick_forced() -> bool:
 
 
 def family_key(seed: int, quick: bool) -> str:
-    return f"v{S.BUILDER_VERSION}-seed{seed}" + ("-quick" if quick else "")
+    """``v<builder>-seed<seed>[-default|-native][-quick]``: the kernels are part of the family (``families/kernels.py``)."""
+    suffix = kernels.key_suffix(kernels.level(FAMILY.env))
+    return f"v{S.BUILDER_VERSION}-seed{seed}{suffix}" + ("-quick" if quick else "")
 
 
 def problem(root) -> str | None:
@@ -71,9 +73,19 @@ def _write_derived(root: Path, info: dict) -> None:
 
 
 def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
+    """Build the family into ``out``: with pinned kernels in a child process, or here with native ones."""
     from wildmerge.families.smollm2.build import build_family
 
-    build_family(out, seed=seed, quick=quick, threads=threads, progress=progress)
+    chosen = kernels.level(FAMILY.env)
+    note = kernels.other_family_note("smollm2", chosen)
+    if note:
+        print(note, flush=True)
+    if chosen == "native":
+        build_family(out, seed=seed, quick=quick, threads=threads, progress=progress, kernels_level=chosen)
+        return
+    kernels.run_build(chosen, "wildmerge.families.smollm2.build", [out, seed, "quick" if quick else "full", threads,
+                                                                   "progress" if progress else "quiet"],
+                      f"{FAMILY.env}_KERNELS")
 
 
 def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: int = 1,

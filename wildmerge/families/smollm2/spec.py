@@ -8,7 +8,7 @@ caches are not reused.
 
 from dataclasses import dataclass, field
 
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3  # 3: kernels pinned by default (families/kernels.py)
 BASE_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF file is a quantisation of (named in adapters)
 
 # how an expert is published: full float32 weights (the default), a LoRA adapter, bfloat16 weights, added tokens
