@@ -1,6 +1,7 @@
 """The CPU thread policy (wildmerge/resources.py, plugins/linalg.py) against one thread, quiet, busy, and with a load
 that starts during the call: the policy must never be more than 5 % slower than one thread, and faster where
-threads pay.
+threads pay. The policy decides only how many matrices run side by side: each is computed on one thread, so a
+merge's bytes never depend on it.
 
 Each run is a fresh process (OpenMP reads its wait policy when torch loads; wildmerge's processes ask for a passive
 wait, and so do these) that times TSV-M, Iso-CTS and Iso-C on T task vectors of one square matrix, one kernel after
@@ -8,14 +9,7 @@ another, and reports each kernel's own time; runs are paired and interleaved by 
 thread`` within each round, medians with min and max, the load of other processes, LOADED figures marked). Cases:
 - ``policy``: the default (no override);
 - ``one thread``: ``WILDMERGE_LAPACK_THREADS=1``, the old default;
-- ``all cores``: ``WILDMERGE_LAPACK_THREADS=<usable cores>``: what forcing threads gives (where threads pay at all;
-  ``THREADS_MIN_SIDE`` in resources.py is set from it);
-- ``policy, min side 2048``: the policy with ``THREADS_MIN_SIDE`` 2048 (how it was chosen: round 11);
-- ``policy, min side 512`` and ``policy, min side 512, OpenBLAS threads``: threaded decompositions from 512, with
-  torch's ``eigh`` (the policy's threaded eigensolver) or with scipy's OpenBLAS ``syevd`` (the one-thread
-  eigensolver since round 14) on those threads too: whether the anchor's 640-wide eigensolves should use the cores;
-- ``policy, pool only``: the policy with no threaded decomposition at any size (``THREADS_MIN_SIDE`` above every
-  matrix): independent decompositions still run side by side, a single one on one thread;
+- ``all cores``: ``WILDMERGE_LAPACK_THREADS=<usable cores>``: every core side by side, whatever the load;
 - ``policy, malloc kept``: the policy with glibc keeping freed blocks (a diagnosis: page faults are not the cost).
 ``--diagnose`` also prints, per kernel, the process's CPU seconds, minor page faults and involuntary context switches:
 threads waiting at a barrier show as CPU seconds above one thread's.
@@ -38,15 +32,9 @@ from paired import Process, measure, print_table
 
 CHILD = r"""
 import os, resource, sys, time
-from wildmerge import resources
 from wildmerge.resources import prefer_passive_wait
 prefer_passive_wait()
-if os.environ.get("BENCH_THREADS_MIN_SIDE"):  # the policy with another THREADS_MIN_SIDE, to choose it
-    resources.THREADS_MIN_SIDE = int(os.environ["BENCH_THREADS_MIN_SIDE"])
 import torch
-if os.environ.get("BENCH_SYEVD_THREADED"):  # scipy's OpenBLAS syevd on every CPU eigensolve, threaded ones too
-    from wildmerge.plugins import lapack, linalg
-    linalg.eigh_upper = lambda g: lapack.syevd(g) if g.device.type == "cpu" else torch.linalg.eigh(g, UPLO="U")
 from paired import StartingLoad, report_seconds
 from wildmerge.plugins import spectral
 from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TSVMParams
@@ -73,8 +61,7 @@ for name, run in (("tsv_m", lambda: tsv_m(deltas)), ("iso_cts", lambda: iso_cts(
 
 BUSY = "while True: pass\n"
 KERNELS = ("tsv_m", "iso_cts", "iso_c")
-CASES = ("policy", "one thread", "all cores", "policy, malloc kept", "policy, min side 2048", "policy, pool only",
-         "policy, min side 512", "policy, min side 512, OpenBLAS threads")
+CASES = ("policy", "one thread", "all cores", "policy, malloc kept")
 COSTS = ("cpu", "faults", "preempted")  # what each child reports per kernel besides its time (--diagnose)
 MALLOC_KEPT = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
                "MALLOC_TOP_PAD_": str(64 << 20)}
@@ -91,16 +78,7 @@ def cases(size, args, cores, starting_load):
             # a diagnosis: glibc keeps freed blocks up to 32 MiB instead of returning them to the kernel, so the
             # threads do not fault fresh pages in (and contend for the address space's lock) on every matrix
             "policy, malloc kept": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive, **MALLOC_KEPT},
-                                           timeout=args.timeout),
-            "policy, min side 2048": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive,
-                                                          "BENCH_THREADS_MIN_SIDE": "2048"}, timeout=args.timeout),
-            "policy, pool only": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive,
-                                                      "BENCH_THREADS_MIN_SIDE": str(1 << 30)}, timeout=args.timeout),
-            "policy, min side 512": Process(child, env={"WILDMERGE_LAPACK_THREADS": None, **passive,
-                                                        "BENCH_THREADS_MIN_SIDE": "512"}, timeout=args.timeout),
-            "policy, min side 512, OpenBLAS threads": Process(
-                child, env={"WILDMERGE_LAPACK_THREADS": None, **passive, "BENCH_THREADS_MIN_SIDE": "512",
-                            "BENCH_SYEVD_THREADED": "1"}, timeout=args.timeout)}
+                                           timeout=args.timeout)}
     return {name: every[name] for name in CASES if name in args.cases}
 
 
@@ -115,7 +93,7 @@ def print_costs(m, kernels) -> None:
 
 
 def main():
-    from wildmerge.resources import THREADS_MIN_SIDE, usable_cores
+    from wildmerge.resources import usable_cores
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048])
@@ -135,7 +113,7 @@ def main():
     args = ap.parse_args()
     args.cases = set(args.cases) | {"one thread"}
     cores = usable_cores()
-    print(f"# thread policy: {cores} usable cores, THREADS_MIN_SIDE {THREADS_MIN_SIDE}; {args.tasks} task vectors "
+    print(f"# thread policy: {cores} usable cores, every matrix on one thread; {args.tasks} task vectors "
           f"of each size, float32; per-kernel times reported by each run; ratios to one thread (target: policy "
           f"<= 1.05x everywhere, below 1 where threads pay)")
     for condition in args.conditions:

@@ -15,18 +15,14 @@ can use it before torch loads.
 - ``cuda_available`` and ``checked_device``: a requested device (``auto``, ``cpu``, ``cuda``, ``cuda:N``) made
   concrete, with one message when the GPU asked for is not there; ``free_device_memory``: free bytes on it.
 - ``thread_share``: a worker among N gets the usable cores // N threads (at least 1).
-- ``kernel_threads``, ``decomposition_threads``, ``product_threads``, ``pool_threads``: the CPU kernels' thread
-  policy, decided per call from the instantaneous run queue (``others_running``), not the 1-minute load average,
-  which lags a load that starts by a minute. ``WILDMERGE_LAPACK_THREADS`` overrides all four (``threads_override``:
-  a whole number from 1 to the usable cores, else one clear ``ConfigError``). Why not always every core: a
-  multi-threaded LAPACK call waits at a barrier for every thread, and a thread whose core another process holds
-  stalls all of them (measured on a loaded 2-core machine: four 512 x 512 float64 eigh took 0.3 s on one thread,
-  5-40 s on two with OpenMP's default spinning wait; on a 16-core host a 1024 x 1024 case with 15 busy processes
-  that had just started was cut after 20 s against 1.57 s on one thread). So independent decompositions run side
-  by side on one thread each (``pool_threads``; no barrier between them: a busy core delays one matrix, never all),
-  a single decomposition uses several threads only when it is large (``THREADS_MIN_SIDE``) and cores are free now
-  (``decomposition_threads``), and a large matrix product (one barrier, at its end) uses the cores free now
-  (``product_threads``).
+- ``kernel_threads``, ``pool_threads``: how many matrices the CPU kernels work on side by side, decided per call
+  from the instantaneous run queue (``others_running``), not the 1-minute load average, which lags a load that
+  starts by a minute. ``WILDMERGE_LAPACK_THREADS`` overrides both (``threads_override``: a whole number from 1 to
+  the usable cores, else one clear ``ConfigError``). Each matrix itself is always computed on one thread
+  (``plugins/linalg.py``): a decomposition or product on several threads rounds otherwise than on one, so a merge's
+  bytes would follow the load; and a multi-threaded LAPACK call waits at a barrier for every thread, so a thread
+  whose core another process holds stalls all of them (measured on a loaded 2-core machine: four 512 x 512 float64
+  eigh took 0.3 s on one thread, 5-40 s on two). Side by side there is no barrier: a busy core delays one matrix.
 - ``prefer_passive_wait``: in the worker processes wildmerge starts (merge helpers, evaluation workers), OpenMP
   threads sleep at barriers instead of spinning (``OMP_WAIT_POLICY=PASSIVE``); it only works before torch is imported.
 """
@@ -119,13 +115,6 @@ def thread_share(workers: int, root: Path = CGROUP) -> int:
     return max(1, usable_cores(root) // max(1, workers))
 
 
-# Below this matrix side (the smaller one: the Gram matrix's) a decomposition runs on one thread. With a load that
-# started during the call, threaded decompositions on a 16-core host were 1.14-1.29x one thread at 1024 (threads
-# waiting at barriers: 2.4-2.8x one thread's CPU seconds) and 1.12x at 2048, 1.01x at 4096 (a 3-round trial), where
-# quiet they were 0.17x (Iso-C's SVD; 0.43x at 2048). benchmarks/results/thread_policy_*round11*, *round12*.
-THREADS_MIN_SIDE = 4096
-# At most one thread per this many columns: a thread with a thinner panel spends its time at barriers.
-SIDE_PER_THREAD = 256
 LOADAVG = Path("/proc/loadavg")
 
 
@@ -189,38 +178,6 @@ def kernel_threads(cap: int = 0) -> int:
         return wanted
     cores = usable_cores()
     return max(1, min(cap if cap > 0 else cores, cores - others_running()))
-
-
-def decomposition_threads(side: int) -> int:
-    """Threads for one decomposition whose Gram matrix is ``side`` x ``side``: the override, else one below
-    ``THREADS_MIN_SIDE`` (threads do not pay there, and every call on several threads risks a barrier stall),
-    else ``kernel_threads`` capped at one thread per ``SIDE_PER_THREAD`` columns. Decided per call: a load that
-    starts during a call on several threads can still slow that one call; the next one sees it."""
-    wanted = threads_override()
-    if wanted is not None:
-        return wanted
-    if side < THREADS_MIN_SIDE:
-        return 1
-    return kernel_threads(cap=side // SIDE_PER_THREAD)
-
-
-# A matrix product of at least this many multiply-adds runs on the cores free now (``product_threads``). A GEMM
-# meets its threads once, at its end (a LAPACK decomposition meets them at every panel), and MKL gave the same bytes
-# on one and two threads for Iso-C's products (the anchor's merged checkpoints compared with ``cmp``).
-PRODUCT_MIN_MULS = 2 ** 26
-
-
-def product_threads(muls: int, rows: int) -> int:
-    """Threads for one matrix product of ``muls`` multiply-adds whose output has ``rows`` rows: the override, else
-    one below ``PRODUCT_MIN_MULS`` (about 3 ms of float64 on one core, where waking threads would not pay), else
-    the cores free now (``kernel_threads``), at most one per ``SIDE_PER_THREAD`` rows (the decompositions' rule;
-    on many cores the products are not measured yet)."""
-    wanted = threads_override()
-    if wanted is not None:
-        return wanted
-    if muls < PRODUCT_MIN_MULS:
-        return 1
-    return kernel_threads(cap=max(1, rows // SIDE_PER_THREAD))
 
 
 def pool_threads() -> int:

@@ -73,7 +73,7 @@ def test_the_override_wins_and_a_bad_one_is_one_clear_error(monkeypatch):
     monkeypatch.setenv(resources.THREADS_ENV, " 3 ")
     assert resources.threads_override() == 3
     assert resources.kernel_threads() == resources.kernel_threads(cap=1) == 3
-    assert resources.decomposition_threads(16) == resources.pool_threads() == resources.product_threads(1, 1) == 3
+    assert resources.pool_threads() == 3
     for bad in ("abc", "0", "-1", "1.5", "99999", "5"):  # 5: more than the 4 usable cores
         monkeypatch.setenv(resources.THREADS_ENV, bad)
         with pytest.raises(ConfigError, match=rf"{resources.THREADS_ENV}='{re.escape(bad)}' .* from 1 to 4"):
@@ -82,7 +82,7 @@ def test_the_override_wins_and_a_bad_one_is_one_clear_error(monkeypatch):
     assert resources.threads_override() is None
 
 
-def test_threads_follow_the_run_queue_now_and_the_matrix_size(monkeypatch):
+def test_threads_follow_the_run_queue_now(monkeypatch):
     monkeypatch.delenv(resources.THREADS_ENV, raising=False)
     monkeypatch.setattr(resources, "usable_cores", lambda root=resources.CGROUP: 32)
     others = {"now": 0}
@@ -92,23 +92,10 @@ def test_threads_follow_the_run_queue_now_and_the_matrix_size(monkeypatch):
     assert resources.kernel_threads() == 3 and resources.kernel_threads(cap=2) == 2  # what the others leave
     others["now"] = 40
     assert resources.kernel_threads() == 1
-    others["now"] = 0
-    assert resources.decomposition_threads(resources.THREADS_MIN_SIDE - 1) == 1  # small: one thread, always
-    assert resources.decomposition_threads(1024) == 1  # a load starting mid-call stalled threads there (16 cores)
-    assert resources.decomposition_threads(2048) == 1  # and there (1.12x one thread)
-    assert resources.decomposition_threads(4096) == 4096 // resources.SIDE_PER_THREAD  # one per 256 columns
-    assert resources.decomposition_threads(100000) == 32
     others["now"] = 31
-    assert resources.decomposition_threads(4096) == 1  # a load that has just started counts at once
-    assert resources.pool_threads() == 1  # side by side only on the cores free now
+    assert resources.pool_threads() == 1  # side by side only on the cores free now: a new load counts at once
     others["now"] = 0
     assert resources.pool_threads() == 32
-    assert resources.product_threads(resources.PRODUCT_MIN_MULS - 1, 8000) == 1  # a small product: one thread
-    assert resources.product_threads(640 * 640 * (640 + 1728), 1728) == 6  # an MLP matrix: one per 256 rows
-    assert resources.product_threads(640 * 640 * (640 + 8000), 8000) == 31
-    assert resources.product_threads(10 ** 12, 10 ** 6) == 32
-    others["now"] = 31
-    assert resources.product_threads(10 ** 12, 10 ** 6) == 1  # on the cores free now only
 
 
 def test_the_run_queue_less_this_process(tmp_path, monkeypatch):

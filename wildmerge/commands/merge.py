@@ -84,8 +84,11 @@ def run(args) -> int:
 
     from wildmerge.atomic import atomic_dir
     from wildmerge.plugins.entrypoint import wildmerge_checks
+    from wildmerge.plugins.linalg import blas_threads
 
-    with wildmerge_checks(strict_params=args.strict), atomic_dir(out) as tmp:
+    # one thread per tensor: the merged bytes never depend on the cores or the load (mergekit's own reductions,
+    # e.g. Model Stock's, round otherwise on two threads); wildmerge's methods still merge tensors side by side
+    with wildmerge_checks(strict_params=args.strict), atomic_dir(out) as tmp, blas_threads(1):
         mergekit_yaml.main([args.recipe, str(tmp), *options], standalone_mode=False)
     print(f"merged model written to {out}")
     return 0

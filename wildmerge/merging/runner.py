@@ -79,9 +79,14 @@ def merge_one(entry: PlanEntry, recipe: dict, digest: str, text: str, options, m
     from mergekit.merge import run_merge
 
     from wildmerge.plugins.entrypoint import wildmerge_checks
+    from wildmerge.plugins.linalg import blas_threads
 
     start = time.perf_counter()
-    with wildmerge_checks(strict_params=True), atomic_dir(entry.path) as tmp:
+    # one thread per tensor on the CPU: a merge's bytes never depend on the thread count, the merge workers or the
+    # load (a reduction on two threads rounds otherwise: Model Stock's merged file differed); the parallelism is
+    # across tensors (the planner's tensors side by side) and across merges (--merge-workers)
+    threads = blas_threads(1) if str(options.device) == "cpu" else contextlib.nullcontext()
+    with wildmerge_checks(strict_params=True), atomic_dir(entry.path) as tmp, threads:
         run_merge(MergeConfiguration.model_validate(recipe), str(tmp), options=options, config_source=text)
         (Path(tmp) / RECIPE).write_text(text)
         if models is not None:

@@ -24,12 +24,10 @@ The per-task top-k can instead come from randomized subspace iteration (``random
 the algorithm is in ``linalg_randomized.py``): a few passes over each matrix with ``k + 10`` vectors instead of a
 Gram matrix and an eigensolve per task.
 
-Threads on the CPU (the policy is in ``wildmerge.resources``): a kernel runs on one thread; independent
-decompositions (TSV-M's and Iso-CTS's per-task SVDs, the two polar factors) run side by side, one BLAS thread each
-(``each_matrix``); one large decomposition takes several threads when cores are free now (``lapack_threads``), and
-so does a large product (``gemm_threads``: Iso-C's and Subspace Boosting's two products). Matrices side by side are
-computed exactly as on one thread; a decomposition on several threads differs from one thread by float round-off
-only.
+Threads on the CPU: every matrix's maths runs on one thread, so a merge's bytes never depend on the cores, the
+load or ``WILDMERGE_LAPACK_THREADS``; independent decompositions (TSV-M's and Iso-CTS's per-task SVDs, the two polar
+factors) and whole tensors (``tensors_side_by_side.py``) run side by side, one BLAS thread each (``each_matrix``),
+on as many Python threads as the policy in ``wildmerge.resources`` gives: a width that changes no byte.
 
 Effective rank (Hitit et al. 2025, spec §6): singular values at or below ``tol * s_1`` are treated as zero and their
 directions dropped; the default ``tol`` is ``max(m, n) * eps(float32)``, the usual numerical-rank threshold for
@@ -49,7 +47,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 import torch
 
 from wildmerge.plugins import lapack, linalg_randomized
-from wildmerge.resources import decomposition_threads, free_memory, pool_threads, product_threads, threads_override
+from wildmerge.resources import free_memory, pool_threads, threads_override
 
 _F32_EPS = torch.finfo(torch.float32).eps
 Matrices = Union[torch.Tensor, Sequence[torch.Tensor]]
@@ -83,44 +81,40 @@ def blas_threads(n: int):
 
 @contextlib.contextmanager
 def lapack_threads(device: torch.device, side: int = 0):
-    """One CPU decomposition whose Gram matrix is ``side`` x ``side`` (and the products around it) on
-    ``resources.decomposition_threads(side)`` threads: ``WILDMERGE_LAPACK_THREADS`` when set, else one unless the
-    matrix is large enough that threads pay and cores are free now (the run queue, read per call).
-
-    Why not always every core: a multi-threaded LAPACK call waits at barriers for every thread, and a thread whose
-    core another process holds stalls them all (on a shared 2-core machine a 1024 x 1024 float32 SVD took 0.47 s
-    on one thread and 15.8 s on two). Measured in benchmarks/bench_thread_policy.py.
-    """
+    """One CPU decomposition (and the products around it) on ONE thread, whatever the cores, the load or
+    ``WILDMERGE_LAPACK_THREADS``: a LAPACK call on several threads rounds otherwise than on one (Iso-C's merged file
+    differed in one byte between 2 threads and 1 on an AVX-512 Xeon), so a merge's bytes would depend on the host's
+    momentary load. Threads pay across matrices instead (``each_matrix``, the planner's tensors side by side), which
+    changes no byte. ``side`` is kept for the callers' records."""
     if device.type != "cpu" or getattr(_pool, "in_pool", False):
         yield
         return
-    with blas_threads(decomposition_threads(side)):
+    with blas_threads(1):
         yield
 
 
 @contextlib.contextmanager
 def gemm_threads(device: torch.device, muls: int, rows: int):
-    """CPU matrix products of ``muls`` multiply-adds into ``rows`` rows (and the cast after them) on
-    ``resources.product_threads`` threads; the caller's threads on a GPU and in ``each_matrix``'s pool."""
+    """CPU matrix products (and the cast after them) on one thread, for the same reason as ``lapack_threads``."""
     if device.type != "cpu" or getattr(_pool, "in_pool", False):
         yield
         return
-    with blas_threads(product_threads(muls, rows)):
+    with blas_threads(1):
         yield
 
 
 def on_kernel_threads(kernel):
-    """Run a whole CPU kernel on one thread (or ``WILDMERGE_LAPACK_THREADS``); the steps where threads pay ask for
-    them (``lapack_threads``, ``gemm_threads``, ``each_matrix``). On a busy 2-core machine even a small two-thread
-    GEMM waits for the other core (measured: a 512 x 192 x 16 float64 product took 8 ms on two threads, 0.3 ms on
-    one)."""
+    """Run a whole CPU kernel on one thread, so its bytes never depend on the thread count; ``each_matrix`` runs
+    independent matrices side by side. (On a busy 2-core machine even a small two-thread GEMM waits for the other
+    core: a 512 x 192 x 16 float64 product took 8 ms on two threads, 0.3 ms on one.)"""
 
     @functools.wraps(kernel)
     def run(matrices, *args, **kwargs):
         first = matrices if isinstance(matrices, torch.Tensor) else matrices[0]
         if first.device.type != "cpu":
             return kernel(matrices, *args, **kwargs)
-        with blas_threads(threads_override() or 1):
+        threads_override()  # a bad WILDMERGE_LAPACK_THREADS is one clear error, pool or not
+        with blas_threads(1):
             return kernel(matrices, *args, **kwargs)
 
     return run
@@ -134,10 +128,9 @@ def each_matrix(fn: Callable[[int, torch.Tensor], Any], matrices: Iterable[torch
     GIL, and with no barrier between the matrices a core that another process takes, even from the middle of the
     call, delays the matrix on it, never all of them (one thread alone would run all of them at that pace). At most
     that many matrices are worked on at once (fewer when free memory would not hold four float64 copies of one per
-    thread), and an iterable is read once, a matrix when a thread is free for it. When a single decomposition at
-    this size gets more threads than there are matrices (``resources.decomposition_threads``: large matrices, free
-    cores; e.g. the two polar factors on a quiet many-core machine), they run one after another on those threads
-    instead. On a GPU, below ``POOL_MIN_SIDE`` and inside a pool thread, one after another on the caller's threads.
+    thread), and an iterable is read once, a matrix when a thread is free for it. Each matrix's bytes are those of
+    one thread, whatever the pool's width. On a GPU, below ``POOL_MIN_SIDE`` and inside a pool thread, one after
+    another on the caller's threads.
     """
     items = enumerate(matrices)
     first = next(items, None)
@@ -148,10 +141,6 @@ def each_matrix(fn: Callable[[int, torch.Tensor], Any], matrices: Iterable[torch
     if first[1].device.type != "cpu" or side < POOL_MIN_SIDE or getattr(_pool, "in_pool", False):
         return [fn(i, m) for i, m in items]
     count = len(matrices) if hasattr(matrices, "__len__") else None
-    threads = decomposition_threads(side)
-    if count is not None and threads > count:
-        with blas_threads(threads):
-            return [fn(i, m) for i, m in items]
     return _on_pool(fn, items, count, _fit_in_memory(first[1]))
 
 
@@ -380,7 +369,7 @@ def upper_gram(x: torch.Tensor) -> torch.Tensor:
 
 def eigh_upper(gram: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """``torch.linalg.eigh(gram, UPLO="U")``: eigenvalues ascending, eigenvectors as columns. On the CPU on one
-    thread (every decomposition below ``THREADS_MIN_SIDE``, and each in ``each_matrix``'s pool) the same LAPACK
+    thread (every decomposition, on the caller's thread or in ``each_matrix``'s pool) the same LAPACK
     routine, ``?syevd``, from scipy's OpenBLAS (``lapack.syevd``): the anchor's 70 float64 eigensolves took 2.38 s
     against torch's 3.00 s on one core of the development machine (``bench_merge_methods.py --floor``; Iso-C's
     merge 0.89x). A call on several threads keeps torch's, whose threads the policy was measured with on many
