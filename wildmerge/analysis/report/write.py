@@ -1,5 +1,6 @@
 """Write a run's report: ``scores.csv``, Tables 1-3, per-task changes, sweeps, homogeneous merges, plots, the
-``index.html`` leaderboard page, and the scores into each merged model's card.
+``index.html`` leaderboard page, ``environment.json`` (the versions and family builds behind the numbers), and the
+scores into each merged model's card.
 
 ``write_report(run_dir, out_dir=None, suite=None)`` writes into ``RUN/report/`` when the run has one evaluated
 suite, else into ``RUN/report/<suite>/`` (keys prefixed ``<suite>/``), atomically: the folder is complete or the
@@ -8,6 +9,7 @@ sweep points and tuned variants have their own tables and figures, homogeneous m
 """
 
 import contextlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -22,6 +24,7 @@ from wildmerge.analysis.report import plots
 from wildmerge.analysis.report.layerwise_plots import layerwise_figures
 from wildmerge.analysis.report.choice_cost import choice_cost, choice_cost_markdown
 from wildmerge.analysis.report.costs import cost_markdown, cost_points, merge_seconds
+from wildmerge.analysis.report.environment import ENVIRONMENT, environment, lock_note, summary
 from wildmerge.analysis.report.page_tables import build_page
 from wildmerge.analysis.report.run_data import RunData
 from wildmerge.analysis.report.scores import (TUNED, collect_scores, lower_is_better, protocol_rows,
@@ -240,13 +243,17 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
     override_note = _override_note(overridden)
     if override_note:
         notes.insert(0, override_note)
+    env = environment(data)
+    if lock_note(env):
+        notes.append(lock_note(env))
     with _report_dir(data, target) as tmp:
         out = _Out(tmp, target, overridden if override_note else None)
         out.csv("scores.csv", leaderboard.scores_table(df, tasks))
         out.csv("norms.csv", df[["model_id", "kind", "variant", "n", "subset_id", "task_vector_norm"]])
         md = [f"# Leaderboard: run `{name}`, suite `{suite}`\n"] + ([f"> **{override_note}**\n"] if override_note else [])
         md += [f"Scores are accuracies in percent; a model's score is the mean over {len(tasks)} task(s): "
-               f"{', '.join(tasks)}.\n"]
+               f"{', '.join(tasks)}.\n", f"{summary(env)}\n"]
+        out.put(ENVIRONMENT, json.dumps(env, indent=2) + "\n")
         validation = validation_columns(df)
         if validation:
             md += [f"Validation splits, scored apart and never averaged into the means: {', '.join(validation)}; "
@@ -281,7 +288,8 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
         md.append("\n![accuracy vs n](accuracy_vs_n.png)\n" if "accuracy_vs_n_png" in out.written else "")
         out.put("leaderboard.md", "\n".join(md))
         links = {mid: Path(os.path.relpath(path, target)).as_posix() for mid, path in model_dirs.items()}
-        out.put("index.html", build_page(name, suite, df, tasks, tables, out.figures, links, notes))
+        page_notes = notes + [summary(env)]  # the page says what its numbers were made with, among its notes
+        out.put("index.html", build_page(name, suite, df, tasks, tables, out.figures, links, page_notes))
     if override_note:  # a model card states the suite's own numbers, never those of a limited evaluation
         print("note: model cards were not updated: the scores were made with overridden settings")
         cards = 0
