@@ -199,7 +199,8 @@ def test_calibrate_from_an_earlier_run(tmp_path, capsys):
     # and through the dry run: the CPU plan uses the run's rates, and says so
     assert main(["sample", "--dry-run", "--out", str(tmp_path / "new"), "--calibrate-from", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert f"rates (cpu): --calibrate-from {tmp_path}: 2 timed evaluation(s), 1 timed merge(s) on cpu (ta;" in out
+    assert (f"rates (cpu): from run {tmp_path} (--calibrate-from): 2 timed evaluation(s), 1 timed merge(s) on cpu "
+            f"(ta;") in out
     assert f"merges (cpu): 0.16 s each + {rate:.3g} s per G parameters read x the method's factor: " \
            f"ta {rate:.3g} s per G read (fitted), ties x3.7," in out
 

@@ -7,8 +7,9 @@ in it counts 1, as task arithmetic, and the dry run names it). A method that rea
 CoM, Fisher, MaTS, ...) adds its forward passes over each expert's calibration texts at the evaluation's rate per
 parameter-token. An evaluation costs a fixed start (load the model, build the tasks) plus ``seconds per
 parameter-token`` x parameters x the tokens its items score. The rates come from a calibration: the user's own
-earlier run (``--calibrate-from RUN``: its merge records, a start and a rate per method, and its result records) or
-the defaults below. The arithmetic is here, in small functions; ``dryrun.py`` and ``search/plan.py`` print it.
+earlier run (``--calibrate-from RUN``: its merge records, a start and a rate per method, and its result records),
+on a CPU this machine's own, measured once per host (``host_rates.py``), or the defaults below. The arithmetic is
+here, in small functions; ``dryrun.py`` and ``search/plan.py`` print it.
 """
 
 import json
@@ -135,11 +136,12 @@ FAMILY_TEXT_TOKENS = 20  # the embedded families' texts, measured: SmolLM2 quick
 # 47.3 s). `--calibrate-from RUN` replaces the rates with the user's own run.
 DEFAULTS = {
     "cpu": Calibration("cpu", 2.71, 0.0, 12.8,
-                       "default: TA's 55.7M merge, the demo and SmolLM2 main jobs on 2 quiet CPU cores, one "
-                       "evaluation worker per core (cost.py)", 2.0, merge_start_s=0.16, run_start_s=18.0),
+                       "built-in defaults (measured on 2 quiet cores of the project's development machine: TA's "
+                       "55.7M merge, the demo and SmolLM2 main jobs, one evaluation worker per core; cost.py)", 2.0,
+                       merge_start_s=0.16, run_start_s=18.0),
     "cuda": Calibration("cuda", 1.78, 0.70, 0.01,
-                        "default: merges measured on one H100 (mergekit task arithmetic, K = 12) and the demo job "
-                        "on one H200; evaluations on one H200 (the demo job, a 4B model on the demo suite)", 3.0,
+                        "built-in defaults (measured on one H100: merges, mergekit task arithmetic, K = 12; and on "
+                        "one H200: the demo job's merges and evaluations, a 4B model on the demo suite)", 3.0,
                         merge_start_s=0.27, run_start_s=50.0),
 }
 
@@ -394,9 +396,10 @@ def calibrate_from(run_dir) -> Calibration:
     return replace(base, merge_s_per_gparam_read=merge_rate, eval_start_s=eval_start,
                    eval_s_per_tparam_token=token_rate, merge_start_s=start, method_rates=tuple(sorted(rates.items())),
                    eval_dtype=eval_dtype if eval_dtype in ("float32", "bfloat16", "float16") else "float32",
-                   source=f"--calibrate-from {run.root}: {len(results)} timed evaluation(s), {len(own)} timed "
-                          f"merge(s) on {device} ({', '.join(sorted(rates)) or 'none'}; {params / 1e6:.4g}M "
-                          f"parameters each{f'; {other} on another device left out' if other else ''})", error=1.5)
+                   source=f"from run {run.root} (--calibrate-from): {len(results)} timed evaluation(s), "
+                          f"{len(own)} timed merge(s) on {device} ({', '.join(sorted(rates)) or 'none'}; "
+                          f"{params / 1e6:.4g}M parameters each"
+                          f"{f'; {other} on another device left out' if other else ''})", error=1.5)
 
 
 def _record_tokens(record: dict) -> List[int]:

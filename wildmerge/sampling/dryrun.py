@@ -87,6 +87,10 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
                        models_evaluated if tasks else 0, tokens,
                        cost.FAMILY_TEXT_TOKENS if family else cost.TEXT_TOKENS, scoring.dtype)
     own = cost.calibrate_from(calibrate_from) if calibrate_from else None
+    gpu_cal = own if own is not None and own.device == "cuda" else cost.DEFAULTS["cuda"]
+    cpu_plan = params < 1e9  # a billion-parameter study on a CPU: tens of thousands of hours, not a plan
+    cpu_cal = own if own is not None and own.device == "cpu" else (
+        _host_cpu_calibration(scoring.cpu_default_workers) if cpu_plan else cost.DEFAULTS["cpu"])
     print(f"  cost plan ({params / 1e9:.3g} B parameters, from {where}):")
     model_bytes = model_bytes or params * (FAMILY_BYTES_PER_PARAMETER if family else 2)
     most = max(inputs, default=1)
@@ -108,14 +112,12 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     executors = [cost.Executor("one GPU", 1), cost.Executor(f"a node, {gpus} GPUs (local)", gpus),
                  cost.Executor(f"Ray, {gpus} GPUs", gpus),
                  cost.Executor(f"Slurm array, {scoring.slurm_tasks} tasks", scoring.slurm_tasks, scoring.slurm_tasks)]
-    gpu_cal = own if own is not None and own.device == "cuda" else cost.DEFAULTS["cuda"]
-    cpu_cal = own if own is not None and own.device == "cpu" else cost.DEFAULTS["cpu"]
     for ex in executors:
         t = cost.executor_time(study, gpu_cal, ex)
         print(f"    {ex.name + ':':<32} {_duration(t['wall_s']):>10} wall, {t['gpu_hours']:,.1f} GPU-hours")
-    if params < 1e9:  # a billion-parameter study on a CPU: tens of thousands of hours, not a plan
-        # the default rates are the default workers' throughput; a user's own run's rates are already its own
-        slowdown = cost.cpu_eval_slowdown(scoring) if cpu_cal is cost.DEFAULTS["cpu"] else 1.0
+    if cpu_plan:
+        # the default and measured rates are the default workers' throughput; a user's own run's are its own
+        slowdown = cost.cpu_eval_slowdown(scoring) if cpu_cal is not own else 1.0
         t = cost.executor_time(study, cpu_cal, cost.Executor("cpu", 1, eval_slowdown=slowdown))
         workers = (f"; {scoring.cpu_workers} evaluation worker(s) against the default {scoring.cpu_default_workers}: "
                    f"x{slowdown:.3g}" if slowdown != 1 else "")
@@ -124,6 +126,20 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     for cal in dict.fromkeys((gpu_cal, cpu_cal)):
         print(f"    rates ({cal.device}): {cal.source}; good to about x{cal.error:g} either way")
         print(f"    {merge_pricing(cal, [e.method for e in merges], study.text_tokens)}")
+
+
+def _host_cpu_calibration(workers: int):
+    """This machine's CPU rates (``host_rates.py``: measured once per host, then cached), else the built-in ones
+    (``WILDMERGE_HOST_RATES=defaults``, or a measurement that failed: said, a dry run does not stop on it).
+    ``workers``: the default evaluation workers (1 when the run is not evaluated: its data passes run in one
+    merge process)."""
+    from wildmerge.sampling import cost, host_rates
+
+    try:
+        return host_rates.host_calibration(workers) or cost.DEFAULTS["cpu"]
+    except host_rates.MeasureError as exc:
+        print(f"  note: {exc}; the CPU plan uses the built-in rates")
+        return cost.DEFAULTS["cpu"]
 
 
 def merge_pricing(cal, methods, text_tokens: int) -> str:
