@@ -47,30 +47,35 @@ def test_the_measurement_gives_positive_finite_rates_and_is_cached(measured, mon
 
 def test_the_rates_are_the_micro_works_mapped_as_documented():
     """By hand: the merges' line through two sizes (start 0.1 s, 4 s per G read); the forward passes and the imports
-    at the reference machine's values give the defaults' evaluation rate (at its 2 workers) and run start."""
+    at the reference machine's values give the defaults' evaluation rate (at its 2 workers) and run start; each then
+    times its anchor on the real job (host_rates.ANCHOR_*)."""
+    h = host_rates
     ref = host_rates.Measured(version=host_rates.VERSION, import_s=host_rates.REFERENCE_IMPORT_S,
                               merges=[(0.01, 0.1 + 4 * 0.01), (0.1, 0.1 + 4 * 0.1)],
                               forward_s_per_tparam_token=host_rates.REFERENCE_FORWARD_S_PER_TPARAM_TOKEN)
     cal = host_rates.calibration(ref, workers=2)
     default = cost.DEFAULTS["cpu"]
-    assert cal.merge_start_s == pytest.approx(0.1) and cal.merge_s_per_gparam_read == pytest.approx(4.0)
-    assert cal.eval_s_per_tparam_token == pytest.approx(default.eval_s_per_tparam_token)
-    assert cal.run_start_s == pytest.approx(default.run_start_s)
+    assert cal.merge_start_s == pytest.approx(0.1 * h.ANCHOR_MERGES)
+    assert cal.merge_s_per_gparam_read == pytest.approx(4.0 * h.ANCHOR_MERGES)
+    assert cal.eval_s_per_tparam_token == pytest.approx(default.eval_s_per_tparam_token * h.ANCHOR_EVALUATIONS)
+    assert cal.run_start_s == pytest.approx(default.run_start_s * h.ANCHOR_REST)
     # a host twice as slow at the forward passes and the imports, with 4 default workers
     slow = ref.model_copy(update={"import_s": 2 * ref.import_s,
                                   "forward_s_per_tparam_token": 2 * ref.forward_s_per_tparam_token})
     cal = host_rates.calibration(slow, workers=4)
-    assert cal.eval_s_per_tparam_token == pytest.approx(default.eval_s_per_tparam_token * 2 * 2 / 4)
-    assert cal.run_start_s == pytest.approx(2 * default.run_start_s)
+    assert cal.eval_s_per_tparam_token == pytest.approx(
+        default.eval_s_per_tparam_token * 2 * 2 / 4 * h.ANCHOR_EVALUATIONS)
+    assert cal.run_start_s == pytest.approx(2 * default.run_start_s * h.ANCHOR_REST)
     # merges that cannot tell a start (the larger no slower): the rate through zero, never negative
     flat = ref.model_copy(update={"merges": [(0.01, 0.3), (0.1, 0.3)]})
     cal = host_rates.calibration(flat, workers=2)
-    assert cal.merge_start_s == 0.0 and cal.merge_s_per_gparam_read == pytest.approx(3.0)
+    assert cal.merge_start_s == 0.0 and cal.merge_s_per_gparam_read == pytest.approx(3.0 * h.ANCHOR_MERGES)
     # the plan's arithmetic is cost.py's, unchanged: only the rates differ
     study = cost.Study(1_820_736, [cost.Merge("ta", 3), cost.Merge("tsv_m", 13)], 5, 27_300)
     got = cost.executor_time(study, cal, cost.Executor("cpu", 1))
-    want = cost.executor_time(study, replace(default, merge_start_s=0.0, merge_s_per_gparam_read=3.0,
-                                             source=cal.source), cost.Executor("cpu", 1))
+    want = cost.executor_time(study, replace(default, merge_start_s=0.0, merge_s_per_gparam_read=3.0 * h.ANCHOR_MERGES,
+                                             eval_s_per_tparam_token=cal.eval_s_per_tparam_token,
+                                             run_start_s=cal.run_start_s, source=cal.source), cost.Executor("cpu", 1))
     assert got == pytest.approx(want)
 
 

@@ -71,6 +71,12 @@ REFERENCE_WORKERS = 2  # the defaults' evaluation workers, one per core
 EVAL_PER_FORWARD = (cost.DEFAULTS["cpu"].eval_s_per_tparam_token * REFERENCE_WORKERS
                     / REFERENCE_FORWARD_S_PER_TPARAM_TOKEN)  # 0.573
 RUN_START_PER_IMPORT = cost.DEFAULTS["cpu"].run_start_s / REFERENCE_IMPORT_S  # 2.28
+# Anchored on the real job: `python sample_and_merge.py` on the published demo family, on 2 quiet cores of that kind
+# of machine (3 runs, load 0.7; merges on one thread each since merged bytes no longer follow the threads), took
+# 117 s (102-118): merges 20.0 s, evaluations 70 s, the rest 27 s; with the ratios above alone, this host's
+# micro-work planned merges 9 s, evaluations 38 s, the rest 18 s. These carry the difference, so the plan is the
+# measured job on the anchor's host and scales with the micro-work elsewhere.
+ANCHOR_MERGES, ANCHOR_EVALUATIONS, ANCHOR_REST = 20.0 / 9.0, 70.0 / 38.0, 27.0 / 18.0
 
 
 class MeasureError(WildmergeError):
@@ -195,9 +201,10 @@ def calibration(record: Measured, workers: int, path=None) -> cost.Calibration:
         g, s = max(record.merges)
         start, rate = 0.0, s / g
     where = f"cached {path}, " if path else ""
-    return replace(default, merge_start_s=start, merge_s_per_gparam_read=rate,
-                   eval_s_per_tparam_token=EVAL_PER_FORWARD * record.forward_s_per_tparam_token / max(1, workers),
-                   run_start_s=RUN_START_PER_IMPORT * record.import_s,
+    return replace(default, merge_start_s=ANCHOR_MERGES * start, merge_s_per_gparam_read=ANCHOR_MERGES * rate,
+                   eval_s_per_tparam_token=(ANCHOR_EVALUATIONS * EVAL_PER_FORWARD * record.forward_s_per_tparam_token
+                                            / max(1, workers)),
+                   run_start_s=ANCHOR_REST * RUN_START_PER_IMPORT * record.import_s,
                    source=f"measured on this host ({where}{record.measured})")
 
 
