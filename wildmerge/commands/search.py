@@ -41,7 +41,7 @@ def run(args) -> int:
 
         print_search_plan(args.pool, args.budget, args.suite, args.limit, args.first_fraction, args.eta, args.exclude,
                           screen=args.rule == "thompson" and not args.no_experts,
-                          methods=[m for m in args.methods.split(",") if m])
+                          methods=[m for m in args.methods.split(",") if m], experts=not args.no_experts)
         return 0
     checked_device(args.merge_device, "--merge-device")  # a missing GPU said before any model is read
     methods = [m for m in args.methods.split(",") if m]
