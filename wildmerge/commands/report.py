@@ -29,6 +29,11 @@ def run(args) -> int:
         raise ConfigError("give a run folder (`wildmerge report RUN_DIR`) or several with `--combine RUN RUN ...`")
     from wildmerge.analysis.report.write import write_report
 
+    if args.hf_dataset:  # a target that would mix files, refused before the report is written
+        from wildmerge.analysis.report.hf_dataset import check_hf_dataset_target
+        from wildmerge.run import RunFolder
+
+        check_hf_dataset_target(args.hf_dataset, RunFolder(args.run_dir).name)
     written = write_report(args.run_dir, out_dir=args.out, suite=args.suite)
     for name, path in written.items():
         if name.endswith(("leaderboard_md", "scores_csv", "index_html")):
