@@ -130,6 +130,13 @@ def run_sample(s: SampleSettings) -> int:
     from wildmerge.sampling.preflight import check_base_tokenizer, data_features
 
     checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
+    if s.calibrate_from:  # the folder checked whenever it is given: a damaged or empty one said now
+        from wildmerge.sampling.cost import calibrate_from
+
+        calibrate_from(s.calibrate_from)
+        if not s.dry_run:
+            raise ConfigError(f"--calibrate-from {s.calibrate_from} prices the cost plan of a dry run (a real run "
+                              f"measures its own): add --dry-run, or drop --calibrate-from")
     pool = load_pool(s.pool, s.exclude)
     select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
@@ -158,6 +165,9 @@ def run_sample(s: SampleSettings) -> int:
     if not evaluate and s.evaluation.screen is not None:
         raise ConfigError(f"--screen {s.evaluation.screen} screens the evaluation, but this run is not evaluated "
                           f"(--no-evaluate, or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --screen")
+    if not evaluate and s.evaluation.wandb_args:
+        raise ConfigError("--wandb-args logs the evaluation's scores, but this run is not evaluated (--no-evaluate, "
+                          "or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --wandb-args")
     if s.tune_check and not s.tune:
         raise ConfigError(f"--tune-check {s.tune_check} checks the --tune choices: add --tune, or drop --tune-check")
     if s.tune_check and not suite:

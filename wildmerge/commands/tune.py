@@ -9,7 +9,7 @@ lowest mean TAS wins. Outputs per grid:
 
 import argparse
 
-from wildmerge.commands.options import check_points, positive_float, positive_int
+from wildmerge.commands.options import check_points, device, positive_float, positive_int
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=positive_int, help="tokens per sample (default min(256, the model's positions))")
     p.add_argument("--distance", default="l2", choices=("l2", "l1", "cosine", "kl"),
                    help="distance that selects (all four are written to tas.csv; default l2, the paper's)")
-    p.add_argument("--device", default="cpu", help="where models are held and run: cpu, cuda, cuda:1")
+    p.add_argument("--device", default="cpu", type=device, help="where models are held and run: cpu, cuda, cuda:1")
     p.add_argument("--threads", type=positive_int,
                    help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")

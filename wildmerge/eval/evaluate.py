@@ -79,6 +79,8 @@ def check_evaluation(suite, options: Optional[EvalOptions] = None) -> Suite:
     options = options or EvalOptions()
     suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor)
     _check_device(suite, options.executor)
+    if options.executor == "local":
+        check_workers(options.workers)  # cores and worker memory now; the models' share when evaluation starts
     return suite
 
 
