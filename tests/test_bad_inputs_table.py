@@ -191,7 +191,7 @@ def _cases(t):
         (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--check", "-1"], "argument --check"),
         (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--check", "3", "--out", t["run"]], "needs --suite"),
         (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--suite", t["suite"], "--out", t["run"]],
-         "only apply to the --check"),
+         "only applies to the --check"),
         (["tune", "--pool", t["pool"], "--adamerging", "tas", "--check", "3", "--suite", t["suite"], "--out", t["run"]],
          "without one: drop --check"),
         ([*sample, "--no-evaluate", "--tune", "--tune-check", "2"], "at least 3 points"),
@@ -277,6 +277,11 @@ def _issue_53_cases(t, tmp_path):
         ([*sample, "--no-evaluate", "--merge-device", "gpu", "--dry-run"], ["'gpu' is not a device"]),
         ([*sample, "--no-evaluate", "--merge-device", ""], ["'' is not a device"]),
         ([*sample, "--no-evaluate", "--device", "CPU"], ["'CPU' is not a device"]),
+        # 12: an empty `protocol: methods` is the pool's, not --methods'; one flag "applies"
+        (["sample", "--base", t["pool_with"](protocol={"methods": []}), "--out", t["run"], "--no-evaluate"],
+         ["`protocol: methods` is empty", "or give --methods"]),
+        (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--suite", t["suite"], "--out", t["run"]],
+         ["--suite only applies to the --check evaluations", "leave it out"]),
     ]
 
 

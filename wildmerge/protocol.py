@@ -70,9 +70,13 @@ class SampleSettings(BaseModel):
                            homogeneous=self.homogeneous, select=select)
 
 
-def _method_names(methods: Optional[List[str]]) -> List[str]:
+def _method_names(methods: Optional[List[str]], pool=None) -> List[str]:
+    """``pool``: the methods are the pool's ``protocol: methods`` (no --methods given), named in the message."""
     from wildmerge.recipes.method import PAPER_METHODS, list_method_recipes
 
+    if methods == [] and pool is not None:
+        raise ConfigError(f"{pool.source or pool.name}: `protocol: methods` is empty; list method recipes there "
+                          f"(e.g. [ta, ties]) or remove the key for the paper's seven, or give --methods")
     if methods == []:  # `--methods ''` or `--methods ,`: an empty list is a mistake, not "all"
         raise ConfigError("--methods is empty; give comma-separated method recipes (e.g. ta,ties), or leave the "
                           "option out for the paper's seven")
@@ -150,7 +154,8 @@ def run_sample(s: SampleSettings) -> int:
     if too_big:
         raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
                           f"use sizes between 1 and {len(pool.experts)}")
-    methods = load_methods(_method_names(pool.protocol.methods if s.methods is None else s.methods))
+    methods = load_methods(_method_names(pool.protocol.methods, pool) if s.methods is None else
+                           _method_names(s.methods))
     sweeps = load_sweeps(s.ablations, s.grid)  # each with its method's recipe loaded
     from wildmerge.sampling.sample_cap import cap_sample_sweeps
 

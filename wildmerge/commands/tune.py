@@ -68,8 +68,9 @@ def _check_suite(args):
     if not args.check:
         given = [flag for flag, value in (("--suite", args.suite), ("--limit", args.limit)) if value is not None]
         if given:
-            raise ConfigError(f"{' and '.join(given)} only apply to the --check evaluations: add --check K "
-                              f"(K >= 3) or leave them out")
+            verb, them = ("apply", "them") if len(given) > 1 else ("applies", "it")
+            raise ConfigError(f"{' and '.join(given)} only {verb} to the --check evaluations: add --check K "
+                              f"(K >= 3) or leave {them} out")
         return None
     if args.suite:
         return args.suite
