@@ -185,7 +185,10 @@ def run_sample(s: SampleSettings) -> int:
     check_base_tokenizer(pool, (["the evaluation"] if evaluate else []) + data_features(methods, sweeps, s.tune))
     run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:
+        from wildmerge.pools.resolved import check_local
         from wildmerge.sampling.dryrun import print_dry_run
+
+        check_local(pool, s.allow_pickle)  # the local checkpoints as a real run's resolve checks them
 
         return print_dry_run(run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune,
                              scoring=_scoring(suite, s.evaluation) if evaluate else None,
