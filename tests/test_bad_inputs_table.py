@@ -283,6 +283,21 @@ def _issue_53_cases(t, tmp_path):
         (["tune", "--pool", t["pool"], "--grid", nan_grid, "--out", t["run"]], ["'lambda' = nan is not a finite"]),
         (["sample", "--base", t["pool"], "--out", t["run"], "--sizes", "2", "--k", "1", "--methods", inf_recipe,
           "--no-evaluate", "--dry-run"], [f"method recipe {inf_recipe}", "'lambda' = inf is not a finite number"]),
+        # 10: every data source the pool names checked when it is loaded, whatever the methods read
+        (["sample", "--base", t["pool_with"](data={"lm_eval_task": "demo_addd"}), "--out", t["run"], "--sizes", "2",
+          "--k", "1", "--methods", "regmean", "--no-evaluate", "--dry-run"],
+         ["expert 'x0'", "'demo_addd' (did you mean 'demo_add'?)", "add `tasks: demo:tasks`"]),
+        (["sample", "--base", t["pool_with"](data={"lm_eval_task": "demo_addd", "tasks": "demo:tasks"}), "--out",
+          t["run"], "--sizes", "2", "--k", "1", "--methods", "regmean", "--no-evaluate"],
+         ["expert 'x0'", "demo:tasks has no task 'demo_addd' (did you mean 'demo_add'?)"]),
+        (["sample", "--base", t["pool_with"](data={"text": "demo:unlabelled/expert_99"}), "--out", t["run"],
+          "--sizes", "2", "--k", "1", "--methods", "regmean", "--no-evaluate"],
+         ["text data of expert 'x0'", "unknown demo data 'demo:unlabelled/expert_99'", "valid: demo:unlabelled/"]),
+        ([*sample, "--base", t["pool_with"](data={"text": "demo:unlabelled/expert_99"}), "--no-evaluate",
+          "--dry-run"], ["unknown demo data 'demo:unlabelled/expert_99'"]),
+        ([*sample, "--no-evaluate", "--base", t["pool_with"](data={
+            "text": "demo:unlabelled/expert_01", "labelled": {"lm_eval_task": "demo_addd", "tasks": "demo:tasks"}})],
+         ["labelled data of expert 'x0'", "demo:tasks has no task 'demo_addd'"]),  # ta reads no data at all
         # 5: --workers checked with the other pre-checks (dry run included), as --merge-workers is
         ([*sample, "--evaluate", "--suite", t["suite"], "--workers", "1000", "--dry-run"],
          ["--workers 1000", "use --workers"]),
