@@ -225,9 +225,10 @@ def close_idle_workers() -> None:
 
 
 def run_local(jobs: List[Dict[str, Any]], options: EvalOptions,
-              on_done: Optional[Callable] = None) -> List[Dict[str, Any]]:
+              on_done: Optional[Callable] = None, claim: Optional[Callable] = None) -> List[Dict[str, Any]]:
     """Run ``jobs`` on long-lived local workers (``options.workers``, ``options.job_timeout``); returns their result
-    records (in completion order)."""
+    records (in completion order). ``claim(job)``: asked as a worker takes the job; None skips it (another command
+    holds or finished it), a claim is released once the job's record is written."""
     if not jobs:
         return []
     check_workers(options.workers, max(weights_bytes(job["model_path"]) for job in jobs))
@@ -248,6 +249,11 @@ def run_local(jobs: List[Dict[str, Any]], options: EvalOptions,
                     job = todo.get_nowait()
                 except queue.Empty:
                     return
+                held = claim(job) if claim else None
+                if claim and held is None:
+                    with lock:
+                        bar.update()
+                    continue
                 try:
                     record = worker.run(job, options.job_timeout)
                 except WorkerDied as died:  # killed while it started: says nothing of the model, redone once
@@ -256,6 +262,8 @@ def run_local(jobs: List[Dict[str, Any]], options: EvalOptions,
                 except Exception as exc:  # the worker could not start: this job fails, the next tries again
                     worker.stop()
                     record = lost_record(job, time.time(), f"{type(exc).__name__}: {exc}")
+                finally:
+                    held and held.release()
                 with lock:
                     records.append(record)
                     on_done and on_done(record)
