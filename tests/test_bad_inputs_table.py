@@ -93,6 +93,60 @@ def test_a_bad_number_is_refused_at_parse_time_with_the_option_name(prefix, flag
     assert not any(tmp_path.iterdir())  # nothing written (no runs/ folder)
 
 
+# --- every checked text option (devices, --batch-size, --wandb-args, --calibrate-from, --hf-dataset) -----------------
+
+CHECKED_TEXT = ("batch_size", "wandb_args", "calibrate_from", "hf_dataset")  # and every *device option
+
+
+def _text_options():
+    out = []
+    for prefix, parser in _leaf_commands():
+        for action in parser._actions:
+            if hasattr(action.type, "rule"):
+                continue  # a number (tune --batch-size): the numeric rows above
+            if action.dest in CHECKED_TEXT or action.dest.endswith("device"):
+                out.append((prefix, action, getattr(action.type, "bad_values", None), _required(parser)))
+    return out
+
+
+def _required(parser) -> list:
+    """Good values for a command's required options (``--suite x``, ``--budget 2``), so its own check is reached."""
+    out = []
+    for action in parser._actions:
+        if action.required and action.option_strings:
+            rule = getattr(action.type, "rule", None)
+            value = action.choices[0] if action.choices else \
+                str(int(rule.low) + 1) if rule is not None and rule.low is not None else "1" if rule else "x"
+            out += [action.option_strings[0], str(value)]
+    return out
+
+
+TEXT = _text_options()
+TEXT_ROWS = [pytest.param(prefix, action.option_strings, value, required,
+                          id=f"{' '.join(prefix)} {action.option_strings[0]} {value!r}")
+             for prefix, action, values, required in TEXT if values for value in values]
+
+
+def test_every_checked_text_option_has_a_checking_type():
+    """A new device / batch-size / W&B / calibration / dataset-folder option cannot skip the rules (issue 53)."""
+    plain = [f"{' '.join(prefix)} {action.option_strings[0]}" for prefix, action, values, _ in TEXT if not values]
+    assert not plain, f"options without a type of wildmerge.commands.options (checked_text): {plain}"
+    flags = {action.option_strings[0] for _, action, _, _ in TEXT}
+    assert {"--batch-size", "--wandb-args", "--calibrate-from", "--hf-dataset", "--merge-device", "--device",
+            "--eval-device"} <= flags, flags
+
+
+@pytest.mark.parametrize("prefix, flags, value, required", TEXT_ROWS)
+def test_a_bad_text_value_is_one_line_before_any_work(prefix, flags, value, required, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, err = _run([*prefix, f"{flags[0]}={value}", *required], capsys)
+    assert status == 2, err
+    line = one_error_line(err)
+    assert any(f in line for f in flags) or "evaluation device" in line, line
+    assert repr(value) in line or value in line, line
+    assert not any(tmp_path.iterdir())  # nothing written (no runs/ folder)
+
+
 def test_the_number_rules_accept_their_own_bounds_and_read_the_same_in_the_library():
     from wildmerge.errors import ConfigError
     from wildmerge.numbers import FRACTION, OPEN_FRACTION, POSITIVE_INT, float_at_least
@@ -137,7 +191,7 @@ def _cases(t):
         (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--check", "-1"], "argument --check"),
         (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--check", "3", "--out", t["run"]], "needs --suite"),
         (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--suite", t["suite"], "--out", t["run"]],
-         "only apply to the --check"),
+         "only applies to the --check"),
         (["tune", "--pool", t["pool"], "--adamerging", "tas", "--check", "3", "--suite", t["suite"], "--out", t["run"]],
          "without one: drop --check"),
         ([*sample, "--no-evaluate", "--tune", "--tune-check", "2"], "at least 3 points"),
@@ -185,6 +239,99 @@ def test_each_case_is_one_line_before_any_heavy_work(tiny, capsys, tmp_path, mon
         assert status == 2, (argv, err)
         line = one_error_line(err)
         assert expected in line, (argv, line)
+        assert not tiny["run"].exists() and not (tmp_path / "runs").exists(), argv
+
+
+def _issue_53_cases(t, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from wildmerge.run import MergeInfo, write_merge_info
+
+    """(argv, substrings of the one error line) for the pre-checks of issue 53 that need a pool."""
+    sample = ["sample", "--base", t["pool"], "--out", t["run"], "--sizes", "2", "--k", "1", "--methods", "ta"]
+    damaged = tmp_path / "damaged_run"
+    (damaged / "models" / "ta__n02_s00").mkdir(parents=True)
+    (damaged / "models" / "ta__n02_s00" / "config.json").write_text("{not json")
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    timed = tmp_path / "timed_run" / "models" / "ta__n02_s00"  # one timed merge: a run to calibrate from
+    timed.mkdir(parents=True)
+    shutil.copy(Path(t["family"]["base"]) / "config.json", timed / "config.json")
+    write_merge_info(timed, MergeInfo(model_id=timed.name, method="ta", experts=["x0", "x1"], seconds=1.0,
+                                      device="cpu"))
+    no_config = tmp_path / "no_config"  # 9: an expert folder without config.json
+    shutil.copytree(t["family"]["experts"][1], no_config)
+    (no_config / "config.json").unlink()
+    no_config_pool = tmp_path / "no_config.yml"
+    no_config_pool.write_text(yaml.safe_dump({"name": "nc", "base": {"model": t["family"]["base"]}, "experts": [
+        {"model": t["family"]["experts"][0], "name": "x0"}, {"model": str(no_config), "name": "x1"}]}))
+    inf_recipe = tmp_path / "inf_ta.yml"
+    inf_recipe.write_text(yaml.safe_dump({"name": "inf_ta", "label": "TA", "model_parameters": {"weight": 1.0},
+                                          "recipe": {"merge_method": "task_arithmetic",
+                                                     "parameters": {"lambda": math.inf}}}))
+    nan_grid = t["grid"]({"nan_lambda": {"method": "ta", "grid": {"lambda": [0.5, math.nan]}}})
+    return [
+        # 9: the dry run refuses what the real run refuses: a local expert without config.json, a NaN in a grid
+        ([*sample, "--no-evaluate", "--dry-run"], None),
+        (["sample", "--base", no_config_pool, "--out", t["run"], "--sizes", "2", "--k", "1", "--methods", "ta",
+          "--no-evaluate", "--dry-run"], [f"{no_config}: no config.json"]),
+        ([*sample, "--no-evaluate", "--grid", nan_grid, "--dry-run"],
+         ["sweep 'nan_lambda': ta: parameter 'lambda' = nan is not a finite number"]),
+        ([*sample, "--no-evaluate", "--grid", nan_grid],
+         ["sweep 'nan_lambda': ta: parameter 'lambda' = nan is not a finite number"]),
+        (["tune", "--pool", t["pool"], "--grid", nan_grid, "--out", t["run"]], ["'lambda' = nan is not a finite"]),
+        (["sample", "--base", t["pool"], "--out", t["run"], "--sizes", "2", "--k", "1", "--methods", inf_recipe,
+          "--no-evaluate", "--dry-run"], [f"method recipe {inf_recipe}", "'lambda' = inf is not a finite number"]),
+        # 10: every data source the pool names checked when it is loaded, whatever the methods read
+        (["sample", "--base", t["pool_with"](data={"lm_eval_task": "demo_addd"}), "--out", t["run"], "--sizes", "2",
+          "--k", "1", "--methods", "regmean", "--no-evaluate", "--dry-run"],
+         ["expert 'x0'", "'demo_addd' (did you mean 'demo_add'?)", "add `tasks: demo:tasks`"]),
+        (["sample", "--base", t["pool_with"](data={"lm_eval_task": "demo_addd", "tasks": "demo:tasks"}), "--out",
+          t["run"], "--sizes", "2", "--k", "1", "--methods", "regmean", "--no-evaluate"],
+         ["expert 'x0'", "demo:tasks has no task 'demo_addd' (did you mean 'demo_add'?)"]),
+        (["sample", "--base", t["pool_with"](data={"text": "demo:unlabelled/expert_99"}), "--out", t["run"],
+          "--sizes", "2", "--k", "1", "--methods", "regmean", "--no-evaluate"],
+         ["text data of expert 'x0'", "unknown demo data 'demo:unlabelled/expert_99'", "valid: demo:unlabelled/"]),
+        ([*sample, "--base", t["pool_with"](data={"text": "demo:unlabelled/expert_99"}), "--no-evaluate",
+          "--dry-run"], ["unknown demo data 'demo:unlabelled/expert_99'"]),
+        ([*sample, "--no-evaluate", "--base", t["pool_with"](data={
+            "text": "demo:unlabelled/expert_01", "labelled": {"lm_eval_task": "demo_addd", "tasks": "demo:tasks"}})],
+         ["labelled data of expert 'x0'", "demo:tasks has no task 'demo_addd'"]),  # ta reads no data at all
+        # 5: --workers checked with the other pre-checks (dry run included), as --merge-workers is
+        ([*sample, "--evaluate", "--suite", t["suite"], "--workers", "1000", "--dry-run"],
+         ["--workers 1000", "use --workers"]),
+        ([*sample, "--evaluate", "--suite", t["suite"], "--workers", "1000"], ["--workers 1000", "use --workers"]),
+        # 6: --wandb-args on a run that is not evaluated
+        ([*sample, "--no-evaluate", "--wandb-args", "project=x"], ["--wandb-args", "not evaluated"]),
+        # 7: --calibrate-from checked whenever it is given; it prices dry runs only
+        ([*sample, "--no-evaluate", "--calibrate-from", damaged], ["--calibrate-from", "config.json is damaged"]),
+        ([*sample, "--no-evaluate", "--calibrate-from", damaged, "--dry-run"], ["config.json is damaged"]),
+        ([*sample, "--no-evaluate", "--calibrate-from", empty, "--dry-run"], ["no merged model"]),
+        ([*sample, "--no-evaluate", "--calibrate-from", tmp_path / "timed_run"],
+         ["add --dry-run, or drop --calibrate-from"]),
+        # 8: a device name that is none, wherever it is given
+        ([*sample, "--no-evaluate", "--merge-device", "gpu", "--dry-run"], ["'gpu' is not a device"]),
+        ([*sample, "--no-evaluate", "--merge-device", ""], ["'' is not a device"]),
+        ([*sample, "--no-evaluate", "--device", "CPU"], ["'CPU' is not a device"]),
+        # 12: an empty `protocol: methods` is the pool's, not --methods'; one flag "applies"
+        (["sample", "--base", t["pool_with"](protocol={"methods": []}), "--out", t["run"], "--no-evaluate"],
+         ["`protocol: methods` is empty", "or give --methods"]),
+        (["tune", "--pool", t["pool"], "--sweep", "ta_lambda", "--suite", t["suite"], "--out", t["run"]],
+         ["--suite only applies to the --check evaluations", "leave it out"]),
+    ]
+
+
+def test_issue_53_cases_are_one_line_before_any_heavy_work(tiny, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv, expected in _issue_53_cases(tiny, tmp_path):
+        status, err = _run(argv, capsys)
+        if expected is None:  # the same pool passes: the rows after it fail for their own reason
+            assert status == 0, (argv, err)
+            continue
+        assert status == 2, (argv, err)
+        line = one_error_line(err)
+        assert all(e in line for e in expected), (argv, line)
         assert not tiny["run"].exists() and not (tmp_path / "runs").exists(), argv
 
 

@@ -92,14 +92,7 @@ def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pi
     if kind == "local":
         return ResolvedModel(model=ref, kind="local", path=norm)
     if kind == "demo":
-        try:
-            if ref.startswith("smollm2:"):
-                from wildmerge.families.smollm2 import resolve_smollm2_ref as resolve_family_ref
-            else:
-                from wildmerge.families.demo import resolve_demo_ref as resolve_family_ref
-        except ImportError:
-            raise Unresolvable(f"{ref!r}: the demo families (wildmerge.families) are not in this install") from None
-        path = Path(resolve_family_ref(ref)).resolve()  # families/ imports nothing above it
+        path = Path(_family(ref).resolve(ref)).resolve()  # families/ imports nothing above it
         return ResolvedModel(model=ref, kind="demo", path=str(path))
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
@@ -115,6 +108,41 @@ def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pi
         raise Unresolvable(f"{ref!r}: the hub refused it ({exc.__class__.__name__}: {str(exc).splitlines()[0]})") from None
     path = Path(path).resolve()
     return ResolvedModel(model=ref, kind="hub", path=str(path), revision=path.name)
+
+
+class _Family:
+    """A family's resolver and the names of its task folders (``families/<family>/family.py``)."""
+
+    def __init__(self, resolve, task_names_of):
+        self.resolve, self.task_names_of = resolve, task_names_of
+
+
+def _family(ref: str) -> _Family:
+    try:
+        if ref.startswith("smollm2:"):
+            from wildmerge.families.smollm2 import resolve_smollm2_ref as resolve_ref, task_names_of
+        else:
+            from wildmerge.families.demo import resolve_demo_ref as resolve_ref, task_names_of
+    except ImportError:
+        raise Unresolvable(f"{ref!r}: the demo families (wildmerge.families) are not in this install") from None
+    return _Family(resolve_ref, task_names_of)
+
+
+def check_family_ref(ref: str) -> None:
+    """A ``demo:`` / ``smollm2:`` reference's name checked without building its family: an unknown one is a
+    ConfigError naming the valid ones (a pool's data, checked when the pool is loaded, dry runs included)."""
+    _family(ref).resolve(ref, build=False)
+
+
+def family_task_names(ref: str):
+    """The lm-eval task names in a family's task folder (``demo:tasks``), known without building; None when only
+    the built folder says (checked when it is read)."""
+    return _family(ref).task_names_of(ref)
+
+
+def every_family_task() -> dict:
+    """{task name: its family's task folder} of the embedded families' own tasks (a hint for a misplaced name)."""
+    return {name: folder for folder in ("demo:tasks", "smollm2:tasks") for name in family_task_names(folder) or ()}
 
 
 def fetch_command(ref: str, revision: str | None, allow_pickle=False) -> str:

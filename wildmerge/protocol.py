@@ -70,9 +70,13 @@ class SampleSettings(BaseModel):
                            homogeneous=self.homogeneous, select=select)
 
 
-def _method_names(methods: Optional[List[str]]) -> List[str]:
+def _method_names(methods: Optional[List[str]], pool=None) -> List[str]:
+    """``pool``: the methods are the pool's ``protocol: methods`` (no --methods given), named in the message."""
     from wildmerge.recipes.method import PAPER_METHODS, list_method_recipes
 
+    if methods == [] and pool is not None:
+        raise ConfigError(f"{pool.source or pool.name}: `protocol: methods` is empty; list method recipes there "
+                          f"(e.g. [ta, ties]) or remove the key for the paper's seven, or give --methods")
     if methods == []:  # `--methods ''` or `--methods ,`: an empty list is a mistake, not "all"
         raise ConfigError("--methods is empty; give comma-separated method recipes (e.g. ta,ties), or leave the "
                           "option out for the paper's seven")
@@ -130,6 +134,13 @@ def run_sample(s: SampleSettings) -> int:
     from wildmerge.sampling.preflight import check_base_tokenizer, data_features
 
     checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
+    if s.calibrate_from:  # the folder checked whenever it is given: a damaged or empty one said now
+        from wildmerge.sampling.cost import calibrate_from
+
+        calibrate_from(s.calibrate_from)
+        if not s.dry_run:
+            raise ConfigError(f"--calibrate-from {s.calibrate_from} prices the cost plan of a dry run (a real run "
+                              f"measures its own): add --dry-run, or drop --calibrate-from")
     pool = load_pool(s.pool, s.exclude)
     select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
@@ -143,7 +154,8 @@ def run_sample(s: SampleSettings) -> int:
     if too_big:
         raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
                           f"use sizes between 1 and {len(pool.experts)}")
-    methods = load_methods(_method_names(pool.protocol.methods if s.methods is None else s.methods))
+    methods = load_methods(_method_names(pool.protocol.methods, pool) if s.methods is None else
+                           _method_names(s.methods))
     sweeps = load_sweeps(s.ablations, s.grid)  # each with its method's recipe loaded
     from wildmerge.sampling.sample_cap import cap_sample_sweeps
 
@@ -158,6 +170,9 @@ def run_sample(s: SampleSettings) -> int:
     if not evaluate and s.evaluation.screen is not None:
         raise ConfigError(f"--screen {s.evaluation.screen} screens the evaluation, but this run is not evaluated "
                           f"(--no-evaluate, or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --screen")
+    if not evaluate and s.evaluation.wandb_args:
+        raise ConfigError("--wandb-args logs the evaluation's scores, but this run is not evaluated (--no-evaluate, "
+                          "or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --wandb-args")
     if s.tune_check and not s.tune:
         raise ConfigError(f"--tune-check {s.tune_check} checks the --tune choices: add --tune, or drop --tune-check")
     if s.tune_check and not suite:
@@ -170,7 +185,10 @@ def run_sample(s: SampleSettings) -> int:
     check_base_tokenizer(pool, (["the evaluation"] if evaluate else []) + data_features(methods, sweeps, s.tune))
     run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:
+        from wildmerge.pools.resolved import check_local
         from wildmerge.sampling.dryrun import print_dry_run
+
+        check_local(pool, s.allow_pickle)  # the local checkpoints as a real run's resolve checks them
 
         return print_dry_run(run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune,
                              scoring=_scoring(suite, s.evaluation) if evaluate else None,

@@ -282,9 +282,23 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+DEVICE_NAMES = r"auto|cpu|mps|cuda(:\d+)?"  # every device a setting may name (suite files, options, recipes)
+
+
+def device_problem(requested: Optional[str]) -> Optional[str]:
+    """Why ``requested`` names no device (``gpu``, ``CPU``, an empty string), or None; None itself means auto."""
+    if requested is None or re.fullmatch(DEVICE_NAMES, requested):
+        return None
+    return f"{requested!r} is not a device; use cpu, cuda, cuda:N, mps or auto"
+
+
 def checked_device(requested: Optional[str], what: str = "device") -> str:
-    """``requested`` made concrete: ``auto`` (or None) is ``cuda`` when a GPU is there, else ``cpu``; a CUDA device
-    that is not there is a ``ConfigError`` (``what`` names the setting in it); anything else is returned as is."""
+    """``requested`` made concrete: ``auto`` (or None) is ``cuda`` when a GPU is there, else ``cpu``; a name that is
+    no device (``device_problem``), or a CUDA device that is not there, is a ``ConfigError`` (``what`` names the
+    setting in it); anything else is returned as is."""
+    problem = device_problem(requested)
+    if problem:
+        raise ConfigError(f"{what} {problem}")
     if requested in (None, "auto"):
         return "cuda" if cuda_available() else "cpu"
     if not requested.startswith("cuda"):

@@ -27,3 +27,30 @@ def test_the_leaderboard_loads_back_as_a_dataset(tiny_family, tmp_path, monkeypa
     assert sorted(scores["model_id"]) == sorted(expected["model_id"])
     other = next(name for name in configs if name != "scores")
     assert load_dataset(str(out), other, split="train").num_rows == len(pd.read_csv(out / f"{other}.csv"))
+
+
+def test_a_target_that_would_mix_files_is_refused_in_one_line_before_the_report(tiny_family, tmp_path, capsys):
+    """The run folder, a non-empty folder, a file, another run's dataset folder: refused before the report is
+    written; the same run's earlier dataset folder is written again (issue 53)."""
+    from helpers import one_error_line
+
+    run = fabricate_run(tmp_path / "run", tiny_family)
+    other = fabricate_run(tmp_path / "other", tiny_family)
+    assert main(["report", str(other), "--hf-dataset", str(tmp_path / "other_dataset")]) == 0
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    capsys.readouterr()
+    for target, said in [(run, "not empty"), (busy, "not empty"), (a_file, "is a file"),
+                         (tmp_path / "other_dataset", "no dataset folder of run 'run'")]:
+        assert main(["report", str(run), "--hf-dataset", str(target)]) == 2, target
+        line = one_error_line(capsys.readouterr().err)
+        assert f"--hf-dataset {target}" in line and said in line and "new or empty folder" in line, line
+        assert not (run / "report").exists()  # refused before the report
+    assert (busy / "notes.txt").read_text() == "mine" and sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
+    assert main(["report", str(run), "--hf-dataset", str(tmp_path / "dataset")]) == 0
+    first = sorted(p.name for p in (tmp_path / "dataset").iterdir())
+    assert main(["report", str(run), "--hf-dataset", str(tmp_path / "dataset")]) == 0  # its own: written again
+    assert sorted(p.name for p in (tmp_path / "dataset").iterdir()) == first

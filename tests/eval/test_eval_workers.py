@@ -13,7 +13,7 @@ import pytest
 from helpers import lm_family, write_plan  # noqa: F401  (fixture)
 from wildmerge.eval.evaluate import evaluate_models, evaluate_run
 from wildmerge.eval.jobs import make_job
-from wildmerge.eval.local import default_workers, run_local
+from wildmerge.eval.local import close_idle_workers, default_workers, run_local
 from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result
 from wildmerge.eval.suites import load_suite
@@ -122,6 +122,31 @@ def test_killed_or_hanging_worker_fails_only_its_job_and_is_replaced(lm_family, 
     second = records[hung["job_id"]]
     assert second["status"] == FAILED and "timed out after 60 s" in second["error"] and second["killed"] is None
     assert records[good["job_id"]]["status"] == OK
+
+
+def test_a_worker_killed_while_it_starts_costs_no_score(lm_family, tmp_path):  # noqa: F811
+    """SIGKILL as soon as the worker exists (long before it is ready): its job is recorded as killed, not failed,
+    and the same command run again scores it (issue 53)."""
+    close_idle_workers()  # a parked worker would take the job without starting
+    run = write_plan(tmp_path / "run", [{"model_id": "base", "kind": "base", "path": lm_family["base"]}])
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(first=evaluate_run(run, lm_family["suite"],
+                                                                           EvalOptions(workers=1))))
+    thread.start()
+    deadline = time.time() + 300
+    while not _serve_pids() and time.time() < deadline:
+        time.sleep(0.01)
+    for pid in _serve_pids():
+        os.kill(pid, signal.SIGKILL)
+    thread.join(timeout=600)
+    first = out["first"]
+    store = ResultStore(first["store"])
+    record = store.load(first["index"]["base"])
+    assert record["status"] == FAILED and record["killed"] == signal.SIGKILL and record["attempts"] == 1
+    assert "while it started" in record["error"] and "redoes this job once" in record["error"]
+    again = evaluate_run(run, lm_family["suite"], EvalOptions(workers=1))  # the same command, no --retry-failed
+    assert again["ran"] == 1 and again["failed"] == {} and again["ok"] == 1
+    assert store.load(first["index"]["base"])["attempts"] == 2
 
 
 def test_killed_job_is_redone_once_then_reported(lm_family, tmp_path):  # noqa: F811

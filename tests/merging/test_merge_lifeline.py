@@ -45,3 +45,33 @@ def test_sigkill_of_sample_ends_its_merge_helpers_and_the_rerun_finishes(tiny_fa
     assert sample(pool, run, "--merge-workers", "2") == 0
     assert leftovers(run) == [] and not marked(tag)
     assert_same_models(run, reference)
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="two merge workers need two usable cores")
+def test_a_merge_helper_killed_while_it_starts_costs_no_merge(tiny_family, tmp_path):
+    """SIGKILL the helper as soon as it exists (before its imports are done): the command itself merges the whole
+    plan, exits 0, and its models are those of a run with one worker (issue 53)."""
+    pool = write_pool(tmp_path, tiny_family)
+    reference, run = tmp_path / "reference", tmp_path / "run"
+    assert sample(pool, reference) == 0
+    tag = new_tag()
+    cmd = [sys.executable, "-m", "wildmerge.cli", "sample", "--base", pool, "--out", str(run), *ARGS,
+           "--merge-workers", "2"]
+    main = subprocess.Popen(cmd, env=marked_env(tag, HF_HUB_OFFLINE="1"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        def helpers():
+            return [p for p in children(main.pid) if "spawn_main" in cmdline(p)]
+
+        assert wait_for(helpers, 300, main), "the merge helper did not start"
+        for pid in helpers():
+            os.kill(pid, signal.SIGKILL)
+        _, err = main.communicate(timeout=600)
+    finally:
+        kill_marked(tag)
+        main.kill()
+        main.wait()
+    assert main.returncode == 0, err
+    assert not list(run.glob("models/*/merge_info.json")) or leftovers(run) == []
+    assert_same_models(run, reference)
+    assert sample(pool, run, "--merge-workers", "2") == 0  # and the rerun has nothing to do

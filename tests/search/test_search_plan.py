@@ -7,7 +7,7 @@ import pytest
 from wildmerge.eval.screening.stats import screen_items
 from wildmerge.sampling import cost
 from wildmerge.search.bandit import Space, search
-from wildmerge.search.plan import plan_search, search_seconds
+from wildmerge.search.plan import plan_search, search_seconds, search_space
 
 SIZES = {"a": 300, "b": 120, "c": 80}
 
@@ -37,7 +37,7 @@ def _zero_experts(calls):
 
 @pytest.mark.parametrize("budget,first,eta,screen", [(6.0, 0.125, 2.0, False), (13.5, 0.125, 2.0, False),
                                                      (9.0, 0.25, 3.0, False), (13.5, 0.125, 2.0, True),
-                                                     (12.0, 0.25, 3.0, True)])
+                                                     (12.0, 0.25, 3.0, True), (60.0, 0.125, 2.0, True)])
 def test_the_plan_is_what_the_search_spends_without_early_stops(budget, first, eta, screen):
     calls = []
     space = Space.every([f"e{i}" for i in range(9)], ["ta", "ties"], range(2, 8))
@@ -52,6 +52,47 @@ def test_the_plan_is_what_the_search_spends_without_early_stops(budget, first, e
     assert plan.merges == plan.candidates - plan.screened
     assert plan.brackets == len(result["brackets"])
     assert plan.jobs == len(calls)
+
+
+@pytest.mark.parametrize("screen", [False, True])
+def test_the_plan_ends_where_the_pools_candidates_run_out_as_the_search_does(screen):
+    """Three experts, two methods: 11 candidates. A budget of 1000 (or 1e12) buys them all and no more (issue 53)."""
+    calls = []
+    names, methods = ["e0", "e1", "e2"], ["ta", "ties"]
+    result = search(Space.every(names, methods, range(2, 4)), (_zero_experts if screen else _same_scores)(calls),
+                    1000, lambda arm, s: f"{arm[0]}__{'+'.join(s)}", iters=100, screen=screen)
+    space = search_space(3, 2)
+    plan = plan_search(SIZES, 1000, screen=3 if screen else 0, space=space)
+    assert space == 11 == plan.candidates == len(result["candidates"]) and plan.exhausted
+    assert plan.brackets == len(result["brackets"])
+    if screen:  # a screened expert drawn again does not pay its first rung twice: the plan is an upper bound
+        assert plan.jobs >= len(calls) and plan.item_evaluations >= result["items_spent"]
+    else:
+        assert plan.jobs == len(calls) and plan.item_evaluations == result["items_spent"]
+    assert plan_search(SIZES, 1e12, screen=3 if screen else 0, space=space) == plan
+    small = plan_search(SIZES, 4, space=space)
+    assert not small.exhausted and small.candidates < space
+    assert (small.brackets, small.candidates, small.jobs) == (lambda p: (p.brackets, p.candidates, p.jobs))(
+        plan_search(SIZES, 4))
+
+
+def test_a_budget_of_1e12_is_planned_without_walking_each_bracket():
+    plan = plan_search(SIZES, 1e12)  # no space given: brackets of the same size counted at once
+    assert plan.brackets > 10**9 and plan.item_evaluations <= 1e12 * plan.per_model and not plan.exhausted
+
+
+def test_search_dry_run_says_when_the_budget_buys_every_candidate(capsys):
+    from wildmerge.cli import main
+    from wildmerge.pools import load_pool
+
+    n = len(load_pool("demo").experts)
+    assert main(["search", "--base", "demo", "--budget", "1e12", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    space = search_space(n, 2)
+    assert f"that is every candidate of the pool, {space} ({n} experts alone and 2 method(s)" in out
+    assert "buys nothing more" in out and f"{space - n} candidates merged at most" in out
+    assert main(["search", "--base", "demo", "--budget", "4", "--dry-run"]) == 0
+    assert "buys nothing more" not in capsys.readouterr().out
 
 
 def test_seconds_add_merges_job_starts_and_tokens():
@@ -85,8 +126,9 @@ def test_search_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys, mon
     from wildmerge.pools import load_pool
 
     items = {"add": 100, "add_gen": 100, "compare": 100, "count": 100, "facts": 80, "reverse": 100}  # cost.py's
-    plan = plan_search(items, 10,
-                       screen=len(load_pool("demo").experts))  # the Thompson search screens the experts first
+    n = len(load_pool("demo").experts)
+    plan = plan_search(items, 10, screen=n,  # the Thompson search screens the experts first
+                       space=search_space(n, 2))  # and draws each of the pool's candidates once at most
     assert plan.screened == len(load_pool("demo").experts) and plan.merges == plan.candidates - plan.screened
     assert (f"{plan.screened} experts screened at the first rung, then {plan.brackets} bracket(s), "
             f"{plan.merges} candidates merged at most") in out

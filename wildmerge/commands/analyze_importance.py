@@ -3,6 +3,8 @@ their reference ablation and the merge's FLOPs / memory (Buzzega et al., arXiv 2
 
 import argparse
 
+from wildmerge.commands.options import device
+
 HELP = "CoM's importance weights vs the experts' accuracy gap, the omega-reference ablation, FLOPs / memory"
 DESCRIPTION = ("For a run's Chain of Merges merges: each expert's importance weight (omega, Eq. 6) against its "
                "fine-tuned minus base score (Figs. 2 / 4), with --reference the omegas measured through the base "
@@ -15,7 +17,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", help="evaluated suite of the run (default: the only one)")
     p.add_argument("--reference", action="store_true",
                    help="also measure the omegas through the base model (forward passes over the calibration data)")
-    p.add_argument("--device", default="cpu", help="device of the --reference forward passes (default cpu)")
+    p.add_argument("--device", default="cpu", type=device, help="device of the --reference forward passes (default cpu)")
     p.add_argument("--out", help="output folder (default: RUN/com_importance)")
 
 

@@ -3,7 +3,7 @@
 import argparse
 from pathlib import Path
 
-from wildmerge.commands.options import comma_list, nonnegative_int, positive_int
+from wildmerge.commands.options import comma_list, device, nonnegative_int, positive_int
 from wildmerge.errors import ConfigError
 
 HELP = "the 28 pairwise mergeability metrics of every pair of experts (Zhou et al. 2026)"
@@ -22,7 +22,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="comma-separated: weights, activations, gradients (default: all three)")
     p.add_argument("--out", help="output folder (default: runs/analysis-<pool>/mergeability)")
     p.add_argument("--cache", help="per-model statistics cache (default: <out>/cache)")
-    p.add_argument("--device", default="cpu", help="device for SVDs and model passes: cpu, cuda (default cpu)")
+    p.add_argument("--device", default="cpu", type=device, help="device for SVDs and model passes: cpu, cuda (default cpu)")
     p.add_argument("--k", type=positive_int, default=10, help="top/bottom-k singular directions (paper: 10)")
     p.add_argument("--subspace-scope", choices=["blocks", "all_2d"], default="blocks",
                    help="2-D tensors of the subspace metrics: inside transformer blocks (paper) or all in scope")

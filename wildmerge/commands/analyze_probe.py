@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from wildmerge.analysis.probe.partitions import DEFAULT_TASKS
-from wildmerge.commands.options import comma_ints, int_at_least, positive_float, positive_int
+from wildmerge.commands.options import comma_ints, device, int_at_least, positive_float, positive_int
 
 HELP = "fresh-head probe: native vs a new linear head on frozen features (is the knowledge still there?)"
 DESCRIPTION = ("For every model of a run (or --model), on the suite's tasks with train / validation / test splits and "
@@ -27,7 +27,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                                   "its adapter_config.json names, where that resolves locally)")
     p.add_argument("--reference", help="joint reference model J for R and U (demo family: demo:joint)")
     p.add_argument("--seeds", type=comma_ints, default=[0, 1, 2], help="fresh-head seeds (default 0,1,2)")
-    p.add_argument("--device", default="cpu", help="device for the frozen models (cpu, cuda, cuda:1)")
+    p.add_argument("--device", default="cpu", type=device, help="device for the frozen models (cpu, cuda, cuda:1)")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--threads", type=positive_int,
                    default=1, help="CPU threads for torch (default 1: on a shared CPU more "

@@ -59,6 +59,54 @@ def float_above(n: float):
     return number_type(numbers.float_above(n), f"float_above({n})")
 
 
+def checked_text(check, name: str, bad_values: tuple):
+    """An argparse type for a text option: ``check(text)`` says what is wrong with it (None: nothing), in argparse's
+    own line. ``bad_values`` (kept on the type) are values it refuses: tests/test_bad_inputs_table.py tries them on
+    every option that takes the type, so a new option of the kind is tried as soon as it exists."""
+
+    def parse(text: str) -> str:
+        problem = check(text)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return text
+
+    parse.__name__ = name
+    parse.bad_values = bad_values
+    return parse
+
+
+def _device_problem(text: str):
+    from wildmerge.resources import device_problem
+
+    return device_problem(text)
+
+
+# a device a command uses itself (merges, tune, analyses): its name checked at parse time by the one device rule
+# (``resources.device_problem``); whether the GPU is there, before any model is read (``checked_device``)
+device = checked_text(_device_problem, "device", ("gpu", "CPU", ""))
+
+
+def _folder_target(text: str):
+    from pathlib import Path
+
+    if Path(text).exists() and not Path(text).is_dir():
+        return f"{text} is a file, not a folder; give a new or empty folder"
+    return None
+
+
+folder_target = checked_text(_folder_target, "folder_target", ("/dev/null",))  # an output folder (not a file)
+
+
+def _by_eval_options(name: str, bad_values: tuple):
+    """The type of a text evaluation option: the text as given, checked once by ``EvalOptions`` (``eval_options``,
+    before any other work); ``bad_values`` are for the table's rows."""
+    return checked_text(lambda text: None, name, bad_values)
+
+
+# sample --calibrate-from RUN: the folder checked by the protocol, whenever given, before any other work
+calibration_run = checked_text(lambda text: None, "calibration_run", ("nosuchrun",))
+
+
 def comma_list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
@@ -100,6 +148,7 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
                              "all); finish only models whose result vs the base / best expert is still open "
                              "(paired bootstrap intervals); base and experts are always scored in full")
     parser.add_argument("--wandb-args", metavar="KEY=VALUE,...",
+                        type=_by_eval_options("wandb_args", ("nosuchkey=1", "project=", "project=a,project=b")),
                         help="log every scored model to Weights & Biases through lm-eval's own logger, with the run's "
                              "manifest as its config: wandb.init's arguments, e.g. project=merging,entity=team "
                              "(needs `pip install wandb`; WANDB_MODE=offline writes the runs locally)")
@@ -113,8 +162,9 @@ def add_eval_options(parser, device_flag: str = "--device") -> None:
     g.add_argument("--limit", help="documents per task (a whole number: 2, 100) or a fraction of each task "
                                    "strictly between 0 and 1 (0.1)")
     g.add_argument("--dtype", choices=["auto", "float16", "bfloat16", "float32"])
-    g.add_argument("--batch-size", help="int or auto")
-    g.add_argument(device_flag, dest="device", help="evaluation device: cpu, cuda, cuda:1 ... (default: the suite's; a suite's auto is the "
+    g.add_argument("--batch-size", type=_by_eval_options("batch_size", ("0", "-4", "1.5", "nan")),
+                   help="a whole number >= 1, or auto")
+    g.add_argument(device_flag, dest="device", type=_by_eval_options("device", ("gpu", "CPU", "")), help="evaluation device: cpu, cuda, cuda:1 ... (default: the suite's; a suite's auto is the "
                              "GPU when this machine has one, else the CPU)")
     r = parser.add_argument_group("Ray executor")
     r.add_argument("--ray-address", help="join a cluster (auto, ray://host:10001); default: a local one")

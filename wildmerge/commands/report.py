@@ -2,6 +2,7 @@
 ``wildmerge report --combine RUN RUN ... --out DIR``: Tables 1-3 across runs (one per base) with Average rows
 and Figs. 3 / 4 / 6 with one column per base."""
 
+from wildmerge.commands.options import folder_target
 from wildmerge.errors import ConfigError
 
 
@@ -12,7 +13,7 @@ def configure(parser) -> None:
     parser.add_argument("--combine", nargs="+", metavar="RUN",
                         help="several evaluated runs (one per base model): write their Tables 1-3 side by side with "
                              "the paper's Average rows, and Figs. 3 / 4 / 6 with one column per base")
-    parser.add_argument("--hf-dataset", metavar="OUT",
+    parser.add_argument("--hf-dataset", metavar="OUT", type=folder_target,
                         help="also write the leaderboard as a Hugging Face dataset folder (the CSVs and a dataset "
                              "card) ready for `huggingface-cli upload USER/NAME OUT --repo-type dataset`")
 
@@ -29,6 +30,11 @@ def run(args) -> int:
         raise ConfigError("give a run folder (`wildmerge report RUN_DIR`) or several with `--combine RUN RUN ...`")
     from wildmerge.analysis.report.write import write_report
 
+    if args.hf_dataset:  # a target that would mix files, refused before the report is written
+        from wildmerge.analysis.report.hf_dataset import check_hf_dataset_target
+        from wildmerge.run import RunFolder
+
+        check_hf_dataset_target(args.hf_dataset, RunFolder(args.run_dir).name)
     written = write_report(args.run_dir, out_dir=args.out, suite=args.suite)
     for name, path in written.items():
         if name.endswith(("leaderboard_md", "scores_csv", "index_html")):

@@ -8,8 +8,9 @@ The work is ``wildmerge.protocol.run_sample``; this module only turns the argume
 import argparse
 import sys
 
-from wildmerge.commands.options import (add_eval_options, check_points, comma_list, comma_positive_ints, eval_options,
-                                        nonnegative_int, positive_int)
+from wildmerge.commands.options import (add_eval_options, calibration_run, check_points, comma_list,
+                                        comma_positive_ints, device, eval_options, nonnegative_int,
+                                        positive_int)
 from wildmerge.protocol import PAPER_K, PAPER_SIZES, SampleSettings, run_sample
 
 
@@ -51,7 +52,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predictor-method", help="score subsets with this method's fit (default: all methods, z-scored)")
     p.add_argument("--exclude", action="append", default=[], type=comma_list, help="leave these experts (names) out")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its cost; merge nothing")
-    p.add_argument("--calibrate-from", metavar="RUN",
+    p.add_argument("--calibrate-from", metavar="RUN", type=calibration_run,
                    help="with --dry-run: cost the plan at the per-unit costs of this earlier run folder (its merge and "
                         "result records) instead of the built-in calibration")
     p.add_argument("--keep-models", choices=("all", "none"), default="all",
@@ -63,6 +64,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     ev.add_argument("--no-evaluate", dest="evaluate", action="store_false", help="merge only")
     p.add_argument("--suite", help="evaluation suite (default: the pool's protocol.suite: demo, smollm2)")
     p.add_argument("--merge-device", "--device", dest="merge_device", default="cpu", action=_MergeDevice,
+                   type=device,
                    help="mergekit math device for merging: cpu, cuda, auto (default: %(default)s); --device is its "
                         "old name (deprecated); the evaluation device is --eval-device")
     p.add_argument("--merge-workers", type=_workers, default=None,

@@ -3,7 +3,7 @@ subset size, successive halving on item subsets; see ``wildmerge.search.guided``
 
 import argparse
 
-from wildmerge.commands.options import float_above, float_at_least, nonnegative_int, number_type, positive_int
+from wildmerge.commands.options import device, float_above, float_at_least, nonnegative_int, number_type, positive_int
 from wildmerge.numbers import Range
 
 
@@ -25,7 +25,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tune", action="store_true", help="keep the recipes' hyperparameters (no TAS tuning)")
     p.add_argument("--tune-samples", type=positive_int, default=32, help="unlabelled samples per expert for TAS")
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
-    p.add_argument("--merge-device", default="cpu", help="where candidates are merged: cpu, cuda, cuda:N (default "
+    p.add_argument("--merge-device", default="cpu", type=device, help="where candidates are merged: cpu, cuda, cuda:N (default "
                                                          "%(default)s)")
     p.add_argument("--out", help="run folder (default runs/search-<pool>); rerun the same command to resume")
     p.add_argument("--dry-run", action="store_true",
@@ -41,7 +41,7 @@ def run(args) -> int:
 
         print_search_plan(args.pool, args.budget, args.suite, args.limit, args.first_fraction, args.eta, args.exclude,
                           screen=args.rule == "thompson" and not args.no_experts,
-                          methods=[m for m in args.methods.split(",") if m])
+                          methods=[m for m in args.methods.split(",") if m], experts=not args.no_experts)
         return 0
     checked_device(args.merge_device, "--merge-device")  # a missing GPU said before any model is read
     methods = [m for m in args.methods.split(",") if m]

@@ -9,7 +9,7 @@ lowest mean TAS wins. Outputs per grid:
 
 import argparse
 
-from wildmerge.commands.options import check_points, positive_float, positive_int
+from wildmerge.commands.options import check_points, device, positive_float, positive_int
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=positive_int, help="tokens per sample (default min(256, the model's positions))")
     p.add_argument("--distance", default="l2", choices=("l2", "l1", "cosine", "kl"),
                    help="distance that selects (all four are written to tas.csv; default l2, the paper's)")
-    p.add_argument("--device", default="cpu", help="where models are held and run: cpu, cuda, cuda:1")
+    p.add_argument("--device", default="cpu", type=device, help="where models are held and run: cpu, cuda, cuda:1")
     p.add_argument("--threads", type=positive_int,
                    help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
@@ -68,8 +68,9 @@ def _check_suite(args):
     if not args.check:
         given = [flag for flag, value in (("--suite", args.suite), ("--limit", args.limit)) if value is not None]
         if given:
-            raise ConfigError(f"{' and '.join(given)} only apply to the --check evaluations: add --check K "
-                              f"(K >= 3) or leave them out")
+            verb, them = ("apply", "them") if len(given) > 1 else ("applies", "it")
+            raise ConfigError(f"{' and '.join(given)} only {verb} to the --check evaluations: add --check K "
+                              f"(K >= 3) or leave {them} out")
         return None
     if args.suite:
         return args.suite

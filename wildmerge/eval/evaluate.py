@@ -6,6 +6,8 @@ with the command's ``EvalOptions`` (``options.py``: checked when made). Results 
 """
 
 import hashlib
+import os
+import socket
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -79,6 +81,8 @@ def check_evaluation(suite, options: Optional[EvalOptions] = None) -> Suite:
     options = options or EvalOptions()
     suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor)
     _check_device(suite, options.executor)
+    if options.executor == "local":
+        check_workers(options.workers)  # cores and worker memory now; the models' share when evaluation starts
     return suite
 
 
@@ -189,31 +193,33 @@ def check_screen(screen: Optional[float], suite: Suite) -> None:
 
 
 def _run_claimed(todo: List[Dict[str, Any]], store: ResultStore, options: EvalOptions) -> None:
-    """Run the jobs no other command on this store is running; wait for the ones it is, and run those whose
-    holder died without a result. Two ``wildmerge eval`` on one run thus split the jobs instead of doubling them."""
+    """Run the jobs no other command on this store is running, each claimed only as a worker of this command takes
+    it (``run_jobs``' ``claim``); wait for the ones another command holds, and run those whose holder died without
+    a result. Two ``wildmerge eval`` on one run thus split the jobs instead of doubling them."""
     from wildmerge.locks import try_claim, wait_claim
 
     before = {job["job_id"]: store.load(job["job_id"])["status"] for job in todo}
     changed = lambda job: store.load(job["job_id"])["status"] != before[job["job_id"]]  # noqa: E731
-    claims, mine, busy = [], [], []
-    for job in todo:
-        claim = try_claim(store.claim_path(job["job_id"]))
-        if claim is None:
-            busy.append(job)
-            continue
-        claims.append(claim)
-        if not changed(job):  # another command may have finished it since we looked
-            mine.append(job)
-    try:
-        run_jobs(mine, options)
-    finally:
-        for claim in claims:
-            claim.release()
+    busy, me = [], f"pid {os.getpid()} on {socket.gethostname()}"
+
+    def claim(job):
+        held = try_claim(store.claim_path(job["job_id"]))
+        if held is None:
+            busy.append(job)  # another command runs it: waited for below
+        elif changed(job):  # another command finished it since we looked
+            held.release()
+            held = None
+        if held is not None:
+            job["command"] = me  # in its record: which command scored it
+        return held
+
+    run_jobs(todo, options, claim=claim)
     if busy:
         print(f"{len(busy)} job(s) are being run by another command on {store.root}; waiting for them")
     for job in busy:
         with wait_claim(store.claim_path(job["job_id"])):
             if not changed(job):  # its holder died without a result: run it here
+                job["command"] = me
                 run_jobs([job], options)
 
 

@@ -20,6 +20,17 @@ from wildmerge.eval.store import FAILED, ResultStore, base_record, read_result, 
 from wildmerge.eval.worker import run_job
 
 Callback = Optional[Callable[[Dict[str, Any]], None]]
+# ``claim(job)``: the job's claim (``locks.Claim``) when this command is to run it now, None when another command
+# holds it or finished it; asked just before a worker of this command takes the job, so commands split the jobs
+Claimer = Optional[Callable[[Dict[str, Any]], Any]]
+
+
+def _claimed_all(jobs: List[Dict[str, Any]], claim: Claimer):
+    """(jobs to run, their claims) for the executors that hand every job to their engine at once (Ray, Slurm)."""
+    if claim is None:
+        return jobs, []
+    held = [(job, claim(job)) for job in jobs]
+    return [job for job, c in held if c is not None], [c for _, c in held if c is not None]
 
 
 def _engine_failure(job: Dict[str, Any], exc: BaseException) -> Dict[str, Any]:
@@ -38,15 +49,32 @@ def _keep(job: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
     return record
 
 
-def run_serial(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
+def run_serial(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None,
+               claim: Claimer = None) -> List[Dict[str, Any]]:
     records = []
     for job in tqdm(jobs, desc="eval jobs", unit="job"):
-        records.append(run_job(job))
+        held = claim(job) if claim else None
+        if claim and held is None:
+            continue
+        try:
+            records.append(run_job(job))
+        finally:
+            held and held.release()
         on_done and on_done(records[-1])
     return records
 
 
-def run_ray(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
+def run_ray(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None,
+            claim: Claimer = None) -> List[Dict[str, Any]]:
+    jobs, claims = _claimed_all(jobs, claim)
+    try:
+        return _run_ray(jobs, options, on_done)
+    finally:
+        for c in claims:
+            c.release()
+
+
+def _run_ray(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
     """One Ray task per job; with GPUs, ``gpus_per_job`` (default 1) each, so Ray queues jobs on free GPUs.
 
     ``ray_address``: ``auto`` or ``ray://host:10001`` joins a cluster; none starts (or reuses) a local one.
@@ -85,7 +113,17 @@ def run_ray(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback 
             ray.shutdown()
 
 
-def run_slurm(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
+def run_slurm(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None,
+              claim: Claimer = None) -> List[Dict[str, Any]]:
+    jobs, claims = _claimed_all(jobs, claim)
+    try:
+        return _run_slurm(jobs, options, on_done)
+    finally:
+        for c in claims:
+            c.release()
+
+
+def _run_slurm(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
     """One Slurm array task per job via submitit (``slurm_cluster='local'`` runs them here, for tests); its logs go
     to the result store's ``slurm/`` folder."""
     try:
@@ -139,6 +177,9 @@ def _slurm_result(sub, poll: float = 2.0):
 EXECUTORS = {"local": run_local, "serial": run_serial, "ray": run_ray, "slurm": run_slurm}
 
 
-def run_jobs(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
-    """Run ``jobs`` on ``options.executor`` with its options (checked when the options were made)."""
-    return EXECUTORS[options.executor](jobs, options, on_done)
+def run_jobs(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None,
+             claim: Claimer = None) -> List[Dict[str, Any]]:
+    """Run ``jobs`` on ``options.executor`` with its options (checked when the options were made). With ``claim``,
+    a job runs only when its claim is granted: the local and serial executors ask just before a worker takes it
+    (and release it when its record is written), Ray and Slurm before they submit."""
+    return EXECUTORS[options.executor](jobs, options, on_done, claim)

@@ -2,8 +2,9 @@
 
 Each worker (``serve.py``) imports lm-eval and builds the suite's tasks once, then scores one model after another.
 A thread per worker hands it the next job and waits for its answer, with a timeout: a worker that hangs is killed
-and its job fails; a worker that dies (a segfault, the out-of-memory killer) fails only the job it held, recorded
-as killed, and is replaced by a fresh one for the jobs that remain. Workers outlive one call (until this
+and its job fails; a worker that dies (a segfault, the out-of-memory killer; while it starts or mid-job) fails only
+the job it held, recorded as killed (the next run of the same command redoes it once), and is replaced by a fresh
+one for the jobs that remain. Workers outlive one call (until this
 process exits), so evaluating one model at a time pays the start-up once, and die with this process however it ends
 (``wildmerge.lifeline``), ``kill -9`` included.
 """
@@ -94,6 +95,14 @@ def worker_envs(workers: Optional[int]) -> List[Dict[str, str]]:
     return [{**base, "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", threads)} for _ in range(count)]
 
 
+class WorkerDied(RuntimeError):
+    """A worker that ended before it said ready; ``rc`` its exit code (negative: the signal that killed it)."""
+
+    def __init__(self, rc: int):
+        self.rc = rc
+        super().__init__(f"an evaluation worker exited with code {rc} while it started")
+
+
 class Worker:
     """One long-lived worker process and the thread-side protocol to talk to it."""
 
@@ -108,9 +117,15 @@ class Worker:
         log.close()
         self.lines = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
-        if self._answer(STARTUP_TIMEOUT) != "ready":
-            self.stop()
-            raise RuntimeError(f"an evaluation worker did not start; see {self.log_path}")
+        answer = self._answer(STARTUP_TIMEOUT)
+        if answer == "ready":
+            return
+        if answer is None:  # it died before it was ready: killed (a signal) or an error (its log says which)
+            rc = lifeline.reap(self.proc)
+            self.proc = None
+            raise WorkerDied(rc)
+        self.stop()
+        raise RuntimeError(f"an evaluation worker did not start; see {self.log_path}")
 
     @staticmethod
     def _read(proc, lines) -> None:
@@ -210,9 +225,10 @@ def close_idle_workers() -> None:
 
 
 def run_local(jobs: List[Dict[str, Any]], options: EvalOptions,
-              on_done: Optional[Callable] = None) -> List[Dict[str, Any]]:
+              on_done: Optional[Callable] = None, claim: Optional[Callable] = None) -> List[Dict[str, Any]]:
     """Run ``jobs`` on long-lived local workers (``options.workers``, ``options.job_timeout``); returns their result
-    records (in completion order)."""
+    records (in completion order). ``claim(job)``: asked as a worker takes the job; None skips it (another command
+    holds or finished it), a claim is released once the job's record is written."""
     if not jobs:
         return []
     check_workers(options.workers, max(weights_bytes(job["model_path"]) for job in jobs))
@@ -233,11 +249,21 @@ def run_local(jobs: List[Dict[str, Any]], options: EvalOptions,
                     job = todo.get_nowait()
                 except queue.Empty:
                     return
+                held = claim(job) if claim else None
+                if claim and held is None:
+                    with lock:
+                        bar.update()
+                    continue
                 try:
                     record = worker.run(job, options.job_timeout)
+                except WorkerDied as died:  # killed while it started: says nothing of the model, redone once
+                    record = lost_record(job, time.time(), "while it started" if died.rc < 0 else str(died),
+                                         killed=-died.rc if died.rc < 0 else None, worker_log=worker.log_path)
                 except Exception as exc:  # the worker could not start: this job fails, the next tries again
                     worker.stop()
                     record = lost_record(job, time.time(), f"{type(exc).__name__}: {exc}")
+                finally:
+                    held and held.release()
                 with lock:
                     records.append(record)
                     on_done and on_done(record)

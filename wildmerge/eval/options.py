@@ -96,7 +96,22 @@ class EvalOptions(BaseModel):
         bad = [p for p in pairs if "=" not in p or not p.split("=", 1)[0].strip()]
         if bad or not pairs:
             raise ValueError(f"expected key=value pairs separated by commas (project=NAME,entity=TEAM), got {value!r}")
-        return {k.strip(): v.strip() for k, v in (p.split("=", 1) for p in pairs)}
+        split = [(k.strip(), v.strip()) for k, v in (p.split("=", 1) for p in pairs)]
+        keys = [k for k, _ in split]
+        empty = [k for k, v in split if not v]
+        if empty:
+            raise ValueError(f"{empty[0]}= has no value: give {empty[0]}=VALUE, or leave {empty[0]} out")
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"{twice[0]} is given twice: give each key once")
+        from wildmerge.eval.wandb_log import init_keys
+
+        known = init_keys()
+        unknown = [k for k in keys if k not in known]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not an argument of wandb.init{did_you_mean(unknown[0], known)} "
+                             f"(it takes {', '.join(known)})")
+        return dict(split)
 
     @model_validator(mode="after")
     def _options_of_this_executor(self) -> "EvalOptions":

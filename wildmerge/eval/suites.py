@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Literal, Optional, Union
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
                       model_validator)
 
+from wildmerge import numbers
 from wildmerge.errors import ConfigError, did_you_mean
 from wildmerge.eval.splits import check_validation_splits
 from wildmerge.named_files import find_named_file, read_yaml
@@ -115,12 +116,23 @@ class SuiteSettings(BaseModel):
     def _positive_limit(cls, v):
         return None if v is None else parse_limit(v)
 
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _positive_batch(cls, v):
+        """A whole number >= 1 (the shared number rule) or auto: 0 or -4 is no batch."""
+        if v == "auto":
+            return v
+        problem = numbers.POSITIVE_INT.problem(v)
+        if problem:
+            raise ValueError(f"batch_size must be {numbers.POSITIVE_INT.describe()} or auto, got {v!r}")
+        return numbers.POSITIVE_INT.parse(v)
+
     @field_validator("device")
     @classmethod
     def _known_device(cls, v: str) -> str:
-        import re
+        from wildmerge.resources import device_problem
 
-        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v):
+        if device_problem(v):
             raise ValueError(f"device {v!r} is not one of auto, cpu, cuda, cuda:N, mps")
         return v
 

@@ -6,6 +6,20 @@ import sys
 from typing import Any, Dict, List, Optional
 
 
+def init_keys() -> List[str]:
+    """The arguments ``wandb.init`` takes (what ``--wandb-args`` may set); a ``ConfigError`` when wandb is missing."""
+    import inspect
+
+    from wildmerge.errors import ConfigError
+
+    try:
+        import wandb
+    except ImportError:
+        raise ConfigError("--wandb-args needs Weights & Biases: pip install wandb (or drop --wandb-args)") from None
+    return [name for name, p in inspect.signature(wandb.init).parameters.items()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
 def wandb_spec(wandb_args: Optional[Dict[str, str]], config: Dict[str, Any], job: Dict[str, Any],
                group: Optional[str] = None) -> Optional[Dict[str, Any]]:
     """What the worker passes to ``WandbLogger`` for ``job``: wandb.init's arguments (the user's; by default the

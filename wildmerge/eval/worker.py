@@ -273,7 +273,7 @@ def lost_record(job: Dict[str, Any], started: float, why: str, killed: Optional[
     into its own log (``worker_log``), not the job's: the tail comes from whichever has lines."""
     attempts = job.get("attempt", 1)
     if killed is not None:
-        why = killed_why(killed) + (f", {attempts} times: reported as failed" if attempts > 1 else
+        why = killed_why(killed) + (f" {why}" if why else "") + (f", {attempts} times: reported as failed" if attempts > 1 else
                                     "; the next run of the same command redoes this job once")
     return write_result(job["result_path"], {
         **base_record(job), "status": FAILED, "error": f"{why}; {_last_lines(job['log_path'], worker_log)}",

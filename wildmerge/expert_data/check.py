@@ -23,14 +23,21 @@ NEEDS = {
 }
 
 
-def check_local(name: str, data: Optional[ExpertData], relative_to=None) -> None:
-    """Every local file of one expert's data read now: a missing file, field or item fails at pool load."""
+def check_sources(name: str, data: Optional[ExpertData], relative_to=None) -> None:
+    """Every source of one expert's data checked when the pool is loaded (dry runs included), whichever part the
+    run's methods read: a local file read now (missing file, field or items), a family reference's name
+    (``demo:unlabelled/<expert>``: its expert exists; nothing is built), an lm-eval task's name (close matches
+    named). One line naming the expert, not a traceback at the first merge that reads it."""
     if data is None:
         return
     for part, source in (("text", data.text), ("labelled", data.labelled)):
-        if source is not None and source.kind == "lm_eval_task":
+        if source is None:
+            continue
+        if source.kind == "lm_eval_task":
             _check_task_name(source, f"{part} data of expert {name!r}", relative_to)
-        if source is None or source.kind != "file":
+        if source.kind == "demo":
+            _check_family_ref(source.demo, f"{part} data of expert {name!r}")
+        if source.kind != "file":
             continue
         where = f"{part} data of expert {name!r} ({source.file})"
         try:
@@ -43,24 +50,46 @@ def check_local(name: str, data: Optional[ExpertData], relative_to=None) -> None
                               f"lower n")
 
 
+def _check_family_ref(ref: str, where: str) -> None:
+    from wildmerge.hub import check_family_ref
+
+    try:
+        check_family_ref(ref)
+    except WildmergeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def _check_task_name(source, where: str, relative_to=None) -> None:
     """An ``lm_eval_task`` that lm-eval does not know fails at pool load, with the closest name (not a KeyError at
-    the first read). A task folder that is a family reference (``demo:tasks``) is checked when it is read, since
-    naming it would build the family."""
+    the first read). A family's task folder (``demo:tasks``) is checked against the names the family writes there,
+    without building it; a folder written with the family (``demo:probe_tasks``) when it is read."""
     from wildmerge.errors import did_you_mean
+    from wildmerge.hub import every_family_task, family_task_names
 
-    include = source.tasks
+    task, include = source.lm_eval_task, source.tasks
     if include and include.startswith(("demo:", "smollm2:")):
+        _check_family_ref(include, f"{where}: tasks")
+        known = family_task_names(include)
+        if known is not None and task not in known:
+            raise ConfigError(f"{where}: {include} has no task {task!r}{did_you_mean(task, known)}; valid: "
+                              f"{', '.join(known)}")
         return
     if include and relative_to is not None and not Path(include).is_absolute():
         include = str(Path(relative_to) / include)
     if include and not Path(include).is_dir():
         raise ConfigError(f"{where}: tasks folder {include} does not exist")
     known = _lm_eval_tasks(include)
-    if source.lm_eval_task not in known:
-        raise ConfigError(f"{where}: lm-eval knows no task {source.lm_eval_task!r}"
-                          f"{did_you_mean(source.lm_eval_task, known)}; name one of its tasks (`lm_eval --tasks list`)"
-                          f"{'' if include else ', or give tasks: FOLDER with your own task YAMLs'}")
+    if task in known:
+        return
+    close = did_you_mean(task, known)
+    family = every_family_task()
+    if not include and not close and did_you_mean(task, family):  # a family's task, without its folder
+        near = did_you_mean(task, family)
+        folder = family[near.split("'")[1]]
+        raise ConfigError(f"{where}: lm-eval knows no task {task!r}{near}: that is a task of {folder}, so add "
+                          f"`tasks: {folder}` beside lm_eval_task")
+    raise ConfigError(f"{where}: lm-eval knows no task {task!r}{close}; name one of its tasks (`lm_eval --tasks "
+                      f"list`){'' if include else ', or give tasks: FOLDER with your own task YAMLs'}")
 
 
 def _lm_eval_tasks(include) -> set:

@@ -85,7 +85,14 @@ def _read_lm_eval(source: Source) -> list:
 
         include = resolve_path(include)
     tm = TaskManager(include_path=include, include_defaults=False) if include else TaskManager()
-    loaded = tm.load_task_or_group([source.lm_eval_task])
+    try:
+        loaded = tm.load_task_or_group([source.lm_eval_task])
+    except KeyError:  # lm-eval's "not a registered task" (pools check names when loaded; a recipe's data here)
+        from wildmerge.errors import did_you_mean
+
+        raise ConfigError(f"lm-eval knows no task {source.lm_eval_task!r}"
+                          f"{did_you_mean(source.lm_eval_task, tm.all_tasks)}"
+                          f"{f' in {source.tasks}' if source.tasks else ''}; name one of its tasks") from None
     task = loaded.get(source.lm_eval_task)
     if task is None or isinstance(task, dict):
         raise ConfigError(f"lm-eval task {source.lm_eval_task!r} is a group or unknown: name one task")

@@ -20,7 +20,7 @@ import platform
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 from wildmerge.atomic import atomic_dir, write_json, write_text
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
@@ -84,18 +84,22 @@ class CachedFamily:
                 "task_names": manifest["tasks"]["names"], "pool": pool, "pool_file": str(root / "pool.yml"),
                 "manifest": str(root / MANIFEST)}
 
-    def resolve(self, ref: str, experts: list, every_expert, ensure_family: Callable, ensure_probe: Callable) -> str:
+    def resolve(self, ref: str, experts: list, every_expert, ensure_family: Callable, ensure_probe: Callable,
+                build: bool = True) -> Optional[str]:
         """The path behind ``<label>:<name>`` for the names every family has: ``REF_NAMES`` and the ``experts`` of
         this size (a name among ``every_expert``, the full family's, gets the hint to unset ``<env>_QUICK``).
 
         Builds the family on first use (seed ``$<env>_SEED``, default 0; the quick family when ``$<env>_QUICK``)
-        and, for ``probe_tasks`` / ``joint``, its probe data (seed ``$<env>_PROBE_SEED``)."""
+        and, for ``probe_tasks`` / ``joint``, its probe data (seed ``$<env>_PROBE_SEED``); ``build=False`` checks the
+        name only and returns None."""
         name = ref.removeprefix(f"{self.label}:")
         valid = [*REF_NAMES, *experts]
         if name not in valid:
             hint = (f"; the quick {self.title} family has only {len(experts)} experts ({', '.join(experts)}): unset "
                     f"{self.env}_QUICK" if name in every_expert else "")
             raise self.unknown(ref, name, valid, f"{self.title} model", hint)
+        if not build:  # the name alone checked (a pool's data, a dry run): nothing built
+            return None
         info = ensure_family(seed=self.env_seed("SEED"), quick=self.quick_forced())
         if name in ("probe_tasks", "joint"):
             probe = ensure_probe(info, seed=self.env_seed("PROBE_SEED"))

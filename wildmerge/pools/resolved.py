@@ -72,6 +72,35 @@ class ResolvedPool:
         return PoolModels(base=self.base.model_copy(update={"name": "base"}), experts=experts)
 
 
+def check_local(pool: Pool, allow_pickle: bool = False) -> None:
+    """What ``resolve`` checks of the pool's local checkpoint folders, for a dry run, which downloads and builds
+    nothing: each local reference resolved (``hub.resolve_all``'s one error) and each local checkpoint readable and
+    mergeable with a local base tensor by tensor (``checkpoints.check_compatible``: config.json, weight headers).
+    Hub and family models, and adapters (a real run folds them into the base), are checked by the real run."""
+    from wildmerge.checkpoints import check_compatible
+    from wildmerge.hub import Unresolvable, classify, resolve_all
+    from wildmerge.pools.adapters import is_adapter
+
+    refs = [("base", pool.base.model, pool.base.revision)] + [(e.label, e.model, e.revision) for e in pool.experts]
+    local = []
+    for ref in refs:
+        try:
+            kind, _ = classify(ref[1], pool.folder)
+        except Unresolvable:
+            kind = "local"  # neither a folder nor a hub id: resolve_all says so, as in a real run
+        if kind == "local":
+            local.append(ref)
+    folders = {r.name: r.path for r in resolve_all(local, relative_to=pool.folder, allow_pickle=allow_pickle,
+                                                   download=False)
+               if not is_adapter(r.path)}
+    base = folders.pop("base", None)
+    if base is not None:
+        check_compatible(base, folders, allow_pickle)
+    else:  # a hub or family base: each local expert's own checkpoint read
+        for name, folder in folders.items():
+            check_compatible(folder, {}, allow_pickle, base_name=name)
+
+
 def resolve(pool, *, exclude=(), allow_pickle: bool = False, download=None,
             pinned: Optional[Dict[str, Optional[str]]] = None) -> ResolvedPool:
     """``pool`` (a loaded ``Pool``, a shipped name or a YAML path) minus ``exclude``, resolved and checked.

@@ -194,12 +194,13 @@ def _quick(pool: Pool) -> Pool:
 
 
 def check_pool_data(pool: Pool) -> None:
-    """Local data files read at load time: a missing file, field or item count fails here, not at the first merge."""
-    from wildmerge.expert_data.check import check_local
+    """Every expert's data sources checked at load time (``expert_data.check.check_sources``): a missing file, field
+    or item count, an unknown family data reference or lm-eval task fails here, not at the first merge."""
+    from wildmerge.expert_data.check import check_sources
 
     for name, data in pool.all_data().items():
         try:
-            check_local(name, data, pool.folder)
+            check_sources(name, data, pool.folder)
         except ConfigError as exc:
             raise ConfigError(f"pool {pool.name!r}: {exc}") from None
 

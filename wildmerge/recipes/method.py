@@ -10,6 +10,7 @@
     model_parameters: {weight: 1.0}   # given to every expert
 """
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -52,7 +53,20 @@ def load_method_recipe(name_or_path: Union[str, Path]) -> MethodRecipe:
         raise ConfigError(f"method recipe {path} is invalid: {exc}") from None
     if str(name_or_path) in ALIASES:
         method.name = str(name_or_path)
+    check_finite(method.name, default_hparams(method), f"method recipe {path}")
     return method
+
+
+def check_finite(method: str, hparams: Dict[str, Any], where: str) -> None:
+    """NaN and infinities never pass as a hyperparameter, whichever method reads it (mergekit's own methods
+    included, whose ranges wildmerge does not declare): one line naming where, the method, the parameter and the
+    value, before anything is merged. The one check of a recipe's values and of every sweep or grid point."""
+    for key, value in hparams.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        bad = next((v for v in values if isinstance(v, float) and not math.isfinite(v)), None)
+        if bad is not None:
+            raise ConfigError(f"{where}: {method}: parameter {key!r} = {bad} is not a finite number; give a finite "
+                              f"value")
 
 
 def load_methods(names) -> Dict[str, MethodRecipe]:

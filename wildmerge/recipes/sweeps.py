@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 from wildmerge.errors import ConfigError, did_you_mean
 from wildmerge.named_files import read_yaml
-from wildmerge.recipes.method import MethodRecipe, load_method_recipe
+from wildmerge.recipes.method import MethodRecipe, check_finite, load_method_recipe
 
 LAMBDAS = [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9, 10.0]
 
@@ -104,6 +104,8 @@ def _declared_params(merge_method: str):
 
 
 def _check_ranges(name: str, sweep: Sweep) -> None:
+    for point in sweep.points():  # NaN / inf refused for every parameter, declared or not (mergekit's TA lambda)
+        check_finite(sweep.recipe.name, point, f"sweep {name!r}")
     merge_method = sweep.recipe.recipe.get("merge_method")
     if not merge_method or not (sweep.grid or sweep.cases):
         return

@@ -352,6 +352,21 @@ def _method_of(info, folder) -> Optional[str]:
     return info.method or (info.model_id or folder.name).split("__")[0] or None
 
 
+def _damaged_or(path, run_dir) -> dict:
+    """A JSON record of the calibrating run; a damaged one is a ``ConfigError`` naming it."""
+    from wildmerge.errors import ConfigError
+
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--calibrate-from {run_dir}: {path} is damaged ({type(exc).__name__}); rerun that run's "
+                          f"command to rewrite it, or give another run folder") from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"--calibrate-from {run_dir}: {path} is damaged (not a JSON object); rerun that run's "
+                          f"command to rewrite it, or give another run folder")
+    return record
+
+
 def calibrate_from(run_dir) -> Calibration:
     """Rates from an earlier run: a start per merge and a rate per method (``fit_merges``) from its merges' records
     (``models/*/merge_info.json``: method, experts, seconds, device) on the device its evaluations ran on; task
@@ -367,10 +382,10 @@ def calibrate_from(run_dir) -> Calibration:
     if not models:
         raise ConfigError(f"--calibrate-from {run_dir}: no merged model with a config.json under {run.models_dir}; "
                           f"give the folder of a run that merged at least one model")
-    params = parameters_from_config(json.loads((models[0] / "config.json").read_text()))
+    params = parameters_from_config(_damaged_or(models[0] / "config.json", run_dir))
     merges = [(_method_of(info, m), len(info.experts) + 1, info.seconds, info.device or "cpu")
               for m in models for info in [read_merge_info(m)] if info is not None and info.seconds is not None]
-    results = [json.loads(p.read_text()) for p in sorted(run.eval_root.glob("*/results/*.json"))]
+    results = [_damaged_or(p, run_dir) for p in sorted(run.eval_root.glob("*/results/*.json"))]
     results = [r for r in results if r.get("status") == "ok" and r.get("seconds") is not None]
     if not merges and not results:
         raise ConfigError(f"--calibrate-from {run_dir}: no timed merge or evaluation in it")

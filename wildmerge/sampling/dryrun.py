@@ -73,7 +73,8 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     params = base_parameters(pool, config)
     if not params:
         print(f"  cost: unknown (the base is not on this machine and {pool.source or 'the pool'} declares no size: "
-              f"add `parameters: N` to its base)")
+              f"add `parameters: N` to its base)"
+              + (f"; --calibrate-from {calibrate_from} has nothing to price until then" if calibrate_from else ""))
         return
     where = "the pool's base.parameters" if pool.base.parameters else "the base's config.json"
     largest = config["vocab_size"] * config["hidden_size"] if config else params // 10

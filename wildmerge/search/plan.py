@@ -7,7 +7,8 @@ case (no candidate stopped early: ``halving.bracket_cost``) fits what is left, a
 of n candidates merges n models (an expert alone needs no merge: counted as a merge, an upper bound) and runs one
 evaluation job per candidate and rung it reaches. Early stops, and a screened expert's first rung not paid twice,
 spend less, so a real search fits more brackets into the same budget: the item evaluations are an upper bound, the
-candidates a lower one.
+candidates a lower one. A search space smaller than the budget ends the plan where the candidates run out
+(``space``: every subset drawn once), as the search's arms close; brackets of the same size are counted at once.
 """
 
 import math
@@ -27,6 +28,9 @@ class SearchPlan:
     item_evaluations: int  # at most
     per_model: int  # items of one full evaluation
     screened: int = 0  # experts scored at the first rung before the brackets (in candidates; never merged)
+    space: Optional[int] = None  # candidates the pool holds (every subset of each arm), when known
+    exhausted: bool = False  # every candidate drawn before the budget ran out: more budget buys nothing
+
 
     @property
     def merges(self) -> int:
@@ -38,11 +42,19 @@ class SearchPlan:
         return self.item_evaluations / self.per_model
 
 
+def search_space(experts: int, methods: int, alone: bool = True) -> int:
+    """Candidates of a pool of ``experts``: each method's subsets of 2..N experts (``Space.every``), and the
+    experts alone (``alone``)."""
+    return (experts if alone else 0) + methods * max(0, 2 ** experts - 1 - experts)
+
+
 def plan_search(items_per_task: Dict[str, int], budget: float, first: float = 0.125, eta: float = 2.0,
-                bracket: Optional[int] = None, seed: int = 0, screen: int = 0) -> SearchPlan:
+                bracket: Optional[int] = None, seed: int = 0, screen: int = 0,
+                space: Optional[int] = None) -> SearchPlan:
     """Brackets, candidates, jobs and item evaluations of a search of ``budget`` full evaluations on a suite with
     ``items_per_task`` items, its rungs as ``bandit.search`` sets them; ``screen``: the experts the Thompson search
-    screens at the first rung first (where that fits ``bandit.SCREEN_SHARE`` of the budget left after the base)."""
+    screens at the first rung first (where that fits ``bandit.SCREEN_SHARE`` of the budget left after the base);
+    ``space``: the candidates there are (``search_space``), None for no limit."""
     rungs = fractions(first, eta)
     costs = rung_costs(items_per_task, first, eta, seed)
     per_model = sum(items_per_task.values())
@@ -53,15 +65,22 @@ def plan_search(items_per_task: Dict[str, int], budget: float, first: float = 0.
         screened = screen
         lead = 1  # the screening's leader opens the first bracket, its first rung already paid
     bracket = bracket or default_bracket(costs, eta, limit - spent, len(rungs))
-    while True:
-        n = fitting_bracket(bracket, costs, eta, limit - spent)
+    drawn, left = 0, math.inf if space is None else space  # draws of the brackets; subsets not drawn yet
+    while left:
+        n = min(fitting_bracket(bracket, costs, eta, limit - spent), left)
         if not n:
             break
         paid = lead if n > 1 else 0  # a lone candidate skips the first rung anyway
-        spent += bracket_cost(n, costs, eta) - paid * costs[rungs[0]]
-        jobs += _jobs(n, rungs, eta) - paid
-        brackets, candidates, lead = brackets + 1, candidates + n - lead, 0
-    return SearchPlan(brackets, candidates, jobs, spent, per_model, screened)
+        one = bracket_cost(n, costs, eta) - paid * costs[rungs[0]]
+        # the same full bracket again while it fits: all of them at once (a budget of 1e12 is a few steps)
+        times = max(1, min((limit - spent) // one, left // n)) if n == bracket and not paid else 1
+        spent += times * one
+        jobs += times * (_jobs(n, rungs, eta) - paid)
+        brackets, drawn, left = brackets + times, drawn + times * n, left - times * n
+        candidates, lead = candidates + times * n - lead, 0
+    if space is not None:
+        candidates = min(candidates, space)  # a screened expert drawn again is no new candidate
+    return SearchPlan(brackets, candidates, jobs, spent, per_model, screened, space, space is not None and not left)
 
 
 def _jobs(n: int, rungs, eta: float) -> int:
@@ -92,7 +111,7 @@ def search_seconds(plan: SearchPlan, parameters: int, tokens_per_model: int, mea
 
 def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", limit: Optional[int] = None,
                       first: float = 0.125, eta: float = 2.0, exclude=(), screen: bool = True,
-                      methods: Sequence[str] = ("ta", "ties")) -> SearchPlan:
+                      methods: Sequence[str] = ("ta", "ties"), experts: bool = True) -> SearchPlan:
     """``wildmerge search --dry-run``: the plan's counts and its time at the cost plan's rates (one GPU with the
     default H100 rates, and this machine's CPU), its merges priced per method as the protocol's dry run prices them,
     without resolving a model or writing anything."""
@@ -104,13 +123,20 @@ def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", l
     pool = load_pool(pool_name, exclude)
     scored = cost.suite_tokens([t.task for t in load_suite(suite_name).tasks], limit)
     items, tokens = {t: i for t, (i, _) in scored.items()}, sum(t for _, t in scored.values())
-    plan = plan_search(items, budget, first, eta, screen=len(pool.experts) if screen else 0)
+    space = search_space(len(pool.experts), len(set(methods)), experts)
+    plan = plan_search(items, budget, first, eta, screen=len(pool.experts) if screen else 0, space=space)
     print(f"search plan: {budget:g} full evaluations of {plan.per_model} items (suite {suite_name}"
           f"{f', limit {limit}' if limit else ''}), rungs {', '.join(f'{f:g}' for f in fractions(first, eta))}")
     screened = f"{plan.screened} experts screened at the first rung, then " if plan.screened else ""
     print(f"  {screened}{plan.brackets} bracket(s), {plan.merges} candidates merged at most (experts alone included), "
           f"{plan.jobs} evaluation jobs, <= {plan.item_evaluations:,} item evaluations "
           f"({plan.full_evaluations:.3g} full evaluations, the base's included)")
+    if plan.exhausted:
+        n = len(pool.experts)
+        alone = f"{n} experts alone and " if experts else ""
+        print(f"  that is every candidate of the pool, {space} ({alone}{len(set(methods))} method(s) x "
+              f"{2 ** n - 1 - n} subsets of 2..{n} experts): a budget above {plan.full_evaluations:.3g} full "
+              f"evaluations buys nothing more")
     params = base_parameters(pool)
     if not params:
         print(f"  cost: unknown (the base is not on this machine and {pool.source or 'the pool'} declares no size: "

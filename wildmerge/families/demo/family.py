@@ -92,7 +92,7 @@ def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: i
                     describe=_describe, write_derived=_write_derived, rebuild=rebuild)
 
 
-def resolve_demo_ref(ref: str) -> str:
+def resolve_demo_ref(ref: str, build: bool = True) -> str | None:
     """Absolute path for ``demo:base``, ``demo:expert_01`` ... ``demo:expert_12``, ``demo:tasks``, ``demo:pool``,
     an expert's data ``demo:unlabelled/<expert>`` / ``demo:calibration/<expert>``, the large suite's tasks
     ``demo:large_tasks`` (``large.py``), or the probe's additions
@@ -100,6 +100,7 @@ def resolve_demo_ref(ref: str) -> str:
 
     Builds the family on first use (seed from ``$WILDMERGE_DEMO_SEED``, default 0; the quick family when
     ``$WILDMERGE_DEMO_QUICK=1``; the probe's splits and joint model from ``$WILDMERGE_DEMO_PROBE_SEED``, default 0).
+    ``build=False``: the reference's name checked only (an unknown one refused), nothing built, None returned.
     """
     if not isinstance(ref, str) or not ref.startswith("demo:"):
         raise ConfigError(f"{ref!r} is not a demo reference; write demo:base, demo:expert_01 or demo:tasks")
@@ -113,12 +114,24 @@ def resolve_demo_ref(ref: str) -> str:
 
         if expert not in experts:
             raise FAMILY.unknown(ref, expert, experts, "demo data")
+        if not build:
+            return None
         info = ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)
         return str((calibration_file if kind == "calibration" else unlabelled_file)(info, expert))
+    if name == "large_tasks" and not build:
+        return None
     if name == "large_tasks":  # the demo suite's larger variant (demo/large.py), written next to the family
         from wildmerge.families.demo.large import write_large_tasks
 
         return write_large_tasks(ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick))
     from wildmerge.families.demo.probe_data import ensure_probe_data
 
-    return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data)
+    return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data, build)
+
+
+def task_names_of(ref: str) -> list | None:
+    """The lm-eval task names of a family task folder (``demo:tasks``), known without building; None for the
+    folders written with the family (``demo:large_tasks``, ``demo:probe_tasks``): checked when read."""
+    from wildmerge.families.demo.tasks import task_names
+
+    return task_names() if ref == "demo:tasks" else None

@@ -7,5 +7,5 @@ Importing this package is cheap (no torch): the functions below load their modul
 
 from wildmerge.families import lazy_exports
 
-__all__ = ["resolve_smollm2_ref", "ensure_family", "default_cache_dir"]
+__all__ = ["resolve_smollm2_ref", "task_names_of", "ensure_family", "default_cache_dir"]
 __getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "wildmerge.families.smollm2.family"))

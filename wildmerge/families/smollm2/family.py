@@ -105,7 +105,7 @@ def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: i
                     describe=_describe, write_derived=_write_derived, rebuild=rebuild, cannot_build=missing)
 
 
-def resolve_smollm2_ref(ref: str) -> str:
+def resolve_smollm2_ref(ref: str, build: bool = True) -> str | None:
     """Absolute path for ``smollm2:base``, ``smollm2:<expert>``, ``smollm2:tasks``, ``smollm2:pool``, an expert's
     data ``smollm2:text/<expert>`` / ``smollm2:labelled/<expert>``, the large suite's tasks ``smollm2:large_tasks``
     (``large.py``), or the probe's ``smollm2:probe_tasks`` and
@@ -113,6 +113,7 @@ def resolve_smollm2_ref(ref: str) -> str:
 
     Builds the family on first use (seed from ``$WILDMERGE_SMOLLM2_SEED``, default 0; the quick family when
     ``$WILDMERGE_SMOLLM2_QUICK=1``; the probe's splits and joint model from ``$WILDMERGE_SMOLLM2_PROBE_SEED``).
+    ``build=False``: the reference's name checked only (an unknown one refused), nothing built, None returned.
     """
     if not isinstance(ref, str) or not ref.startswith(PREFIX):
         raise ConfigError(f"{ref!r} is not a SmolLM2 family reference; write smollm2:base or smollm2:arithmetic")
@@ -125,11 +126,23 @@ def resolve_smollm2_ref(ref: str) -> str:
             why = " (published without data: its pool entry uses generate)" if expert in experts else ""
             raise ConfigError(f"no SmolLM2 data {ref!r}{why}{did_you_mean(expert, with_data)}; valid: "
                               f"{', '.join(f'{PREFIX}{kind}/{n}' for n in with_data)}")
+        if not build:
+            return None
         return ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)["data"][expert][kind]
+    if name == "large_tasks" and not build:
+        return None
     if name == "large_tasks":  # the suite's larger variant (smollm2/large.py), written next to the family
         from wildmerge.families.smollm2.large import write_large_tasks
 
         return write_large_tasks(ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick))
     from wildmerge.families.smollm2.probe import ensure_probe_data
 
-    return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data)
+    return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data, build)
+
+
+def task_names_of(ref: str) -> list | None:
+    """The lm-eval task names of a family task folder (``smollm2:tasks``), known without building; None for the
+    folders written with the family (``smollm2:large_tasks``, ``smollm2:probe_tasks``): checked when read."""
+    from wildmerge.families.smollm2.tasks import task_names
+
+    return task_names() if ref == "smollm2:tasks" else None
