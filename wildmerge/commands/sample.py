@@ -106,4 +106,4 @@ def settings(args) -> SampleSettings:
 
 
 def run(args) -> int:
-    return run_sample(settings(args))
+    return run_sample(settings(args)).code
