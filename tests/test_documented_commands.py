@@ -12,6 +12,7 @@ A block's opening fence says how its commands are checked (docs/README.md shows 
 - ``console``: lines starting with ``$ `` are commands, the lines after them their output, which must appear in
   what the command prints (whitespace aside; ``...`` stands for anything); the command must fail iff it shows
   ``error:``.
+- ``python``: the block is one script, run with ``python -c``; it must exit 0 (no marker).
 - ``bash hub``: the models come from the hub. ``wildmerge sample`` / ``sample_and_merge.py`` run with ``--dry-run``;
   for other commands, ``--help`` must list every option the command uses.
 - ``bash gpu``, ``bash cluster``, ``bash slow``: ``--help`` must list every option the command uses.
@@ -89,6 +90,8 @@ def commands(path: Path) -> list:
                     continue
                 out.append(Command(page, first, lang, marker, pending + line))
                 pending, first = "", None
+        elif lang == "python":
+            out.append(Command(page, start + 1, lang, marker, "\n".join(body)))
         elif lang == "console":
             for offset, raw in enumerate(body, start=start + 1):
                 if raw.startswith("$ "):
@@ -216,6 +219,8 @@ def test_every_block_has_a_known_marker():
         for line, lang, marker, _ in fenced_blocks(page):
             if lang in ("bash", "sh", "console"):
                 assert marker in MARKERS, f"{page.name}:{line}: unknown marker {marker!r}; use one of {MARKERS}"
+            if lang == "python":
+                assert not marker, f"{page.name}:{line}: a python block runs as written; it takes no marker"
 
 
 def test_known_failures_are_documented_commands():
@@ -285,6 +290,10 @@ def test_documented_command(command, reader):
         text = command.text if "--dry-run" in command.text else SAMPLE.sub(r"\g<1> --dry-run", command.text, count=1)
         result = shell(text, folder, env, timeout=300)
         assert result.returncode == 0 and "dry run:" in result.stdout, f"{text}\n{_tail(result)}"
+        return
+    if command.lang == "python":
+        result = shell(f"python -c {shlex.quote(command.text)}", folder, env)
+        assert result.returncode == 0, f"{command.id}: the python block (exit {result.returncode}):\n{_tail(result)}"
         return
     result = shell(on_quick_family(command.text, pool), folder, env)
     if command.lang == "console":

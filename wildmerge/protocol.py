@@ -10,17 +10,23 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import List, Literal, Optional, Union
+from typing import List, Literal, NamedTuple, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from wildmerge.atomic import write_json
-from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.eval.options import EvalOptions
 from wildmerge.run import RunFolder
 
 PAPER_SIZES, PAPER_K = (1, 2, 4, 6, 8, 10), 15  # Hitit et al. 2025; n = N (the full pool) is added
 # a pool's own defaults (``protocol:`` in its YAML, e.g. the embedded families') replace these
+FLAGS = {"pool": "--base", "ablations": "--sweep", "full": "--no-full", "download": "--no-download"}  # the others: --name
+
+
+class SampleOutcome(NamedTuple):
+    run_dir: Path
+    code: int  # the command's exit status: 1 if a score failed (a dry run: the dry run's)
 
 
 class SampleSettings(BaseModel):
@@ -58,6 +64,19 @@ class SampleSettings(BaseModel):
     allow_pickle: bool = False
     download: Optional[bool] = None  # False: the local hub cache only
     evaluation: EvalOptions = Field(default_factory=EvalOptions)
+
+    def __init__(self, **values):
+        """A bad value is a ``ConfigError`` naming its flag, as the command line says it (library callers)."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            name = str(error["loc"][0]) if error["loc"] else ""
+            if error["type"] == "extra_forbidden":
+                raise ConfigError(f"unknown sample option {name!r}"
+                                  f"{did_you_mean(name, type(self).model_fields)}") from None
+            raise ConfigError(f"{FLAGS.get(name, '--' + name.replace('_', '-'))}: "
+                              f"{error['msg'].removeprefix('Value error, ')}") from None
 
     def sampling(self, pool, select: Optional[dict] = None):
         """The draw on ``pool`` (a loaded pool, experts already excluded)."""
@@ -123,8 +142,9 @@ def _scoring(suite: str, options: EvalOptions):
                    options.dtype or loaded.settings.dtype, options.workers, default_workers())
 
 
-def run_sample(s: SampleSettings) -> int:
-    """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; 1 if a score failed."""
+def run_sample(s: SampleSettings) -> SampleOutcome:
+    """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; the run folder and the
+    command's exit status (1 if a score failed)."""
     from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.recipes.method import load_methods
     from wildmerge import numbers
@@ -145,6 +165,7 @@ def run_sample(s: SampleSettings) -> int:
     select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
     numbers.POSITIVE_INT.check("--k", sampling.k)  # the command line's words for library callers
+    numbers.NONNEGATIVE_INT.check("--seed", s.seed)
     numbers.POSITIVE_INT.check("--tune-samples", s.tune_samples)
     dropped = [n for n in (pool.protocol.sizes or []) if n > len(pool.experts)]
     if dropped and not s.sizes:  # said, not silently left out (e.g. after --exclude)
@@ -189,10 +210,10 @@ def run_sample(s: SampleSettings) -> int:
         from wildmerge.sampling.dryrun import print_dry_run
 
         check_local(pool, s.allow_pickle)  # the local checkpoints as a real run's resolve checks them
-
-        return print_dry_run(run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune,
-                             scoring=_scoring(suite, s.evaluation) if evaluate else None,
-                             merge_device=s.merge_device, calibrate_from=s.calibrate_from, capped=capped)
+        return SampleOutcome(run_dir, print_dry_run(
+            run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune,
+            scoring=_scoring(suite, s.evaluation) if evaluate else None, merge_device=s.merge_device,
+            calibrate_from=s.calibrate_from, capped=capped))
     for note in capped:
         print(f"note: {note}", file=sys.stderr)
     from wildmerge.sampling.preflight import check_expert_data
@@ -228,7 +249,7 @@ def run_sample(s: SampleSettings) -> int:
         print(f"report: {folder.report_dir()}")
     log["args"] = s.model_dump(mode="json")
     write_json(folder.sample_log, log)
-    return 1 if failed else 0
+    return SampleOutcome(run_dir, 1 if failed else 0)
 
 
 def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, scorer=None, merge_device="cpu",

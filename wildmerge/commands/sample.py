@@ -108,4 +108,4 @@ def settings(args) -> SampleSettings:
 
 
 def run(args) -> int:
-    return run_sample(settings(args))
+    return run_sample(settings(args)).code

@@ -33,21 +33,14 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from wildmerge.resources import checked_device
-    from wildmerge.search.guided import search_pool
+    from wildmerge.search.guided import dry_run, search_pool
 
-    if args.dry_run:
-        from wildmerge.search.plan import print_search_plan
-
-        print_search_plan(args.pool, args.budget, args.suite, args.limit, args.first_fraction, args.eta, args.exclude,
-                          screen=args.rule == "thompson" and not args.no_experts,
-                          methods=[m for m in args.methods.split(",") if m], experts=not args.no_experts)
-        return 0
-    checked_device(args.merge_device, "--merge-device")  # a missing GPU said before any model is read
     methods = [m for m in args.methods.split(",") if m]
-    search_pool(args.pool, args.budget, out=args.out, suite_name=args.suite, methods=methods,
-                first=args.first_fraction, eta=args.eta, seed=args.seed, tune=not args.no_tune,
-                tune_samples=args.tune_samples, limit=args.limit, exclude=args.exclude, rule=args.rule,
-                experts=not args.no_experts,
-                merge_device=args.merge_device)
+    settings = dict(suite_name=args.suite, methods=methods, first=args.first_fraction, limit=args.limit, eta=args.eta,
+                    exclude=args.exclude, rule=args.rule, experts=not args.no_experts)
+    if args.dry_run:
+        dry_run(args.pool, args.budget, **settings)
+        return 0
+    search_pool(args.pool, args.budget, out=args.out, seed=args.seed, tune=not args.no_tune,
+                tune_samples=args.tune_samples, merge_device=args.merge_device, **settings)
     return 0

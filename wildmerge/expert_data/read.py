@@ -61,7 +61,8 @@ def _read_file(path: Path) -> list:
 
 
 def _read_dataset(source: Source) -> list:
-    """``datasets.load_dataset`` at the pinned revision; offline it reads the local datasets cache."""
+    """``datasets.load_dataset`` at the entry's ``revision`` (a commit pins it; a branch is read as it is now);
+    offline it reads the local datasets cache."""
     try:
         import datasets
 

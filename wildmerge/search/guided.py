@@ -15,7 +15,7 @@ from typing import List, Optional
 
 from wildmerge.errors import ConfigError
 from wildmerge.eval.options import EvalOptions
-from wildmerge.numbers import float_at_least
+from wildmerge.numbers import NONNEGATIVE_INT, POSITIVE_INT, float_at_least
 from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
 from wildmerge.run import RunFolder, Search, SearchCandidate, SearchResult, SearchSettings
 from wildmerge.search.bandit import EXPERT, RULES, Space, search
@@ -29,8 +29,13 @@ RANKING = "a Thompson-sampling bandit over (method, subset size) arms on their f
 
 
 def check_settings(budget: float, first: float, eta: float, methods: List[str], merge_device: str = "cpu",
-                   rule: str = "thompson") -> None:
+                   rule: str = "thompson", seed: int = 0, tune_samples: int = 32, limit: Optional[int] = None) -> None:
+    """Every setting, in the command line's words (a library caller gets the flags' messages)."""
     float_at_least(2).check("--budget", budget)  # the winner and the base are each scored on every item
+    NONNEGATIVE_INT.check("--seed", seed)
+    POSITIVE_INT.check("--tune-samples", tune_samples)
+    if limit is not None:
+        POSITIVE_INT.check("--limit", limit)
     try:
         fractions(first, eta)
     except ValueError as exc:
@@ -41,6 +46,16 @@ def check_settings(budget: float, first: float, eta: float, methods: List[str], 
         raise ConfigError(f"--merge-device {merge_device!r}: give cpu, cuda or cuda:N")
     if rule not in RULES:
         raise ConfigError(f"--rule {rule!r}: give one of {', '.join(RULES)}")
+
+
+def dry_run(pool_name: str, budget: float, suite_name: str = "demo", methods=DEFAULT_METHODS, first: float = 0.125,
+            limit: Optional[int] = None, eta: float = 2.0, exclude=(), rule: str = "thompson",
+            experts: bool = True) -> None:
+    """``search --dry-run``: what ``search_pool`` with these settings will cost, printed; nothing runs."""
+    from wildmerge.search.plan import print_search_plan
+
+    print_search_plan(pool_name, budget, suite_name, limit, first, eta, exclude, screen=rule == "thompson" and experts,
+                      methods=list(methods), experts=experts)
 
 
 def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo", methods=DEFAULT_METHODS,
@@ -55,8 +70,11 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     from wildmerge.pools import load_pool, resolve
     from wildmerge.recipes.method import default_hparams, load_methods
 
+    from wildmerge.resources import checked_device
+
     methods = list(methods)
-    check_settings(budget, first, eta, methods, merge_device, rule)
+    checked_device(merge_device, "--merge-device")  # a missing GPU said before any model is read
+    check_settings(budget, first, eta, methods, merge_device, rule, seed, tune_samples, limit)
     recipes = load_methods(methods)
     suite = apply_overrides(load_suite(suite_name), {"limit": limit})
     check_tasks(suite)

@@ -112,6 +112,18 @@ def references(df):
             float(best["mean"]) if best is not None else None)
 
 
+def paper_tables(protocol) -> dict:
+    """{"vs_base": Tables 1 and 3, "vs_best": Table 2} of the main protocol's rows; a table whose reference model has
+    no score is left out."""
+    base, best_id, best = references(protocol)
+    tables = {}
+    if base is not None:
+        tables["vs_base"] = interference_table(protocol, base, "base", paired="vs_base_diff")
+    if best is not None:
+        tables["vs_best"] = interference_table(protocol, best, f"best expert {best_id}", paired="vs_best_diff")
+    return tables
+
+
 def scores_table(df, tasks: List[str]):
     cols = ["model_id", "kind", "method", "method_label", "variant", "n", "subset_id", "hparams", "experts",
             "status", "error", "job_id"] + tasks + ["mean"]

@@ -48,12 +48,7 @@ class _Out:
         self.written[name.replace(".", "_")] = self.target / name
 
     def csv(self, name: str, frame) -> None:
-        """A CSV of the report; when settings were overridden, each row says which (per model where it has one)."""
-        if self.overridden:
-            everyone = ", ".join(sorted(set(self.overridden.values())))
-            per_row = frame["model_id"].map(self.overridden) if "model_id" in frame else everyone
-            frame = frame.assign(overridden=per_row)
-        self.put(name, frame.to_csv(index=False, float_format="%.10g"))
+        self.put(name, as_written(frame, self.overridden).to_csv(index=False, float_format="%.10g"))
 
     def plot(self, caption: str, saved: Optional[Dict[str, Path]]) -> None:
         if not saved:
@@ -65,11 +60,11 @@ class _Out:
 
 
 def _main_tables(out: _Out, protocol, tasks, base, best_id, best, md: List[str]) -> Dict[str, object]:
-    tables = {}
+    tables = leaderboard.paper_tables(protocol)
     if base is None:
         md.append("**The base model has no score, so Tables 1-3 cannot be computed** (see notes).\n")
     else:
-        vs_base = tables["vs_base"] = leaderboard.interference_table(protocol, base, "base", paired="vs_base_diff")
+        vs_base = tables["vs_base"]
         out.csv("table_vs_base.csv", vs_base)
         out.put("table_vs_base.md", leaderboard.to_markdown(vs_base, "Base", base))
         md += ["## Merges vs the base (Tables 1 and 3)\n",
@@ -82,8 +77,7 @@ def _main_tables(out: _Out, protocol, tasks, base, best_id, best, md: List[str])
         md += ["## Per-task change vs the base (percentage points, mean over subsets)\n",
                leaderboard.change_markdown(change, tasks)]
     if best is not None:
-        vs_best = tables["vs_best"] = leaderboard.interference_table(protocol, best, f"best expert {best_id}",
-                                                                     paired="vs_best_diff")
+        vs_best = tables["vs_best"]
         out.csv("table_vs_best_expert.csv", vs_best)
         out.put("table_vs_best_expert.md", leaderboard.to_markdown(vs_best, "Best FT", best))
         md += [f"## Merges vs the best single expert (Table 2): `{best_id}`, {best:.2f}\n",
@@ -230,24 +224,42 @@ def missing_references(df) -> list:
     return lines
 
 
-def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
-    name = data.run.name
+def scored(data: RunData, suite: str):
+    """(scores, tasks, notes, overridden) of one evaluated suite, as every part of its report reads them: the scores
+    with each merge's norm and the normalized accuracy; ``overridden``: each model's overridden evaluation settings
+    when some scores were made with any (their note heads ``notes``), else None. The Python API reads the same."""
     df, tasks, notes = collect_scores(data, suite)
     norms.add_norms(data, df, notes)
     leaderboard.add_normalized(df, leaderboard.expert_tasks(data.run),  # experts' declared tasks (pool ``tasks:``)
                                lower_is_better(data, suite))
-    protocol = protocol_rows(df)
-    base, best_id, best = leaderboard.references(protocol)
-    title = f"{name} / {suite}"
     overridden = {m: o for m, o in zip(df["model_id"], df["overridden"])}
     override_note = _override_note(overridden)
     if override_note:
         notes.insert(0, override_note)
+    return df, tasks, notes, overridden if override_note else None
+
+
+def as_written(frame, overridden: Optional[Dict[str, str]]):
+    """``frame`` as the report's CSV holds it: with overridden settings, each row says which (per model where it has
+    one), so such numbers never pass for the suite's own."""
+    if not overridden:
+        return frame
+    everyone = ", ".join(sorted(set(overridden.values())))
+    return frame.assign(overridden=frame["model_id"].map(overridden) if "model_id" in frame else everyone)
+
+
+def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
+    name = data.run.name
+    df, tasks, notes, overridden = scored(data, suite)
+    protocol = protocol_rows(df)
+    base, best_id, best = leaderboard.references(protocol)
+    title = f"{name} / {suite}"
+    override_note = _override_note(overridden) if overridden else ""
     env = environment(data)
     if lock_note(env):
         notes.append(lock_note(env))
     with _report_dir(data, target) as tmp:
-        out = _Out(tmp, target, overridden if override_note else None)
+        out = _Out(tmp, target, overridden)
         out.csv("scores.csv", leaderboard.scores_table(df, tasks))
         out.csv("norms.csv", df[["model_id", "kind", "variant", "n", "subset_id", "task_vector_norm"]])
         md = [f"# Leaderboard: run `{name}`, suite `{suite}`\n"] + ([f"> **{override_note}**\n"] if override_note else [])
