@@ -1,5 +1,6 @@
 """``wildmerge report RUN --hf-dataset OUT``: a dataset folder that `datasets` loads back, offline."""
 
+import pytest
 import pandas as pd
 import yaml
 
@@ -43,7 +44,11 @@ def test_a_target_that_would_mix_files_is_refused_in_one_line_before_the_report(
     a_file = tmp_path / "a_file"
     a_file.write_text("mine")
     capsys.readouterr()
-    for target, said in [(run, "not empty"), (busy, "not empty"), (a_file, "is a file"),
+    with pytest.raises(SystemExit) as exit_info:  # a file: refused at parse time, by the option's type
+        main(["report", str(run), "--hf-dataset", str(a_file)])
+    line = one_error_line(capsys.readouterr().err)
+    assert exit_info.value.code == 2 and "--hf-dataset" in line and "is a file" in line and "new or empty folder" in line
+    for target, said in [(run, "not empty"), (busy, "not empty"),
                          (tmp_path / "other_dataset", "no dataset folder of run 'run'")]:
         assert main(["report", str(run), "--hf-dataset", str(target)]) == 2, target
         line = one_error_line(capsys.readouterr().err)

@@ -13,7 +13,7 @@ from wildmerge.eval.suites import SuiteSettings
 BAD = [  # (values, flags of `wildmerge eval`, the message)
     ({"limit": "1.5"}, ["--limit", "1.5"], "--limit 1.5 must be a whole number of documents per task"),
     ({"limit": "0"}, ["--limit", "0"], "--limit 0 must be a whole number of documents per task"),
-    ({"batch_size": "many"}, ["--batch-size", "many"], "--batch-size must be an integer or auto, got 'many'"),
+    ({"batch_size": "many"}, ["--batch-size", "many"], "--batch-size must be a whole number >= 1 or auto, got 'many'"),
     ({"device": "gpu"}, ["--device", "gpu"], "the evaluation device 'gpu' is not one of auto, cpu, cuda, cuda:N"),
     ({"screen": 1.5}, ["--screen", "1.5"], "--screen: expected a number strictly between 0 and 1, got 1.5"),
     ({"workers": 0}, ["--workers", "0"], "--workers: expected a whole number >= 1, got 0"),

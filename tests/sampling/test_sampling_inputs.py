@@ -130,7 +130,7 @@ def test_evaluation_options_are_checked_before_any_merge(capsys, pool, tmp_path)
     assert not (run / "models").exists()
     assert main(["sample", "--base", pool, "--out", str(run), "--evaluate", "--suite", "demo",
                  "--batch-size", "many"]) == 2
-    assert "--batch-size must be an integer or auto" in capsys.readouterr().err
+    assert "--batch-size must be a whole number >= 1 or auto" in capsys.readouterr().err
 
 
 def test_the_protocol_chains_merge_eval_report_with_the_eval_options(lm_family, tmp_path, capsys):  # noqa: F811

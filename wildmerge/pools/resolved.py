@@ -87,7 +87,7 @@ def check_local(pool: Pool, allow_pickle: bool = False) -> None:
         try:
             kind, _ = classify(ref[1], pool.folder)
         except Unresolvable:
-            kind = "local"  # neither a folder nor a hub id: resolve_all says so, as in a real run
+            continue  # neither a folder nor a hub id: the real run's resolve says so (a dry run plans hub pools)
         if kind == "local":
             local.append(ref)
     folders = {r.name: r.path for r in resolve_all(local, relative_to=pool.folder, allow_pickle=allow_pickle,
