@@ -11,7 +11,7 @@ with MKL capped to SSE4.2 or AVX2. The default level ``avx2`` therefore pins ATe
 Levels (``$<FAMILY>_KERNELS``, e.g. ``WILDMERGE_DEMO_KERNELS``): ``avx2`` (the default, the published families),
 ``default`` (ATen's scalar kernels, for x86-64 CPUs without AVX2: another family), ``native`` (this machine's own
 kernels: fastest, reproducible on this machine only). ATen reads its level once, at start-up, so a pinned build runs
-in a child process (``run_build``).
+in a child process (``build``).
 """
 
 import os
@@ -79,14 +79,22 @@ def other_family_note(label: str, chosen: str) -> str | None:
             f"the docs'")
 
 
-def run_build(chosen: str, module: str, args: list, env_var: str) -> None:
-    """Run ``python -m module *args`` with ``chosen``'s pins in a child process that dies with this one; ``native``
-    needs no child (the caller builds in-process)."""
+def build(label: str, env: str, module: str, args: list, in_process) -> None:
+    """Build a family at the level ``$<env>_KERNELS`` asks for: pinned, as ``python -m module *args`` in a child
+    process that dies with this one (its ``__main__`` reads the level from ``$<env>_KERNELS``); native, here, by
+    ``in_process(level)``. A build that cannot be the published family says so first."""
     from wildmerge import lifeline
 
-    env = {**os.environ, **PINS[chosen], env_var: chosen}
-    if lifeline.run([sys.executable, "-m", module, *map(str, args)], env=env) != 0:
-        raise WildmergeError(f"building with {env_var}={chosen} failed (see above)")
+    chosen, variable = level(env), f"{env}_KERNELS"
+    note = other_family_note(label, chosen)
+    if note:
+        print(note, flush=True)
+    if chosen == "native":
+        in_process(chosen)
+        return
+    child_env = {**os.environ, **PINS[chosen], variable: chosen}
+    if lifeline.run([sys.executable, "-m", module, *map(str, args)], env=child_env) != 0:
+        raise WildmergeError(f"building with {variable}={chosen} failed (see above)")
 
 
 def record(chosen: str) -> dict:

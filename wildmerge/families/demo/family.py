@@ -37,16 +37,11 @@ def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
     process, at start-up), or here with this machine's native ones."""
     from wildmerge.families.demo.build import build_family
 
-    chosen = kernels.level(FAMILY.env)
-    note = kernels.other_family_note("demo", chosen)
-    if note:
-        print(note, flush=True)
-    if chosen == "native":
-        build_family(out, seed=seed, quick=quick, threads=threads, progress=progress, kernels_level=chosen)
-        return
-    kernels.run_build(chosen, "wildmerge.families.demo.build", [out, seed, "quick" if quick else "full", threads,
-                                                                "progress" if progress else "quiet"],
-                      f"{FAMILY.env}_KERNELS")
+    size = "quick" if quick else "full"
+    kernels.build("demo", FAMILY.env, "wildmerge.families.demo.build",
+                  [out, seed, size, threads, "progress" if progress else "quiet"],
+                  lambda level: build_family(out, seed=seed, quick=quick, threads=threads, progress=progress,
+                                             kernels_level=level))
 
 
 def problem(root) -> str | None:

@@ -76,16 +76,11 @@ def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
     """Build the family into ``out``: with pinned kernels in a child process, or here with native ones."""
     from wildmerge.families.smollm2.build import build_family
 
-    chosen = kernels.level(FAMILY.env)
-    note = kernels.other_family_note("smollm2", chosen)
-    if note:
-        print(note, flush=True)
-    if chosen == "native":
-        build_family(out, seed=seed, quick=quick, threads=threads, progress=progress, kernels_level=chosen)
-        return
-    kernels.run_build(chosen, "wildmerge.families.smollm2.build", [out, seed, "quick" if quick else "full", threads,
-                                                                   "progress" if progress else "quiet"],
-                      f"{FAMILY.env}_KERNELS")
+    size = "quick" if quick else "full"
+    kernels.build("smollm2", FAMILY.env, "wildmerge.families.smollm2.build",
+                  [out, seed, size, threads, "progress" if progress else "quiet"],
+                  lambda level: build_family(out, seed=seed, quick=quick, threads=threads, progress=progress,
+                                             kernels_level=level))
 
 
 def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: int = 1,
