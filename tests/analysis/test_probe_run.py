@@ -299,3 +299,32 @@ def test_probe_over_model_seeds_and_class_partitions_on_real_runs(family, tmp_pa
     assert (out / "geometry_fig2.png").stat().st_size > 0 and (out / "geometry_fig2.svg").stat().st_size > 0
     assert main(["analyze", "probe", str(runs[0]), str(runs[0]), "--suite", suite]) == 2  # one model seed twice
     assert main(["analyze", "probe", str(runs[0]), "--suite", suite, "--partitions", "wrd"]) == 2
+
+
+def test_probe_joint_reference_is_trained_with_the_familys_pinned_kernels(family, tmp_path):
+    """Built from a caller running scalar ATen kernels and MKL capped to SSE4.2, the probe folder (joint reference
+    included) is file for file the one the default build made: the pins decide, as for the family itself."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from wildmerge.families import kernels
+
+    if kernels.level("WILDMERGE_NO_SUCH") != "avx2" or os.environ.get("WILDMERGE_DEMO_KERNELS"):
+        pytest.skip("the pinned probe needs an x86-64 CPU with AVX2 and the default kernels")
+    info, probe, _ = family
+    record = json.loads(Path(probe["manifest"]).read_text())
+    assert record["kernels"] == {"level": "avx2", "aten": "AVX2", "mkl_cbwr": "COMPATIBLE"}
+    copy = tmp_path / Path(info["root"]).name
+    shutil.copytree(info["root"], copy)
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+           "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+    code = ("import json, sys; from wildmerge.families.demo.probe_data import ensure_probe_data; "
+            "info = {**json.loads(sys.argv[1]), 'root': sys.argv[2], 'manifest': sys.argv[2] + '/family.json', "
+            "'base': sys.argv[2] + '/base'}; print(json.dumps(ensure_probe_data(info, progress=False)))")
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(info), str(copy)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    again = json.loads(Path(json.loads(res.stdout.strip().splitlines()[-1])["manifest"]).read_text())
+    assert again["files"] == record["files"]

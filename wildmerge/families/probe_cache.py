@@ -10,11 +10,13 @@ trained.
 """
 
 import json
+import sys
 from pathlib import Path
 from typing import Callable
 
 from wildmerge.atomic import atomic_dir, write_json, write_text
 from wildmerge.errors import ConfigError
+from wildmerge.families import kernels
 from wildmerge.families.cache import checksums, sha256
 from wildmerge.families.items import jsonl
 from wildmerge.families.tasks import PROBE_SPLITS, write_probe_task_yamls
@@ -61,6 +63,34 @@ def finish(out: Path, record: dict) -> dict:
     record["files"] = checksums(out)
     write_json(out / MANIFEST, record)
     return record
+
+
+def pinned(label: str, env: str, module: str, info: dict, seed: int, threads: int, progress: bool,
+           build: Callable[..., dict]) -> Callable[[Path], None]:
+    """A probe folder's ``build(tmp)`` that trains with the family's kernels: the published families' pins in a child
+    process ``python -m module`` (whose ``__main__`` calls ``child_main``), as the family itself was built, so the
+    joint reference is the same on every x86-64 machine; native kernels here. ``build(out, info=, seed=, threads=,
+    progress=, kernels_level=)`` is the family's own probe build."""
+
+    def run(out: Path) -> None:
+        args = [out, json.dumps(info), seed, threads, "progress" if progress else "quiet"]
+        kernels.build(f"{label} probe", env, module, args,
+                      lambda level: build(out, info=info, seed=seed, threads=threads, progress=progress,
+                                          kernels_level=level))
+
+    return run
+
+
+def child_main(env: str, build: Callable[..., dict]) -> None:
+    """The pinned child of ``pinned``: dies with its parent, reads the arguments ``pinned`` gave, builds."""
+    import os
+
+    from wildmerge.lifeline import hold
+
+    hold()
+    out, info, seed, threads, progress = sys.argv[1:6]
+    build(Path(out), info=json.loads(info), seed=int(seed), threads=int(threads), progress=progress == "progress",
+          kernels_level=os.environ[f"{env}_KERNELS"])
 
 
 def _intact(root: Path, version: int) -> bool:

@@ -18,7 +18,6 @@ with the SmolLM2 family.
 """
 
 import copy
-import functools
 import json
 import random
 from pathlib import Path
@@ -27,8 +26,9 @@ from wildmerge.families.demo import spec as S
 from wildmerge.families.demo.skills import (ATTRIBUTES, SKILLS, Item, Mixture, conflict_world, eval_items, make_world,
                                    sample_item)
 from wildmerge.families import probe_cache as P
+from wildmerge.families.kernels import record as record_kernels
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2  # 2: the joint reference trained with the family's pinned kernels
 JOINT_STEPS = 1000  # before the build's expert_step_scale: 700 steps on the full family (5 skills x ~140)
 CALIBRATION_PROMPTS = 64
 # generated train / validation items; addition has only 20 x 20 prompts, 100 of them held out for the test split
@@ -74,12 +74,13 @@ def probe_splits(info: dict, seed: int) -> dict:
     return P.probe_tasks("demo_probe_", docs, labels)
 
 
-def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> dict:
+def _build(out: Path, info: dict, seed: int, threads: int, progress: bool, kernels_level: str) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from wildmerge.families.train import deterministic, save_checkpoint, train
 
+    kernels = record_kernels(kernels_level)
     manifest = json.loads(Path(info["manifest"]).read_text())
     bs = S.build_spec(manifest["quick"])
     splits = probe_splits(info, seed)
@@ -103,7 +104,7 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
                            tokenizer, steps=steps, lr=1e-3, batch=bs.batch, answers_only=True, seed=seed + 7919,
                            desc="joint", progress=bar)
         save_checkpoint(joint, tokenizer, out / "joint")
-    record = {"probe_version": PROBE_VERSION, "seed": seed, "family": info["root"],
+    record = {"probe_version": PROBE_VERSION, "seed": seed, "family": info["root"], "kernels": kernels,
               "family_builder_version": manifest["builder_version"], "tasks": list(PROBE_TASKS),
               "sizes": {n: {s: len(d) for s, d in t.items()} for n, t in splits.items()},
               "joint": {"path": "joint", "mixture": dict.fromkeys(SKILLS, 1), "steps": steps, "lr": 1e-3,
@@ -115,5 +116,10 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
 def ensure_probe_data(info: dict, seed: int = 0, threads: int = 1, progress: bool = True) -> dict:
     """The probe's splits, joint reference and calibration prompts for the demo family ``info``; built once, cached.
     Returns paths (``probe_cache.ensure_probe_folder``)."""
-    build = functools.partial(_build, info=info, seed=seed, threads=threads, progress=progress)
+    build = P.pinned("demo", "WILDMERGE_DEMO", "wildmerge.families.demo.probe_data", info, seed, threads, progress,
+                     _build)
     return P.ensure_probe_folder(info, seed, PROBE_VERSION, PROBE_TASKS, DESCRIPTION, build)
+
+
+if __name__ == "__main__":  # the child process of a pinned-kernel probe build (probe_cache.pinned)
+    P.child_main("WILDMERGE_DEMO", _build)

@@ -17,7 +17,6 @@ The folder's claim, checks, task YAMLs, fixed-label documents and manifest are `
 the demo family.
 """
 
-import functools
 import json
 import random
 from pathlib import Path
@@ -25,8 +24,9 @@ from pathlib import Path
 from wildmerge.families.smollm2 import spec as S
 from wildmerge.families.smollm2.skills import ANSWER_END, CLASSES, SENTIMENTS, TOPICS, Stream, unique_items
 from wildmerge.families import probe_cache as P
+from wildmerge.families.kernels import record as record_kernels
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2  # 2: the joint reference trained with the family's pinned kernels
 PROBE_SKILLS = ("sentiment", "topic", "lexicon")
 PROBE_TASKS = tuple(f"smollm2_probe_{s}" for s in PROBE_SKILLS) + ("smollm2_probe_union",)
 DESCRIPTION = "wildmerge SmolLM2 probe task: fixed label set, three splits"
@@ -53,13 +53,14 @@ def probe_splits(info: dict, seed: int) -> dict:
     return P.probe_tasks("smollm2_probe_", tasks, LABELS, end=ANSWER_END)
 
 
-def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> dict:
+def _build(out: Path, info: dict, seed: int, threads: int, progress: bool, kernels_level: str) -> dict:
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from wildmerge.families.train import deterministic, save_checkpoint, train
 
+    kernels = record_kernels(kernels_level)
     manifest = json.loads(Path(info["manifest"]).read_text())
     size = "quick" if manifest["quick"] else "full"
     kb = manifest["knowledge_base"]
@@ -79,7 +80,7 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
                            steps=joint["steps"], lr=joint["lr"], batch=S.build_spec(manifest["quick"]).batch,
                            answers_only=True, seed=seed + 7919, desc="joint", progress=bar)
         save_checkpoint(model, tokenizer, out / "joint")
-    record = {"probe_version": PROBE_VERSION, "seed": seed, "family": info["root"],
+    record = {"probe_version": PROBE_VERSION, "seed": seed, "family": info["root"], "kernels": kernels,
               "family_builder_version": manifest["builder_version"], "tasks": list(PROBE_TASKS),
               "joint": {"path": "joint", "mixture": S.ALL_SKILLS, **joint,
                         "final_loss": sum(losses[-5:]) / len(losses[-5:])},
@@ -90,5 +91,10 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool) -> di
 def ensure_probe_data(info: dict, seed: int = 0, threads: int = 1, progress: bool = True) -> dict:
     """The SmolLM2 family's probe data (splits, joint reference J, the calibration prompts of the experts published
     with data), built once beside ``info``'s folder; the paths ``probe_cache.ensure_probe_folder`` returns."""
-    build = functools.partial(_build, info=info, seed=seed, threads=threads, progress=progress)
+    build = P.pinned("smollm2", "WILDMERGE_SMOLLM2", "wildmerge.families.smollm2.probe", info, seed, threads, progress,
+                     _build)
     return P.ensure_probe_folder(info, seed, PROBE_VERSION, PROBE_TASKS, DESCRIPTION, build)
+
+
+if __name__ == "__main__":  # the child process of a pinned-kernel probe build (probe_cache.pinned)
+    P.child_main("WILDMERGE_SMOLLM2", _build)
