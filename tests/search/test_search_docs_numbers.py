@@ -18,8 +18,8 @@ def _benchmark():
     return module
 
 
-@pytest.mark.parametrize("testbed", ["demo_large_round11", "demo_large_round11_no_experts", "smollm2_large_full",
-                                     "smollm2_large_full_no_experts"])
+@pytest.mark.parametrize("testbed", ["demo_large", "demo_large_no_experts", "smollm2_large",
+                                     "smollm2_large_no_experts"])
 def test_docs_tables_are_the_benchmarks(testbed):
     results = json.loads((ROOT / "benchmarks" / "results" / f"guided_search_{testbed}.json").read_text())
     docs = (ROOT / "docs" / "search.md").read_text()
@@ -29,7 +29,7 @@ def test_docs_tables_are_the_benchmarks(testbed):
             assert run["score"] == run["full_score_check"]
 
 
-def test_on_target_is_issue_33s_rule():
+def test_on_target_is_the_search_rule():
     """At most 1/5 of the protocol's items, and within 1 point of its best; on a testbed whose paired 95 % half-width
     is over 1.5 points, a winner whose paired interval to the best reaches 0 counts too."""
     on_target = _benchmark().on_target
