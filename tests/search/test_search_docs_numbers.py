@@ -1,4 +1,4 @@
-"""The search's tables in docs/search.md are the ones the benchmark renders from its recorded results: a number in
+"""The search's tables in docs/results.md are the ones the benchmark renders from its recorded results: a number in
 the docs cannot drift from ``benchmarks/results/guided_search_*.json``."""
 
 import importlib.util
@@ -22,8 +22,8 @@ def _benchmark():
                                      "smollm2_large_no_experts"])
 def test_docs_tables_are_the_benchmarks(testbed):
     results = json.loads((ROOT / "benchmarks" / "results" / f"guided_search_{testbed}.json").read_text())
-    docs = (ROOT / "docs" / "search.md").read_text()
-    assert _benchmark().table(results).strip() in docs, f"docs/search.md's {testbed} tables differ from its results"
+    docs = (ROOT / "docs" / "results.md").read_text()
+    assert _benchmark().table(results).strip() in docs, f"docs/results.md's {testbed} tables differ from its results"
     for seed in results["seeds"].values():  # the reported score is the winner's full evaluation
         for run in seed["searches"].values():
             assert run["score"] == run["full_score_check"]
