@@ -1,4 +1,4 @@
-"""In-memory merges of issue 32's anchor (``merging.inmemory.CandidateMerger``, what sweeps and the guided search
+"""In-memory merges of the K = 12 anchor (``merging.inmemory.CandidateMerger``, what sweeps and the guided search
 run): every tensor handed to the method in one call, so that wildmerge's methods merge the large matrices side by
 side (``plugins/task_vector_method.groups_side_by_side``), against one tensor per call (how the merger called them
 before, and how ``mergekit-yaml``'s executor calls every method).

@@ -1,4 +1,4 @@
-"""Merge methods against mergekit's own ``task_arithmetic`` (TA) on issue 32's anchor: every merge a stock
+"""Merge methods against mergekit's own ``task_arithmetic`` (TA) on the K = 12 anchor: every merge a stock
 ``mergekit-yaml`` in its own process, TA in the same run, ratios from interleaved pairs (``paired.py``).
 
 The anchor is built once and cached in ``--workdir``: a Llama of 55.7M parameters (hidden 640, intermediate 1728,
@@ -41,7 +41,7 @@ from typing import Optional
 import fusionbench_merge
 from paired import Call, Process, measure, print_table, ratio_text
 
-METHODS = ["iso_c", "ta_sb", "tsv_m", "iso_cts"]  # issue 32's four; any shipped recipe name works
+METHODS = ["iso_c", "ta_sb", "tsv_m", "iso_cts"]  # the four spectral methods; any shipped recipe name works
 ANCHOR = {"vocab_size": 8000, "num_attention_heads": 10, "num_key_value_heads": 5, "tie_word_embeddings": False}
 NOISE = 0.01
 
@@ -251,7 +251,7 @@ def bench_kernels(hidden, n_tasks, rounds, warmup):
 
 def bench_floor(hidden, layers, n_tasks):
     """The exact kernels' unavoidable LAPACK/BLAS calls over the benchmark model's matrices, timed alone on one
-    thread (best of 3; the full eigensolve also as torch's ``eigh``, which the route called before round 14).
+    thread (best of 3; the full eigensolve also as torch's ``eigh``, which the route called before scipy's syevd).
 
     Per matrix (r = min(m, n), k = r / T): TSV-M needs T Gram matrices (syrk) and T partial eigensolves (top k)
     for the per-task triplets, then two r x r eigensolves for the polar factors; Iso-C and Subspace Boosting one
@@ -297,7 +297,7 @@ def bench_floor(hidden, layers, n_tasks):
         one = {"Gram (syrk)": sum(best(syrk(s)) for s in shapes),
                "partial eigensolve (top r/T)": sum(best(per_task(s)) for s in shapes),
                "full eigensolve (r x r)": sum(best(full_eigh(s)) for s in shapes),
-               "full eigensolve by torch's eigh (the route before round 14)":
+               "full eigensolve by torch's eigh (the route before scipy's syevd)":
                    sum(best(full_eigh(s, torch_eigh)) for s in shapes)}
     floors = {"iso_c / SB": one["Gram (syrk)"] + one["full eigensolve (r x r)"],
               "tsv_m, per-task part": n_tasks * (one["Gram (syrk)"] + one["partial eigensolve (top r/T)"]),

@@ -268,7 +268,7 @@ def methods_table(report, args, device, root: Path):
         targets(report, k, ratios)
 
 
-TARGETS = {"tsv_m": 2.0, "iso_cts": 2.5}  # x task_arithmetic on a GPU (issue 26)
+TARGETS = {"tsv_m": 2.0, "iso_cts": 2.5}  # x task_arithmetic on a GPU
 
 
 def targets(report, k, ratios):

@@ -22,7 +22,7 @@ merges, and the median half-width over pairs of its merges.
         --methods ta,ties,tsv_m --sizes 2,3,5,8,12 --per-size 1 --seeds 0,1,2 --fractions-of-protocol 0.2
     python benchmarks/experiment_guided_search.py --out runs/exp-guided-large --replot   # table and figure again
     python benchmarks/experiment_guided_search.py --out runs/replot --replot \
-        --results benchmarks/results/guided_search_demo_large_full.json   # from the committed results
+        --results benchmarks/results/guided_search_demo_large.json   # from the committed results
 
 Writes ``results.json``, ``table.md`` and ``best_vs_cost.png`` under ``--out``.
 """
@@ -46,7 +46,7 @@ NAMES = {"random": "random search", "thompson": "the search (Thompson)",
          "unscreened": "the search, experts not screened"}  # the last: what the screening adds, measured
 SUMMARY_HEAD = ("| budget | search | mean winner (full eval) | mean vs protocol best, points | "
                 "mean items / protocol's | seeds within 1 point at <= 1/5 of the items | seeds on target |")
-WIDE = 1.5  # points: a testbed whose paired 95 % half-width is wider cannot tell 1 point (issue 33's target)
+WIDE = 1.5  # points: a testbed whose paired 95 % half-width is wider cannot tell 1 point (the search's target)
 
 
 def within_one_point(gap: float, share: float) -> bool:
@@ -55,7 +55,7 @@ def within_one_point(gap: float, share: float) -> bool:
 
 
 def on_target(vs_best, share: float, half_width: float) -> bool:
-    """Issue 33's target for one seed: at most 1/5 of the protocol's items, and the winner at most 1 point below the
+    """The search's target for one seed: at most 1/5 of the protocol's items, and the winner at most 1 point below the
     protocol's best; on a testbed whose paired 95 % half-width is over ``WIDE`` points, within that interval instead
     (its paired interval to the best reaches 0). ``vs_best``: [difference, low, high] in points."""
     return within_one_point(vs_best[0], share) or (share <= 0.2 and half_width > WIDE and vs_best[2] >= 0)
@@ -303,7 +303,7 @@ def main() -> None:
 
 def summary(items: dict, merges: list, arms: dict, args, seeds, half_width: float) -> dict:
     """Per budget and rule, over ``seeds``: mean winner score, mean gap to the protocol's best, seeds within 1 point
-    at <= 1/5 of the protocol's items, and seeds on issue 33's target (``on_target``)."""
+    at <= 1/5 of the protocol's items, and seeds on the search's target (``on_target``)."""
     every = {t: np.arange(len(v)) for t, v in items["base"].items()}
     out = {}
     for seed in seeds:

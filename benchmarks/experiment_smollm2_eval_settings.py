@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Which lm-eval settings cut a SmolLM2 model's evaluation while keeping its scores (issue 32, item 6).
+"""Which lm-eval settings cut a SmolLM2 model's evaluation while keeping its scores.
 
 For each candidate setting, the base and the experts of the quick SmolLM2 family are scored item by item on the
 suite's nine tasks (the same held-out test items as the ``smollm2`` suite; 50 per task, taken from the large

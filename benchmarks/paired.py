@@ -1,4 +1,4 @@
-"""One way to time things against each other, used by every benchmark here (issue 32): interleaved runs, the
+"""One way to time things against each other, used by every benchmark here: interleaved runs, the
 median of pairwise ratios, each run's own peak memory, and the machine's load, with loaded figures marked.
 
 - **Interleaved**: after one warm-up run of each case (not kept), round after round runs every case once in the

@@ -58,7 +58,7 @@ def cpu_merge_peak_bytes(model_bytes: int, experts: int) -> int:
     """A merge's peak resident memory on the CPU, estimated high: mergekit maps every input's weight files (the
     experts and the base) and the pages it reads stay resident, plus the output it writes: (experts + 2) x one
     model's bytes. Measured with Python on top (about 0.4 GB): SmolLM2's TIES of 2 experts 2.7 GB, of 9 6.3 GB
-    (538 MB models; benchmarks/results/ties_trim_linear_cpu2_quiet.txt, docs/performance.md)."""
+    (538 MB models; benchmarks/results/ties_trim_linear_cpu2.txt, docs/performance.md)."""
     return model_bytes * (experts + 2)
 
 

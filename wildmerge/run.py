@@ -228,8 +228,8 @@ class SearchSettings(BaseModel):
     seed: int
     methods: List[str]
     tuned: Dict[str, Any] = Field(default_factory=dict)  # method -> hyperparameters chosen by TAS
-    ranking: str = ""  # what chose the candidates (before issue 33: a weight-only proxy or a fitted predictor)
-    # written by the bandit search (issue 33) as extra keys, absent from older records: rule, experts_are_candidates
+    ranking: str = ""  # what chose the candidates (before the bandit search: a weight-only proxy or a fitted predictor)
+    # written by the bandit search as extra keys, absent from older records: rule, experts_are_candidates
 
 
 class SearchCandidate(BaseModel):

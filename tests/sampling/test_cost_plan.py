@@ -255,7 +255,7 @@ def test_the_demo_dry_run_prints_its_cost(tmp_path, capsys):
     merges = 35 * 0.16 + 2.71 * reads * (1 + 3.7 + 1 + 13.21 + 3.8 + 4.04 + 6.74)  # 10.4 s
     tokens = 100 * 42 + 100 * 21 + 100 * 68 + 80 * 45 + 100 * 64 + 100 * 42
     evals = 48 * (2.71 * 1_820_736 / 1e9 + 12.8 * 1_820_736 * tokens / 1e12)  # 31 s
-    assert round(merges) == 10 and round(evals) == 31  # measured 57.3 s in all, quiet (docs/evaluation.md)
+    assert round(merges) == 10 and round(evals) == 31  # measured 57.3 s in all, quiet (docs/results.md)
     assert round(18 + merges + evals) == 59  # the plan / measured: 1.03
     assert (f"{'this machine, CPU:':<32} {'59 s':>10} wall (merges {merges:.0f} s, evaluations {evals:.0f} s)"
             in out)

@@ -45,7 +45,7 @@ def default_workers(cpus: Optional[int] = None) -> int:
     """On a CPU, one worker per core (at most four, which then share the cores): a worker's forward passes use one
     thread better than two, and its Python overhead overlaps the others' matrix products. Measured on 2 quiet cores,
     paired against one two-thread worker: the demo main job 0.62x wall, the SmolLM2 base and an expert under
-    smollm2_bf16 0.45x (with bfloat16; docs/performance.md, "Evaluation throughput")."""
+    smollm2_bf16 0.45x (with bfloat16; docs/performance.md, "Current figures")."""
     cpus = cpus or usable_cores()
     return max(1, min(4, cpus))
 

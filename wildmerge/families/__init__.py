@@ -2,7 +2,9 @@
 references) and the SmolLM2 family (``smollm2/``, ``smollm2:`` references), two peers over what they share here.
 
 Shared: items and their JSONL files (``items.py``), lm-eval task YAMLs (``tasks.py``), the fine-tuning loop
-(``train.py``), the checksummed build cache (``cache.py``) and the probe's folder beside a family (``probe_cache.py``).
+(``train.py``), the checksummed build cache (``cache.py``: claim, signature then checksums, atomic rebuild), the probe's
+folder beside a family (``probe_cache.py``), the pinned ATen / MKL kernels a build runs with, in a child process
+(``kernels.py``), and each build checked against the shipped SHA-256 of the published families (``published.py``).
 Importing a family is cheap (no torch): its package loads its modules on first use (``lazy_exports``).
 """
 

@@ -188,7 +188,7 @@ class BoostedTaskArithmetic(GeneralizedTaskArithmeticMerge):
     is bit-for-bit the base method's. Where Task Arithmetic's update is boosted, it is computed as mergekit writes
     it (``lambda * sum_i w_i tau_i``, divided by ``sum_i w_i`` with ``normalize``) but in float32 and in one buffer
     (``summed_task_vectors``, as Iso-C sums them) instead of mergekit's stack of every task vector (a quarter of its
-    time on tensors in memory; the whole merge 0.90-1.00x, docs/performance.md): the boosted result differs from
+    time on tensors in memory; the whole merge 0.90-1.00x, benchmarks/HISTORY.md): the boosted result differs from
     boosting mergekit's rounded tensor by float32 round-off only.
     """
 

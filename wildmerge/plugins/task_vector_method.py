@@ -89,7 +89,7 @@ def groups_side_by_side(execute: Callable, groups: Sequence[TensorGroup], parame
     another as mergekit does; results in the groups' order.
 
     Why: one tensor at a time, a spectral method's eigensolves run one after another on one core (a LAPACK call on
-    two threads stalls on a busy core, docs/performance.md); given several tensors at once, two of them fill two
+    two threads stalls on a busy core, benchmarks/HISTORY.md); given several tensors at once, two of them fill two
     cores with no barrier between them. (``mergekit-yaml`` hands a method one tensor per call; there the planner of
     ``tensors_side_by_side`` joins neighbouring tensors' merge tasks instead.)
     A matrix merged in the pool is computed as on a machine whose other cores are busy (its products on one thread):

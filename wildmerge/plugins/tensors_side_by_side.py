@@ -2,7 +2,7 @@
 
 mergekit's executor runs the planned tasks one after another, one merge task per output tensor, so there a spectral
 method's eigensolves (on one thread each: a LAPACK call on two threads stalls when a core is taken mid-call,
-docs/performance.md) leave the other cores idle; two whole kernels side by side take about 0.6x the time of one
+benchmarks/HISTORY.md) leave the other cores idle; two whole kernels side by side take about 0.6x the time of one
 after the other. Once wildmerge is installed, ``mergekit.merge`` plans with ``SideBySidePlanner``: for a recipe of a
 wildmerge method that merges tensors side by side (``merges_side_by_side``), it joins the merge tasks of runs of
 neighbouring tensors in mergekit's schedule into one task, which runs mergekit's own merge task of each: the large

@@ -59,10 +59,11 @@ class Factor:
     source: str
 
 
-_ANCHOR = "docs/performance.md 'CPU merges at K = 12': run_merge x TA, 55.7M Llama, 12 experts, 2 quiet cores"
-_SMOL = ("benchmarks/results/smollm2_main_job_cpu2_quiet_round10.txt: the SmolLM2 main job's 9-expert merges on 2 "
+_ANCHOR = ("benchmarks/HISTORY.md 'CPU merges at K = 12', the first paired run: run_merge x TA, 55.7M Llama, "
+           "12 experts, 2 quiet cores")
+_SMOL = ("benchmarks/results/smollm2_main_job_cpu2.txt: the SmolLM2 main job's 9-expert merges on 2 "
          "quiet cores, TIES (the linear-time trim) 43.0 s against TA's 11.7 s")
-_H100 = "docs/performance.md 'GPU kernels': x TA, K = 12, 142.9M Qwen3 with Qwen3-4B's shapes, one H100, default route"
+_H100 = "docs/performance.md 'Current figures': x TA, K = 12, 142.9M Qwen3 with Qwen3-4B's shapes, one H100, default route"
 # One table per device: methods not listed count 1 (priced as task arithmetic; the dry run names them). The
 # factors are ratios of whole merges, applied to the read only (at the anchor's size the start is 16% of TA's).
 METHOD_FACTORS: Dict[str, Dict[str, Factor]] = {
@@ -80,7 +81,7 @@ METHOD_FACTORS: Dict[str, Dict[str, Factor]] = {
 
 # An evaluation's rate per parameter-token at other weights' dtypes, as a multiple of float32's, per device (a dtype
 # not listed counts 1). Measured as CPU-seconds, so they hold whatever the number of workers.
-_SMOL_BF16 = ("benchmarks/results/eval_smollm2_bf16_workers_cpu2_quiet.txt: the smollm2_bf16 suite (bfloat16, float32 "
+_SMOL_BF16 = ("benchmarks/results/eval_smollm2_bf16_workers_cpu2.txt: the smollm2_bf16 suite (bfloat16, float32 "
               "log-softmax, batch 64) against smollm2 (float32, batch 16), SmolLM2 base and arithmetic expert, "
               "50 items per task, 3 quiet pairs: CPU-seconds 0.52x [0.51, 0.56]")
 EVAL_DTYPE_FACTORS: Dict[str, Dict[str, Factor]] = {"cpu": {"bfloat16": Factor(0.52, _SMOL_BF16)}}
@@ -112,11 +113,11 @@ FAMILY_TEXT_TOKENS = 20  # the embedded families' texts, measured: SmolLM2 quick
 
 # Defaults. cpu, measured on 2 quiet CPU cores of this project's machine, with the default evaluation workers (one
 # per core). Merges: the start and TA's rate solve two measurements, TA's merge of the 55.7M anchor (12 experts and
-# the base: 0.724 G parameters read) in 2.12 s (docs/performance.md) and the demo main job's 35 merges in 10.2 s
+# the base: 0.724 G parameters read) in 2.12 s (benchmarks/HISTORY.md) and the demo main job's 35 merges in 10.2 s
 # (7 methods x 29 models read of 1.82M parameters, 0.0528 G each, x the factors above: 1.77 G TA-equivalent;
-# benchmarks/results/eval_workers_demo_main_job_cpu2_quiet.txt): start + 0.724 rate = 2.12, 35 start + 1.77 rate =
+# benchmarks/results/eval_workers_demo_main_job_cpu2.txt): start + 0.724 rate = 2.12, 35 start + 1.77 rate =
 # 10.2, so 0.16 s per merge and 2.71 s per G parameters read. Evaluations, as the machine's throughput per model:
-# the SmolLM2 main job (benchmarks/results/smollm2_main_job_cpu2_quiet_round10.txt) scored its 31 models (134.5M
+# the SmolLM2 main job (benchmarks/results/smollm2_main_job_cpu2.txt) scored its 31 models (134.5M
 # parameters, 9 tasks x 50 items x 100 tokens: 6.05 T parameter-tokens) in 1,257 s of two workers' wall time, 40.5 s
 # a model in bfloat16, 77.9 s in float32 at the bfloat16 factor below: less the model's read, 12.8 s per T
 # parameter-tokens with no start; the demo job's 48 (1.82M parameters, 0.0494 T at its tasks' counted tokens) took
@@ -125,7 +126,7 @@ FAMILY_TEXT_TOKENS = 20  # the embedded families' texts, measured: SmolLM2 quick
 # the SmolLM2 job's was 55 s (its pre-flight scan and report read 31 models of 538 MB).
 # cuda, merges measured: mergekit's task_arithmetic of 12 experts of a 142.9M-parameter Qwen3 (Qwen3-4B's layer
 # shapes, bf16 on disk, page cache warm) took 3.58 s (median of 5) on one H100 with --cuda (1.86 G parameters read;
-# benchmarks/results/spectral_gpu_h100_k12_paired.md); the demo main job's 35 merges took 10.3 s on one H200
+# benchmarks/results/spectral_gpu_h100.md); the demo main job's 35 merges took 10.3 s on one H200
 # (0.399 G TA-equivalent at the cuda factors): 0.27 s per merge and 1.78 s per G parameters read (two GPUs of one
 # generation: an assumption). Evaluations measured on one H200 (benchmarks/results/gpu_main_job_h200_plan.md): the
 # demo main job's fastest job took 0.70 s on the long-lived worker (the start); a Qwen3 with Qwen3-4B's configuration
@@ -293,7 +294,7 @@ class Executor:
 
 # On a CPU the evaluation rates are the machine's throughput with the default workers (one one-thread worker per
 # core). Fewer workers lose it in proportion: a worker's extra threads stall at barriers instead of adding speed.
-# Measured on 2 quiet cores (benchmarks/results/eval_workers_demo_main_job_cpu2_quiet.txt): the demo main job's
+# Measured on 2 quiet cores (benchmarks/results/eval_workers_demo_main_job_cpu2.txt): the demo main job's
 # evaluations took 60.7 s with one two-thread worker against 28.5 s with two one-thread workers (2.13x; the job's
 # 88.9 s and 56.7 s less its merges and start, 28.2 s in both).
 def cpu_eval_slowdown(scoring: "Scoring") -> float:

@@ -60,7 +60,7 @@ MERGE_EXPERTS, REPEATS = 3, 2
 FORWARD_SHAPE, FORWARD_BATCH, FORWARD_TOKENS, FORWARD_REPEATS = (192, 4, 512, 512), 32, 48, 5
 
 # The micro-work on the project's development machine, the kind the defaults were measured on (AMD EPYC, 2 vCPUs;
-# hosts of that kind differ by up to 1.5x, docs/performance.md): CPU seconds, median of 6 runs of this
+# hosts of that kind differ by up to 1.5x, benchmarks/HISTORY.md): CPU seconds, median of 6 runs of this
 # module while other work kept the load average at 7-10 (the forward passes 39-60, the imports 7.1-8.9). The default rates over them carry what the micro-work leaves out: lm-eval's own work (reading
 # the model, building requests, its Python) and how the plan counts tokens (an evaluation job costs 0.57 x the
 # counted tokens' bare forward passes), the run's work beyond the imports (the pool, the pre-flight scan, the
