@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from wildmerge.atomic import write_json
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.eval.options import EvalOptions
-from wildmerge.run import RunFolder
+from wildmerge.run import RunFolder, default_out
 
 PAPER_SIZES, PAPER_K = (1, 2, 4, 6, 8, 10), 15  # Hitit et al. 2025; n = N (the full pool) is added
 # a pool's own defaults (``protocol:`` in its YAML, e.g. the embedded families') replace these
@@ -103,15 +103,15 @@ def _method_names(methods: Optional[List[str]], pool=None) -> List[str]:
     return list(dict.fromkeys(list_method_recipes() if names == ["all"] else names))
 
 
-def _predicted(s: SampleSettings, pool=None):
+def _predicted(s: SampleSettings, resolved=None):
     """(record for the manifest, scorer) of ``--select predicted`` / ``balanced`` / ``unbalanced``; (None, None) for
-    random draws."""
+    random draws. ``resolved``: the command's pool resolver (``_resolver``)."""
     if s.select in ("balanced", "unbalanced"):
         if s.homogeneous:
             raise ConfigError(f"--select {s.select} and --homogeneous both choose the subsets: pick one")
         from wildmerge.analysis.pool.balance import balance_selection
 
-        return balance_selection(pool, s.select == "balanced", allow_pickle=s.allow_pickle, download=s.download)
+        return balance_selection(resolved(), s.select == "balanced")
     if s.select != "predicted":
         return None, None
     from wildmerge.analysis.mergeability.selection import load_scorer
@@ -142,6 +142,22 @@ def _scoring(suite: str, options: EvalOptions):
                    options.dtype or loaded.settings.dtype, options.workers, default_workers())
 
 
+def _resolver(s: SampleSettings, pool, run_dir: Path):
+    """The command's one resolution of its pool, made when first needed (the norm balance, the tuning, the merges):
+    at the run manifest's pinned commits (a resumed run never mixes in a hub branch that moved) and with
+    ``--no-download``; every stage is handed the same ``ResolvedPool``."""
+    from functools import cache
+
+    from wildmerge.pools import resolve
+    from wildmerge.sampling.manifest import pinned_commits
+
+    @cache
+    def resolved():
+        return resolve(pool, allow_pickle=s.allow_pickle, download=s.download, pinned=pinned_commits(run_dir))
+
+    return resolved
+
+
 def run_sample(s: SampleSettings) -> SampleOutcome:
     """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; the run folder and the
     command's exit status (1 if a score failed)."""
@@ -162,7 +178,9 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
             raise ConfigError(f"--calibrate-from {s.calibrate_from} prices the cost plan of a dry run (a real run "
                               f"measures its own): add --dry-run, or drop --calibrate-from")
     pool = load_pool(s.pool, s.exclude)
-    select, scorer = _predicted(s, pool)
+    run_dir = Path(s.out or default_out("sample", pool=pool.name, seed=s.seed)).resolve()
+    resolved = _resolver(s, pool, run_dir)
+    select, scorer = _predicted(s, resolved)
     sampling = s.sampling(pool, select)
     numbers.POSITIVE_INT.check("--k", sampling.k)  # the command line's words for library callers
     numbers.NONNEGATIVE_INT.check("--seed", s.seed)
@@ -204,7 +222,6 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
 
         check_evaluation(suite, s.evaluation)
     check_base_tokenizer(pool, (["the evaluation"] if evaluate else []) + data_features(methods, sweeps, s.tune))
-    run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:
         from wildmerge.pools.resolved import check_local
         from wildmerge.sampling.dryrun import print_dry_run
@@ -230,13 +247,12 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
     if s.tune:
         from wildmerge.analysis.tas.tune import tune_methods
 
-        methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
-                                      device=s.merge_device, allow_pickle=s.allow_pickle, check=s.tune_check,
-                                      check_suite=suite, check_limit=s.evaluation.limit)
+        methods, tuned = tune_methods(resolved(), methods, RunFolder(run_dir).tune_dir, s.tune_grid,
+                                      samples=s.tune_samples, device=s.merge_device, check=s.tune_check,
+                                      check_suite=suite, check_options=s.evaluation.model_copy(update={"screen": None}))
     log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.merge_device,
-                       merge_workers=s.merge_workers,
-                       allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,
-                       after_each=evaluate_one if s.keep_models == "none" else None)
+                       merge_workers=s.merge_workers, allow_pickle=s.allow_pickle, keep_models=s.keep_models,
+                       after_each=evaluate_one if s.keep_models == "none" else None, resolved=resolved())
     folder = RunFolder(run_dir)
     if tuned:
         folder.write_manifest(folder.read_manifest().model_copy(update={"tuned": tuned}))
@@ -253,11 +269,12 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
 
 
 def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, scorer=None, merge_device="cpu",
-                 allow_pickle=False, download=None, keep_models="all", after_each=None, merge_workers=None) -> dict:
+                 allow_pickle=False, download=None, keep_models="all", after_each=None, merge_workers=None,
+                 resolved=None) -> dict:
     """Draw (or reuse) the subsets, write the plan, merge what is not done yet; returns the run log.
 
     ``sampling`` is the draw (``wildmerge.sampling.settings.Sampling``); ``scorer`` scores subsets when a predictor
-    chooses them."""
+    chooses them; ``resolved``: the pool as the command resolved it (else resolved here, at the manifest's pins)."""
     from wildmerge.merging.runner import merge_options, run_plan
     from wildmerge.merging.workers import worker_count
     from wildmerge.run import Plan, RunFolder, merged_with_previous
@@ -266,7 +283,8 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, 
 
     started = time.time()
     run = RunFolder(run_dir)
-    manifest, models = prepare(run_dir, pool, sampling, scorer=scorer, allow_pickle=allow_pickle, download=download)
+    manifest, models = prepare(run_dir, pool, sampling, scorer=scorer, allow_pickle=allow_pickle, download=download,
+                               resolved=resolved)
     entries = build_entries(run_dir, manifest.subsets, models, methods, sweeps)
     if run.has_plan():
         from wildmerge.run import read_record
@@ -295,7 +313,7 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, 
             "seconds": round(time.time() - started, 1)}
 
 
-def evaluate(run_dir, models: List[str], suite: str, options: EvalOptions, *, out="wildmerge-eval",
+def evaluate(run_dir, models: List[str], suite: str, options: EvalOptions, *, out=default_out("eval"),
              report: bool = True) -> int:
     """``wildmerge eval``: a run's models, then its report; or ad hoc models, then their scores. 1 if one failed."""
     from wildmerge.eval.evaluate import evaluate_models, evaluate_run
