@@ -158,12 +158,56 @@ def _resolver(s: SampleSettings, pool, run_dir: Path):
     return resolved
 
 
+def _checked_sampling(s: SampleSettings, pool, select):
+    """The draw's settings on ``pool``, its numbers and sizes checked (the command line's words for library
+    callers); the pool's protocol sizes it leaves out are said."""
+    from wildmerge import numbers
+
+    sampling = s.sampling(pool, select)
+    numbers.POSITIVE_INT.check("--k", sampling.k)  # the command line's words for library callers
+    numbers.NONNEGATIVE_INT.check("--seed", s.seed)
+    numbers.POSITIVE_INT.check("--tune-samples", s.tune_samples)
+    dropped = [n for n in (pool.protocol.sizes or []) if n > len(pool.experts)]
+    if dropped and not s.sizes:  # said, not silently left out (e.g. after --exclude)
+        print(f"note: pool {pool.name!r} has {len(pool.experts)} experts: its protocol sizes "
+              f"{', '.join(map(str, dropped))} are left out (--sizes to choose others)", file=sys.stderr)
+    too_big = [n for n in sampling.sizes if n > len(pool.experts) or n < 1]
+    if too_big:
+        raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
+                          f"use sizes between 1 and {len(pool.experts)}")
+    return sampling
+
+
+def _evaluation_of(s: SampleSettings, pool):
+    """(whether the run is evaluated, its suite): the evaluation flags checked against each other, and the suite
+    and the evaluation device checked before the merges (and in a dry run)."""
+    evaluate = pool.protocol.evaluate if s.evaluate is None else s.evaluate
+    suite = s.suite or pool.protocol.suite
+    if evaluate and not suite:
+        raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
+    if not evaluate and s.evaluation.screen is not None:
+        raise ConfigError(f"--screen {s.evaluation.screen} screens the evaluation, but this run is not evaluated "
+                          f"(--no-evaluate, or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --screen")
+    if not evaluate and s.evaluation.wandb_args:
+        raise ConfigError("--wandb-args logs the evaluation's scores, but this run is not evaluated (--no-evaluate, "
+                          "or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --wandb-args")
+    if s.tune_check and not s.tune:
+        raise ConfigError(f"--tune-check {s.tune_check} checks the --tune choices: add --tune, or drop --tune-check")
+    if s.tune_check and not suite:
+        raise ConfigError("--tune-check needs a suite to evaluate on: add --suite NAME (the pool names none of its "
+                          "own under protocol: suite:)")
+    if evaluate or s.tune_check:
+        from wildmerge.eval.evaluate import check_evaluation
+
+        check_evaluation(suite, s.evaluation)
+    return evaluate, suite
+
+
 def run_sample(s: SampleSettings) -> SampleOutcome:
     """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; the run folder and the
     command's exit status (1 if a score failed)."""
     from wildmerge.eval.evaluate import evaluate_run
     from wildmerge.recipes.method import load_methods
-    from wildmerge import numbers
     from wildmerge.pools import load_pool
     from wildmerge.recipes.sweeps import load_sweeps
     from wildmerge.resources import checked_device
@@ -181,18 +225,7 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
     run_dir = Path(s.out or default_out("sample", pool=pool.name, seed=s.seed)).resolve()
     resolved = _resolver(s, pool, run_dir)
     select, scorer = _predicted(s, resolved)
-    sampling = s.sampling(pool, select)
-    numbers.POSITIVE_INT.check("--k", sampling.k)  # the command line's words for library callers
-    numbers.NONNEGATIVE_INT.check("--seed", s.seed)
-    numbers.POSITIVE_INT.check("--tune-samples", s.tune_samples)
-    dropped = [n for n in (pool.protocol.sizes or []) if n > len(pool.experts)]
-    if dropped and not s.sizes:  # said, not silently left out (e.g. after --exclude)
-        print(f"note: pool {pool.name!r} has {len(pool.experts)} experts: its protocol sizes "
-              f"{', '.join(map(str, dropped))} are left out (--sizes to choose others)", file=sys.stderr)
-    too_big = [n for n in sampling.sizes if n > len(pool.experts) or n < 1]
-    if too_big:
-        raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
-                          f"use sizes between 1 and {len(pool.experts)}")
+    sampling = _checked_sampling(s, pool, select)
     methods = load_methods(_method_names(pool.protocol.methods, pool) if s.methods is None else
                            _method_names(s.methods))
     sweeps = load_sweeps(s.ablations, s.grid)  # each with its method's recipe loaded
@@ -202,25 +235,7 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
     from wildmerge.merging.workers import worker_count
 
     worker_count(s.merge_workers, s.merge_device, None, 0)  # cores and helper memory now; the models' share later
-    evaluate = pool.protocol.evaluate if s.evaluate is None else s.evaluate
-    suite = s.suite or pool.protocol.suite
-    if evaluate and not suite:
-        raise ConfigError("--evaluate needs --suite NAME (a file in merge_recipes/suites/ or a suite YAML path)")
-    if not evaluate and s.evaluation.screen is not None:
-        raise ConfigError(f"--screen {s.evaluation.screen} screens the evaluation, but this run is not evaluated "
-                          f"(--no-evaluate, or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --screen")
-    if not evaluate and s.evaluation.wandb_args:
-        raise ConfigError("--wandb-args logs the evaluation's scores, but this run is not evaluated (--no-evaluate, "
-                          "or a pool whose protocol does not evaluate): add --evaluate --suite NAME, or drop --wandb-args")
-    if s.tune_check and not s.tune:
-        raise ConfigError(f"--tune-check {s.tune_check} checks the --tune choices: add --tune, or drop --tune-check")
-    if s.tune_check and not suite:
-        raise ConfigError("--tune-check needs a suite to evaluate on: add --suite NAME (the pool names none of its "
-                          "own under protocol: suite:)")
-    if evaluate or s.tune_check:  # the suite and the evaluation device, checked before the merges (and in a dry run)
-        from wildmerge.eval.evaluate import check_evaluation
-
-        check_evaluation(suite, s.evaluation)
+    evaluate, suite = _evaluation_of(s, pool)
     check_base_tokenizer(pool, (["the evaluation"] if evaluate else []) + data_features(methods, sweeps, s.tune))
     if s.dry_run:
         from wildmerge.pools.resolved import check_local
@@ -248,7 +263,8 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
         from wildmerge.analysis.tas.tune import tune_methods
 
         methods, tuned = tune_methods(resolved(), methods, RunFolder(run_dir).tune_dir, s.tune_grid,
-                                      samples=s.tune_samples, device=s.merge_device, check=s.tune_check,
+                                      samples=s.tune_samples, device=s.merge_device, allow_pickle=s.allow_pickle,
+                                      check=s.tune_check,
                                       check_suite=suite, check_options=s.evaluation.model_copy(update={"screen": None}))
     log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.merge_device,
                        merge_workers=s.merge_workers, allow_pickle=s.allow_pickle, keep_models=s.keep_models,
