@@ -228,8 +228,8 @@ OWN_LAYOUTS = {
     ("wildmerge/analysis/tas/", "calibration"): "TAS's working folder (`wildmerge tune --out`, or RUN/tune/ whole)",
     ("wildmerge/analysis/tas/", "models"): "TAS's working folder: the checked grid points",
     ("wildmerge/analysis/tas/", "eval"): "TAS's working folder: the checked grid points' scores",
-    ("wildmerge/commands/analyze_mergeability.py", "mergeability"): "its own output folder, runs/analysis-<pool>/",
-    ("wildmerge/commands/analyze_mergeability.py", "calibration"): "its own output folder, runs/analysis-<pool>/",
+    ("wildmerge/analysis/mergeability/pool_metrics.py", "mergeability"): "its own output folder, runs/analysis-<pool>/",
+    ("wildmerge/analysis/mergeability/pool_metrics.py", "calibration"): "its own output folder, runs/analysis-<pool>/",
 }
 
 

@@ -96,7 +96,7 @@ def test_bad_settings_fail_before_anything_is_resolved(pool, tmp_path, argv, mes
     ("tune_samples", 0, "--tune-samples: expected a whole number >= 1, got 0"),
 ])
 def test_a_library_caller_gets_the_command_lines_words(pool, tmp_path, field, value, message):
-    """The command line refuses these when it parses them (tests/test_bad_inputs_table.py); a library caller's
+    """The command line refuses these when it parses them (tests/commands/test_bad_inputs_table.py); a library caller's
     SampleSettings get the same message from the same rule."""
     s = _settings("--base", pool.source, "--out", str(tmp_path / "run"), "--no-evaluate")
     with pytest.raises(ConfigError, match=f"^{message}$"):

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from wildmerge.atomic import write_json
 from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.eval.options import EvalOptions
-from wildmerge.run import RunFolder
+from wildmerge.run import RunFolder, default_out
 
 PAPER_SIZES, PAPER_K = (1, 2, 4, 6, 8, 10), 15  # Hitit et al. 2025; n = N (the full pool) is added
 # a pool's own defaults (``protocol:`` in its YAML, e.g. the embedded families') replace these
@@ -103,15 +103,15 @@ def _method_names(methods: Optional[List[str]], pool=None) -> List[str]:
     return list(dict.fromkeys(list_method_recipes() if names == ["all"] else names))
 
 
-def _predicted(s: SampleSettings, pool=None):
+def _predicted(s: SampleSettings, resolved=None):
     """(record for the manifest, scorer) of ``--select predicted`` / ``balanced`` / ``unbalanced``; (None, None) for
-    random draws."""
+    random draws. ``resolved``: the command's pool resolver (``_resolver``)."""
     if s.select in ("balanced", "unbalanced"):
         if s.homogeneous:
             raise ConfigError(f"--select {s.select} and --homogeneous both choose the subsets: pick one")
         from wildmerge.analysis.pool.balance import balance_selection
 
-        return balance_selection(pool, s.select == "balanced", allow_pickle=s.allow_pickle, download=s.download)
+        return balance_selection(resolved(), s.select == "balanced")
     if s.select != "predicted":
         return None, None
     from wildmerge.analysis.mergeability.selection import load_scorer
@@ -142,27 +142,27 @@ def _scoring(suite: str, options: EvalOptions):
                    options.dtype or loaded.settings.dtype, options.workers, default_workers())
 
 
-def run_sample(s: SampleSettings) -> SampleOutcome:
-    """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; the run folder and the
-    command's exit status (1 if a score failed)."""
-    from wildmerge.eval.evaluate import evaluate_run
-    from wildmerge.recipes.method import load_methods
+def _resolver(s: SampleSettings, pool, run_dir: Path):
+    """The command's one resolution of its pool, made when first needed (the norm balance, the tuning, the merges):
+    at the run manifest's pinned commits (a resumed run never mixes in a hub branch that moved) and with
+    ``--no-download``; every stage is handed the same ``ResolvedPool``."""
+    from functools import cache
+
+    from wildmerge.pools import resolve
+    from wildmerge.sampling.manifest import pinned_commits
+
+    @cache
+    def resolved():
+        return resolve(pool, allow_pickle=s.allow_pickle, download=s.download, pinned=pinned_commits(run_dir))
+
+    return resolved
+
+
+def _checked_sampling(s: SampleSettings, pool, select):
+    """The draw's settings on ``pool``, its numbers and sizes checked (the command line's words for library
+    callers); the pool's protocol sizes it leaves out are said."""
     from wildmerge import numbers
-    from wildmerge.pools import load_pool
-    from wildmerge.recipes.sweeps import load_sweeps
-    from wildmerge.resources import checked_device
-    from wildmerge.sampling.preflight import check_base_tokenizer, data_features
 
-    checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
-    if s.calibrate_from:  # the folder checked whenever it is given: a damaged or empty one said now
-        from wildmerge.sampling.cost import calibrate_from
-
-        calibrate_from(s.calibrate_from)
-        if not s.dry_run:
-            raise ConfigError(f"--calibrate-from {s.calibrate_from} prices the cost plan of a dry run (a real run "
-                              f"measures its own): add --dry-run, or drop --calibrate-from")
-    pool = load_pool(s.pool, s.exclude)
-    select, scorer = _predicted(s, pool)
     sampling = s.sampling(pool, select)
     numbers.POSITIVE_INT.check("--k", sampling.k)  # the command line's words for library callers
     numbers.NONNEGATIVE_INT.check("--seed", s.seed)
@@ -175,15 +175,12 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
     if too_big:
         raise ConfigError(f"--sizes {too_big}: pool {pool.name!r} has {len(pool.experts)} experts; "
                           f"use sizes between 1 and {len(pool.experts)}")
-    methods = load_methods(_method_names(pool.protocol.methods, pool) if s.methods is None else
-                           _method_names(s.methods))
-    sweeps = load_sweeps(s.ablations, s.grid)  # each with its method's recipe loaded
-    from wildmerge.sampling.sample_cap import cap_sample_sweeps
+    return sampling
 
-    sweeps, capped = cap_sample_sweeps(pool, sweeps)  # com_samples: no point asks more texts than an expert has
-    from wildmerge.merging.workers import worker_count
 
-    worker_count(s.merge_workers, s.merge_device, None, 0)  # cores and helper memory now; the models' share later
+def _evaluation_of(s: SampleSettings, pool):
+    """(whether the run is evaluated, its suite): the evaluation flags checked against each other, and the suite
+    and the evaluation device checked before the merges (and in a dry run)."""
     evaluate = pool.protocol.evaluate if s.evaluate is None else s.evaluate
     suite = s.suite or pool.protocol.suite
     if evaluate and not suite:
@@ -199,12 +196,47 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
     if s.tune_check and not suite:
         raise ConfigError("--tune-check needs a suite to evaluate on: add --suite NAME (the pool names none of its "
                           "own under protocol: suite:)")
-    if evaluate or s.tune_check:  # the suite and the evaluation device, checked before the merges (and in a dry run)
+    if evaluate or s.tune_check:
         from wildmerge.eval.evaluate import check_evaluation
 
         check_evaluation(suite, s.evaluation)
+    return evaluate, suite
+
+
+def run_sample(s: SampleSettings) -> SampleOutcome:
+    """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; the run folder and the
+    command's exit status (1 if a score failed)."""
+    from wildmerge.eval.evaluate import evaluate_run
+    from wildmerge.recipes.method import load_methods
+    from wildmerge.pools import load_pool
+    from wildmerge.recipes.sweeps import load_sweeps
+    from wildmerge.resources import checked_device
+    from wildmerge.sampling.preflight import check_base_tokenizer, data_features
+
+    checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
+    if s.calibrate_from:  # the folder checked whenever it is given: a damaged or empty one said now
+        from wildmerge.sampling.cost import calibrate_from
+
+        calibrate_from(s.calibrate_from)
+        if not s.dry_run:
+            raise ConfigError(f"--calibrate-from {s.calibrate_from} prices the cost plan of a dry run (a real run "
+                              f"measures its own): add --dry-run, or drop --calibrate-from")
+    pool = load_pool(s.pool, s.exclude)
+    run_dir = Path(s.out or default_out("sample", pool=pool.name, seed=s.seed)).resolve()
+    resolved = _resolver(s, pool, run_dir)
+    select, scorer = _predicted(s, resolved)
+    sampling = _checked_sampling(s, pool, select)
+    methods = load_methods(_method_names(pool.protocol.methods, pool) if s.methods is None else
+                           _method_names(s.methods))
+    sweeps = load_sweeps(s.ablations, s.grid)  # each with its method's recipe loaded
+    from wildmerge.sampling.sample_cap import cap_sample_sweeps
+
+    sweeps, capped = cap_sample_sweeps(pool, sweeps)  # com_samples: no point asks more texts than an expert has
+    from wildmerge.merging.workers import worker_count
+
+    worker_count(s.merge_workers, s.merge_device, None, 0)  # cores and helper memory now; the models' share later
+    evaluate, suite = _evaluation_of(s, pool)
     check_base_tokenizer(pool, (["the evaluation"] if evaluate else []) + data_features(methods, sweeps, s.tune))
-    run_dir = Path(s.out or Path("runs") / f"{pool.name}-seed{s.seed}").resolve()
     if s.dry_run:
         from wildmerge.pools.resolved import check_local
         from wildmerge.sampling.dryrun import print_dry_run
@@ -230,13 +262,13 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
     if s.tune:
         from wildmerge.analysis.tas.tune import tune_methods
 
-        methods, tuned = tune_methods(pool, methods, RunFolder(run_dir).tune_dir, s.tune_grid, samples=s.tune_samples,
-                                      device=s.merge_device, allow_pickle=s.allow_pickle, check=s.tune_check,
-                                      check_suite=suite, check_limit=s.evaluation.limit)
+        methods, tuned = tune_methods(resolved(), methods, RunFolder(run_dir).tune_dir, s.tune_grid,
+                                      samples=s.tune_samples, device=s.merge_device, allow_pickle=s.allow_pickle,
+                                      check=s.tune_check,
+                                      check_suite=suite, check_options=s.evaluation.model_copy(update={"screen": None}))
     log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.merge_device,
-                       merge_workers=s.merge_workers,
-                       allow_pickle=s.allow_pickle, download=s.download, keep_models=s.keep_models,
-                       after_each=evaluate_one if s.keep_models == "none" else None)
+                       merge_workers=s.merge_workers, allow_pickle=s.allow_pickle, keep_models=s.keep_models,
+                       after_each=evaluate_one if s.keep_models == "none" else None, resolved=resolved())
     folder = RunFolder(run_dir)
     if tuned:
         folder.write_manifest(folder.read_manifest().model_copy(update={"tuned": tuned}))
@@ -253,11 +285,12 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
 
 
 def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, scorer=None, merge_device="cpu",
-                 allow_pickle=False, download=None, keep_models="all", after_each=None, merge_workers=None) -> dict:
+                 allow_pickle=False, download=None, keep_models="all", after_each=None, merge_workers=None,
+                 resolved=None) -> dict:
     """Draw (or reuse) the subsets, write the plan, merge what is not done yet; returns the run log.
 
     ``sampling`` is the draw (``wildmerge.sampling.settings.Sampling``); ``scorer`` scores subsets when a predictor
-    chooses them."""
+    chooses them; ``resolved``: the pool as the command resolved it (else resolved here, at the manifest's pins)."""
     from wildmerge.merging.runner import merge_options, run_plan
     from wildmerge.merging.workers import worker_count
     from wildmerge.run import Plan, RunFolder, merged_with_previous
@@ -266,7 +299,8 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, 
 
     started = time.time()
     run = RunFolder(run_dir)
-    manifest, models = prepare(run_dir, pool, sampling, scorer=scorer, allow_pickle=allow_pickle, download=download)
+    manifest, models = prepare(run_dir, pool, sampling, scorer=scorer, allow_pickle=allow_pickle, download=download,
+                               resolved=resolved)
     entries = build_entries(run_dir, manifest.subsets, models, methods, sweeps)
     if run.has_plan():
         from wildmerge.run import read_record
@@ -295,7 +329,7 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, 
             "seconds": round(time.time() - started, 1)}
 
 
-def evaluate(run_dir, models: List[str], suite: str, options: EvalOptions, *, out="wildmerge-eval",
+def evaluate(run_dir, models: List[str], suite: str, options: EvalOptions, *, out=default_out("eval"),
              report: bool = True) -> int:
     """``wildmerge eval``: a run's models, then its report; or ad hoc models, then their scores. 1 if one failed."""
     from wildmerge.eval.evaluate import evaluate_models, evaluate_run

@@ -282,14 +282,17 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-DEVICE_NAMES = r"auto|cpu|mps|cuda(:\d+)?"  # every device a setting may name (suite files, options, recipes)
+DEVICE_KINDS = ("auto", "cpu", "mps", "cuda")  # every device a setting may name (suite files, options, recipes)
 
 
-def device_problem(requested: Optional[str]) -> Optional[str]:
-    """Why ``requested`` names no device (``gpu``, ``CPU``, an empty string), or None; None itself means auto."""
-    if requested is None or re.fullmatch(DEVICE_NAMES, requested):
+def device_problem(requested: Optional[str], kinds=DEVICE_KINDS) -> Optional[str]:
+    """Why ``requested`` names no device of ``kinds`` (``gpu``, ``CPU``, an empty string), or None; None itself
+    means auto. The one rule for a device's name: a kind, and ``cuda`` with an index (``cuda:1``)."""
+    if requested is None or requested in kinds or ("cuda" in kinds and re.fullmatch(r"cuda:\d+", requested)):
         return None
-    return f"{requested!r} is not a device; use cpu, cuda, cuda:N, mps or auto"
+    words = [k for k in ("cpu", "cuda") if k in kinds] + (["cuda:N"] if "cuda" in kinds else [])
+    words += [k for k in ("mps", "auto") if k in kinds]
+    return f"{requested!r} is not a device; use {', '.join(words[:-1])} or {words[-1]}"
 
 
 def checked_device(requested: Optional[str], what: str = "device") -> str:

@@ -49,6 +49,21 @@ EVAL_INDEX = "index.json"
 CLAIMS, WEIGHT_CHECKS = "claims", "weight_checks.json"
 SEARCH, SEARCH_LOG = "search.json", "search_log.jsonl"
 
+# where each command writes when its --out is left out (relative to the working folder; the documented commands
+# rely on these names)
+DEFAULT_OUT = {
+    "sample": "runs/{pool}-seed{seed}", "search": "runs/search-{pool}", "tune": "runs/tune-{pool}",
+    "adamerging": "runs/adamerging-{pool}", "geometry": "runs/analysis-{pool}/geometry",
+    "norms": "runs/analysis-{pool}/norms", "mergeability": "runs/analysis-{pool}/mergeability",
+    "tas": "runs/analysis-tas", "probe": "wildmerge-probe/{suite}", "eval": "wildmerge-eval",
+}
+
+
+def default_out(command: str, **names) -> Path:
+    """The output folder of ``command`` (a key of ``DEFAULT_OUT``) when no --out is given: ``pool``, ``seed`` or
+    ``suite`` fill its name."""
+    return Path(DEFAULT_OUT[command].format(**names))
+
 
 class Record(BaseModel):
     """A versioned JSON record; unknown keys are kept, so an older wildmerge reading a newer minor field loses

@@ -76,7 +76,15 @@ def test_tune_check_evaluates_k_points_and_sample_records_the_check(lm_family, t
     run = tmp_path / "run"
     assert main(["sample", "--pool", pool, "--methods", "ta", "--sizes", "1", "--k", "1", "--no-evaluate",
                  "--tune", "--tune-grid", str(grid), "--tune-samples", "4", "--tune-check", "3",
-                 "--suite", lm_family["suite"], "--out", str(run)]) == 0
+                 "--suite", lm_family["suite"], "--out", str(run), "--executor", "serial", "--dtype", "float32",
+                 "--limit", "4"]) == 0
     tuned = RunFolder(run).read_manifest().tuned["ta"]
     assert tuned["check"]["points"] == 3 and "spearman" in tuned["check"] and "rows" not in tuned["check"]
     assert tuned["check"]["choice"] == tuned["hparams"]
+    # the check scored with the run's evaluation options (its dtype and limit), not options of its own
+    from wildmerge.run import read_eval_index
+
+    stores = list((RunFolder(run).tune_dir / "ta" / "check" / "eval").iterdir())
+    jobs = read_eval_index(stores[0]).jobs.values()
+    assert len(stores) == 1 and len(jobs) == 3
+    assert all(j["settings"]["dtype"] == "float32" and j["settings"]["limit"] == 4 for j in jobs)

@@ -367,3 +367,29 @@ def test_the_guided_search_plan_in_the_docs_is_what_plan_search_gives():
         assert f"{p['merge_s'] / 3600:.1f}" in protocol and f"{p['eval_s'] / 3600:.1f})" in protocol
         assert search.startswith(f"{s['wall_s'] / 3600:.1f}") and f"{s['merge_s'] / 3600:.1f}" in search
         assert ratio == f"{s['wall_s'] / p['gpu_hours'] / 3600:.2f}"
+
+
+def test_the_method_facts_are_read_from_the_method_recipes(tmp_path):
+    """Each factor and data pass is its recipe's ``cost:`` (merge_recipes/methods/<name>.yml), nothing in code; a
+    recipe's ``cost`` is never part of what a run records; a bad one is one clear error."""
+    import yaml
+
+    from wildmerge.errors import ConfigError
+    from wildmerge.paths import recipes_dir
+    from wildmerge.recipes.method import MethodCost, load_method_recipe
+
+    stated = {p.stem: yaml.safe_load(p.read_text()).get("cost") for p in (recipes_dir() / "methods").glob("*.yml")}
+    for device, table in cost.METHOD_FACTORS.items():
+        for method, f in table.items():
+            assert (f.value, f.source) == tuple(stated[method]["factors"][device][k] for k in ("value", "source"))
+    for method, d in cost.DATA_PASSES.items():
+        assert (d.passes, d.texts, d.source) == tuple(stated[method]["data_passes"][k]
+                                                      for k in ("passes", "texts", "source"))
+    assert cost.METHOD_FACTORS["cpu"]["iso_c"].value == 3.80 and cost.DATA_PASSES["com"].passes == 3  # as measured
+    assert "cost" not in load_method_recipe("iso_c").model_dump()
+    with pytest.raises(ValueError, match="greater than 0"):
+        MethodCost.model_validate({"factors": {"cpu": {"value": 0, "source": "x"}}})
+    bad = tmp_path / "m.yml"
+    bad.write_text("name: m\nlabel: M\nrecipe: {merge_method: linear}\ncost: {factors: {tpu: {value: 2, source: x}}}\n")
+    with pytest.raises(ConfigError, match="method recipe .* is invalid"):
+        load_method_recipe(bad)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from wildmerge.commands.options import number_type
 from wildmerge.numbers import Range
+from wildmerge.run import default_out
 
 
 HELP = "pairwise cosine similarity of task vectors, per model and per layer"
@@ -31,7 +32,7 @@ def run(args) -> int:
     pool = resolve(args.pool, exclude=args.exclude, allow_pickle=args.allow_pickle)  # adapters folded, as for a merge
     pool.check_weights()  # NaN / Inf, truncation, shards
     result = task_vector_geometry(pool.base_path, pool.experts, tolerance=tolerance)  # added tokens: base's tokens
-    out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "geometry")
+    out = Path(args.out or default_out("geometry", pool=pool.name))
     for path in write_geometry(result, out):
         print(f"wrote {path}")
     return 0

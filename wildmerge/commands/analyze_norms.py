@@ -5,6 +5,7 @@ from pathlib import Path
 
 from wildmerge.commands.options import number_type
 from wildmerge.numbers import Range
+from wildmerge.run import default_out
 
 HELP = "task-vector norms per expert and layer, cosine with their sum, max/min ratio"
 DESCRIPTION = ("Per expert and per layer: the task-vector norm, its cosine with the sum of task vectors, and the "
@@ -32,7 +33,7 @@ def run(args) -> int:
     base, experts = pool.base_path, pool.experts  # added tokens: read on the base's tokens
     grams = layer_grams(base, experts)
     rows = imbalance_rows(grams, list(experts))
-    out = Path(args.out or Path("runs") / f"analysis-{pool.name}" / "norms")
+    out = Path(args.out or default_out("norms", pool=pool.name))
     for path in write_imbalance(rows, list(experts), out) + _acted_upon(base, experts, grams, out, args):
         print(f"wrote {path}")
     info = summary(rows)

@@ -2,6 +2,8 @@
 
 import argparse
 
+from wildmerge.run import default_out
+
 HELP = "TAS curves of one grid tuned on different data, min-max scaled on one axis (1 against 50 batches)"
 DESCRIPTION = ("Reads each grid folder written by `wildmerge tune` (GRID/candidates/*.json) and draws their mean TAS "
                "against the swept value, each min-max scaled, on one axis: the reality-check paper's Fig. 10 (one "
@@ -12,7 +14,7 @@ DESCRIPTION = ("Reads each grid folder written by `wildmerge tune` (GRID/candida
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("grids", nargs="+", metavar="GRID", help="grid folders of `wildmerge tune` runs, e.g. "
                                                              "runs/tune-demo/ta_lambda (at least two)")
-    p.add_argument("--out", default="runs/analysis-tas", help="output folder (default: runs/analysis-tas)")
+    p.add_argument("--out", default=str(default_out("tas")), help="output folder (default: %(default)s)")
     p.add_argument("--distance", default="l2", choices=("l2", "l1", "cosine", "kl"),
                    help="which distance's TAS to draw (default l2, the paper's)")
 

@@ -5,6 +5,7 @@ written to ``RUN/report/`` (``--no-report`` to skip).
 """
 
 from wildmerge.commands.options import add_eval_options, eval_options
+from wildmerge.run import default_out
 
 
 def configure(parser) -> None:
@@ -12,7 +13,7 @@ def configure(parser) -> None:
     parser.add_argument("--model", action="append", default=[], metavar="PATH",
                         help="ad hoc: a model folder, hub id in the local cache, or demo:<name> (repeatable)")
     parser.add_argument("--suite", required=True, help="a shipped suite (paper16, medical, math, demo) or a YAML file")
-    parser.add_argument("--out", default="wildmerge-eval", help="results folder for --model (default: %(default)s)")
+    parser.add_argument("--out", default=str(default_out("eval")), help="results folder for --model (default: %(default)s)")
     parser.add_argument("--allow-pickle", action="store_true", help="accept .bin/.pt checkpoints (untrusted code!)")
     parser.add_argument("--no-report", action="store_true", help="do not write RUN/report/ afterwards")
     add_eval_options(parser)

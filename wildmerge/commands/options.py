@@ -22,7 +22,7 @@ def number_type(rule: numbers.Range, name: str):
     return parse
 
 
-# every numeric option of every command takes one of these (tests/test_bad_inputs_table.py checks it)
+# every numeric option of every command takes one of these (tests/commands/test_bad_inputs_table.py checks it)
 positive_int = number_type(numbers.POSITIVE_INT, "positive_int")
 nonnegative_int = number_type(numbers.NONNEGATIVE_INT, "nonnegative_int")
 any_int = number_type(numbers.ANY_INT, "any_int")  # seeds
@@ -61,7 +61,7 @@ def float_above(n: float):
 
 def checked_text(check, name: str, bad_values: tuple):
     """An argparse type for a text option: ``check(text)`` says what is wrong with it (None: nothing), in argparse's
-    own line. ``bad_values`` (kept on the type) are values it refuses: tests/test_bad_inputs_table.py tries them on
+    own line. ``bad_values`` (kept on the type) are values it refuses: tests/commands/test_bad_inputs_table.py tries them on
     every option that takes the type, so a new option of the kind is tried as soon as it exists."""
 
     def parse(text: str) -> str:

@@ -9,6 +9,8 @@ lowest mean TAS wins. Outputs per grid:
 
 import argparse
 
+from wildmerge.run import DEFAULT_OUT
+
 from wildmerge.commands.options import check_points, device, positive_float, positive_int
 
 
@@ -20,7 +22,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", "--ablation", dest="sweep", action="append", default=[],
                    help="a named sweep of `wildmerge sample --sweep` (ta_lambda, ties_grid, sb_beta, ...)")
     p.add_argument("--exclude", action="append", default=[], help="leave this expert out (repeatable)")
-    p.add_argument("--out", help="output folder (default: runs/tune-<pool>)")
+    p.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT['tune'].format(pool='<pool>')})")
     p.add_argument("--samples", type=positive_int,
                    default=128, help="unlabelled samples per expert (default 128, the paper's)")
     p.add_argument("--seq-len", type=positive_int, help="tokens per sample (default min(256, the model's positions))")
@@ -46,15 +48,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=positive_int, help="items per task for the --check evaluations")
 
 
-def _check_pool_weights(args) -> None:
-    """The pool's checkpoints complete and free of NaN / Inf, and the base's tokenizer there, before any merge is
-    built (as the sampler checks)."""
+def _check_pool_weights(args):
+    """The pool resolved, once for the command; its checkpoints complete and free of NaN / Inf, and the base's
+    tokenizer there, before any merge is built (as the sampler checks)."""
     from wildmerge.pools import resolve
     from wildmerge.sampling.preflight import require_tokenizer
 
     pool = resolve(args.pool, exclude=args.exclude, allow_pickle=args.allow_pickle)
     pool.check_weights()
     require_tokenizer(pool.base_path, "the base", "the task alignment score (tune)")
+    return pool
 
 
 def _check_suite(args):
@@ -90,13 +93,13 @@ def run(args) -> int:
 
     checked_device(args.device, "--device")  # a missing GPU said before any model is read
     suite = _check_suite(args)
-    _check_pool_weights(args)
+    pool = _check_pool_weights(args)
     if args.adamerging:
-        adamerge_pool(args.pool, loss=args.adamerging, iterations=args.iterations, lr=args.lr,
+        adamerge_pool(pool, loss=args.adamerging, iterations=args.iterations, lr=args.lr,
                       batch_size=args.batch_size, exclude=args.exclude, out=args.out, samples=args.samples,
                       seq_len=args.seq_len, device=args.device, threads=args.threads, allow_pickle=args.allow_pickle)
         return 0
-    tune_pool(args.pool, sweeps=[n for a in args.sweep for n in a.split(",") if n], grid_file=args.grid,
+    tune_pool(pool, sweeps=[n for a in args.sweep for n in a.split(",") if n], grid_file=args.grid,
               exclude=args.exclude, out=args.out, samples=args.samples, seq_len=args.seq_len, distance=args.distance,
               device=args.device, threads=args.threads, allow_pickle=args.allow_pickle, check=args.check,
               check_suite=suite, check_limit=args.limit, select=args.select)

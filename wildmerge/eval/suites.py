@@ -10,6 +10,8 @@
       - {task: demo_probe_add, num_fewshot: 0, label: add, validation_split: validation}  # also scored there
     settings: {dtype: float16, batch_size: auto, apply_chat_template: false, limit: null, backend: hf}
 
+A suite may start from another suite's settings (``extends: paper16``) and give only what differs under its own
+``settings:``.
 Unknown keys are errors that list the valid ones (lm-eval and mergekit would silently ignore them).
 """
 
@@ -211,12 +213,38 @@ def suite_from_dict(data: Any, where: str = "suite") -> Suite:
         raise ConfigError(f"{where} is invalid: {problems}") from None
 
 
+def inherited(data: Any, path: Path, seen: tuple = ()) -> Any:
+    """A suite file's ``extends: NAME`` (a shipped suite, or a suite file: absolute or relative to this one): that
+    suite's ``settings``, its own ``extends`` followed, with this file's keys over them. Only settings are inherited:
+    each suite lists its own tasks."""
+    if not isinstance(data, dict) or "extends" not in data:
+        return data
+    data = dict(data)
+    parent = data.pop("extends")
+    where = f"suite file {path}"
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"{where}: extends must name a suite (a shipped name or a suite file), got {parent!r}")
+    nearby = Path(path).parent / parent
+    parent_path = find_named_file("suites", nearby if nearby.is_file() else parent, "suite")
+    chain = seen + (Path(path).resolve(),)
+    if parent_path.resolve() in chain:
+        raise ConfigError(f"{where}: extends {parent!r} leads back to "
+                          f"{' -> '.join(p.stem for p in chain + (parent_path.resolve(),))}; break the circle")
+    base = inherited(read_yaml(parent_path, "suite"), parent_path, chain)
+    base_settings, own = (base or {}).get("settings") or {}, data.get("settings") or {}
+    for settings, file in ((base_settings, parent_path), (own, path)):
+        if not isinstance(settings, dict):
+            raise ConfigError(f"suite file {file}: settings must be a mapping, got {type(settings).__name__}")
+    data["settings"] = {**base_settings, **own}
+    return data
+
+
 def load_suite(name_or_path: Union[str, Path, Suite]) -> Suite:
     """A shipped suite by name (``paper16``) or a suite YAML file by path."""
     if isinstance(name_or_path, Suite):
         return name_or_path
     path = find_named_file("suites", name_or_path, "suite")
-    data = read_yaml(path, "suite")
+    data = inherited(read_yaml(path, "suite"), path)
     suite = suite_from_dict(data, where=f"suite file {path}")
     suite.source = str(path.resolve())
     return suite

@@ -8,14 +8,16 @@
     min_experts: 1                 # optional
     recipe: {merge_method: task_arithmetic, parameters: {lambda: 1.0, normalize: true}, dtype: float32}
     model_parameters: {weight: 1.0}   # given to every expert
+    cost: {factors: {cpu: {value: 3.8, source: ...}}}   # optional: the dry run's measured facts (MethodCost)
 """
 
+import functools
 import math
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from wildmerge.errors import ConfigError, did_you_mean
 from wildmerge.named_files import find_named_file, list_names, read_yaml
@@ -25,6 +27,37 @@ from wildmerge.named_files import find_named_file, list_names, read_yaml
 ALIASES = {f"s001_{m}": f"zhou2026_{m}" for m in ("ta", "ties", "dare", "wa")}
 
 PAPER_METHODS = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")  # `sample`'s default methods
+
+
+class CostFactor(BaseModel):
+    """The method's merge seconds per parameter read as a multiple of task arithmetic's on one device, and where it
+    was measured (the dry run's cost plan, ``sampling/cost.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: float = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
+class DataPassCost(BaseModel):
+    """A method that reads data: forward-pass equivalents per calibration text of each expert (a backward pass
+    counts 2), at the recipe's defaults, and texts per expert when the merge does not set ``n_samples``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passes: float = Field(gt=0)
+    texts: int = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
+class MethodCost(BaseModel):
+    """What a merge with this method costs beyond task arithmetic's read: measured factors per device (cpu, cuda;
+    a device not listed counts 1) and the data passes of a method that reads data."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    factors: Dict[Literal["cpu", "cuda"], CostFactor] = {}
+    data_passes: Optional[DataPassCost] = None
 
 
 class MethodRecipe(BaseModel):
@@ -37,6 +70,22 @@ class MethodRecipe(BaseModel):
     model_parameters: Dict[str, Any] = {}
     min_experts: int = 1
     calibration: Optional[Dict[str, Any]] = None  # layer-wise methods (CoM, RegMean): default per-expert data
+    cost: Optional[MethodCost] = Field(default=None, exclude=True)  # the dry run's facts; never in a record
+
+
+@functools.cache
+def method_costs() -> Dict[str, MethodCost]:
+    """{shipped method: its ``cost:``} of the recipes that state one (read once; the cost plan's method facts)."""
+    out = {}
+    for name in list_method_recipes():
+        path = find_named_file("methods", name, "method")
+        data = (read_yaml(path, "method recipe") or {}).get("cost")
+        if data is not None:
+            try:
+                out[name] = MethodCost.model_validate(data)
+            except ValidationError as exc:
+                raise ConfigError(f"method recipe {path}: cost is invalid: {exc}") from None
+    return out
 
 
 def list_method_recipes() -> List[str]:

@@ -2,16 +2,17 @@
 
 One linear model, scaled by parameters and tokens. A merge costs a start (mergekit's task graph, the checks, writing
 the output: seconds per merge, per device) plus ``seconds per parameter read`` x parameters x the models it reads x
-its method's factor (``METHOD_FACTORS``: one table per device, each factor with where it was measured; a method not
-in it counts 1, as task arithmetic, and the dry run names it). A method that reads data (``DATA_PASSES``: RegMean,
-CoM, Fisher, MaTS, ...) adds its forward passes over each expert's calibration texts at the evaluation's rate per
-parameter-token. An evaluation costs a fixed start (load the model, build the tasks) plus ``seconds per
-parameter-token`` x parameters x the tokens its items score. The rates come from a calibration: the user's own
+its method's factor (``METHOD_FACTORS``: one table per device, each factor with where it was measured, from the
+method recipes' ``cost:``; a method not in it counts 1, as task arithmetic, and the dry run names it). A method that
+reads data (``DATA_PASSES``, also from its recipe: RegMean, CoM, Fisher, MaTS, ...) adds its forward passes over
+each expert's calibration texts at the evaluation's rate per parameter-token. An evaluation costs a fixed start
+(load the model, build the tasks) plus ``seconds per parameter-token`` x parameters x the tokens its items score. The rates come from a calibration: the user's own
 earlier run (``--calibrate-from RUN``: its merge records, a start and a rate per method, and its result records),
 on a CPU this machine's own, measured once per host (``host_rates.py``), or the defaults below. The arithmetic is
 here, in small functions; ``dryrun.py`` and ``search/plan.py`` print it.
 """
 
+import functools
 import json
 import math
 from dataclasses import dataclass, replace
@@ -59,24 +60,10 @@ class Factor:
     source: str
 
 
-_ANCHOR = ("benchmarks/HISTORY.md 'CPU merges at K = 12', the first paired run: run_merge x TA, 55.7M Llama, "
-           "12 experts, 2 quiet cores")
-_SMOL = ("benchmarks/results/smollm2_main_job_cpu2.txt: the SmolLM2 main job's 9-expert merges on 2 "
-         "quiet cores, TIES (the linear-time trim) 43.0 s against TA's 11.7 s")
-_H100 = "docs/performance.md 'Current figures': x TA, K = 12, 142.9M Qwen3 with Qwen3-4B's shapes, one H100, default route"
-# One table per device: methods not listed count 1 (priced as task arithmetic; the dry run names them). The
-# factors are ratios of whole merges, applied to the read only (at the anchor's size the start is 16% of TA's).
-METHOD_FACTORS: Dict[str, Dict[str, Factor]] = {
-    "cpu": {"ta": Factor(1.0, "the reference"),
-            "iso_c": Factor(3.80, _ANCHOR), "ta_sb": Factor(4.04, _ANCHOR),
-            "tsv_m": Factor(13.21, _ANCHOR), "iso_cts": Factor(17.13, _ANCHOR),
-            "ties": Factor(3.7, _SMOL),
-            "ties_sb": Factor(6.74, "derived: TIES's 3.7 plus what Subspace Boosting adds to TA on the anchor "
-                                    "(TA+SB 4.04 - 1)")},
-    "cuda": {"ta": Factor(1.0, "the reference"),
-             "iso_c": Factor(1.03, _H100), "ta_sb": Factor(1.03, _H100),
-             "tsv_m": Factor(1.49, _H100), "iso_cts": Factor(1.25, _H100)},
-}
+# Each method's factors (one per device: methods not listed count 1, priced as task arithmetic, and the dry run
+# names them) are the method recipe's ``cost: factors`` (``merge_recipes/methods/<name>.yml``), each with where it
+# was measured. The factors are ratios of whole merges, applied to the read only (at the anchor's size the start is
+# 16% of TA's).
 
 
 # An evaluation's rate per parameter-token at other weights' dtypes, as a multiple of float32's, per device (a dtype
@@ -97,16 +84,35 @@ class DataPasses:
     source: str
 
 
-# Assumed: these passes dominate such a merge (its per-layer solves are small against them) and run at the
-# evaluation's rate per parameter-token; the read is priced as task arithmetic's on top.
-DATA_PASSES: Dict[str, DataPasses] = {
-    "regmean": DataPasses(2, 64, "each expert's texts through its own block and the merged block (layerwise/chain.py)"),
-    "mats": DataPasses(2, 64, "RegMean's Grams (layerwise/mats.py); conjugate gradient is per-layer algebra"),
-    "com": DataPasses(3, 64, "the merged block group by group, and each expert's own block for the diagnostic"),
-    "fisher": DataPasses(3, 64, "one forward and one backward pass per text, one text at a time (layerwise/fisher.py)"),
-    "prodistill": DataPasses(62, 16, "the two streams, then 20 Adam steps of forward and backward on each block"),
-    "localize_stitch_trained": DataPasses(37.5, 32, "50 Adam steps of 8 texts, forward and backward, per expert"),
-}
+# A method that reads data states its passes under ``cost: data_passes`` in its recipe. Assumed: these passes
+# dominate such a merge (its per-layer solves are small against them) and run at the evaluation's rate per
+# parameter-token; the read is priced as task arithmetic's on top.
+
+
+@functools.cache
+def _method_tables() -> tuple:
+    """(METHOD_FACTORS {device: {method: Factor}}, DATA_PASSES {method: DataPasses}) from the method recipes."""
+    from wildmerge.recipes.method import method_costs
+
+    factors: Dict[str, Dict[str, Factor]] = {"cpu": {}, "cuda": {}}
+    passes: Dict[str, DataPasses] = {}
+    for method, c in method_costs().items():
+        for device, f in c.factors.items():
+            factors[device][method] = Factor(f.value, f.source)
+        if c.data_passes is not None:
+            passes[method] = DataPasses(c.data_passes.passes, c.data_passes.texts, c.data_passes.source)
+    return factors, passes
+
+
+def __getattr__(name: str):
+    """``METHOD_FACTORS`` and ``DATA_PASSES``, read from the method recipes on first use."""
+    if name == "METHOD_FACTORS":
+        return _method_tables()[0]
+    if name == "DATA_PASSES":
+        return _method_tables()[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 TEXT_TOKENS = 256  # calibration texts in the wild: the layer-wise methods' cap, min(256, the model's positions)
 FAMILY_TEXT_TOKENS = 20  # the embedded families' texts, measured: SmolLM2 quick family facts 17.8, arithmetic 19.3
 
@@ -180,14 +186,14 @@ def read_seconds(parameters: int, models: float, cal: Calibration) -> float:
 
 def factor(method: Optional[str], device: str) -> Optional[Factor]:
     """The method's measured factor on ``device``; None when the table has none (it is then counted as 1)."""
-    return METHOD_FACTORS.get(device, {}).get(method)
+    return _method_tables()[0].get(device, {}).get(method)
 
 
 def data_seconds(method: Optional[str], parameters: int, experts: int, cal: Calibration, texts: Optional[int] = None,
                  text_tokens: int = TEXT_TOKENS) -> float:
     """A data-based method's forward passes over each expert's texts (``texts``: the merge's ``n_samples``, else
     the table's), at the evaluation's rate per parameter-token; 0 for a method that reads no data."""
-    data = DATA_PASSES.get(method)
+    data = _method_tables()[1].get(method)
     if data is None:
         return 0.0
     tokens = data.passes * experts * (texts or data.texts) * text_tokens
@@ -212,7 +218,7 @@ def unpriced(methods: Iterable[Optional[str]], cal: Calibration) -> List[str]:
     them)."""
     fitted = dict(cal.method_rates)
     return [m for m in dict.fromkeys(methods)
-            if m not in fitted and factor(m, cal.device) is None and m not in DATA_PASSES]
+            if m not in fitted and factor(m, cal.device) is None and m not in _method_tables()[1]]
 
 
 def dtype_factor(dtype: Optional[str], cal: Calibration) -> float:

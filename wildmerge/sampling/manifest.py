@@ -73,18 +73,26 @@ def check_same_family(run_dir, recorded: PoolModels, now: PoolModels) -> None:
                           "pass a new --out to run the protocol on it, or keep the old run as it is")
 
 
-def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=False,
-            download=None) -> tuple[Manifest, PoolModels]:
+def pinned_commits(run_dir) -> dict:
+    """{expert or "base": revision} of the run's manifest ({} before the first draw): what ``pools.resolve`` takes
+    as ``pinned``, so a branch that moved upstream never mixes new weights into an old run."""
+    existing = RunFolder(run_dir).read_manifest()
+    if not existing:
+        return {}
+    return {**{m.name: m.revision for m in existing.models.experts}, "base": existing.models.base.revision}
+
+
+def prepare(run_dir, pool, sampling: Sampling, *, scorer=None, allow_pickle=False, download=None,
+            resolved=None) -> tuple[Manifest, PoolModels]:
     """(manifest, models resolved on this machine). Resolves and checks every model before anything is merged.
 
     With ``scorer`` (subset -> score; ``sampling.select`` records where it came from) the best-scored subsets are
-    taken instead of random ones."""
+    taken instead of random ones. ``resolved``: the pool as the command resolved it at ``pinned_commits``; else it
+    is resolved here, the same way."""
     run = RunFolder(run_dir)
     existing = check_same(run_dir, sampling)
-    pinned = {m.name: m.revision for m in existing.models.experts} if existing else {}
-    pinned["base"] = existing.models.base.revision if existing else None
-    # the manifest's commit hashes win: a branch that moved upstream must not mix new weights into an old run
-    resolved = resolve(pool, allow_pickle=allow_pickle, download=download, pinned=pinned)
+    if resolved is None:  # the manifest's commit hashes win
+        resolved = resolve(pool, allow_pickle=allow_pickle, download=download, pinned=pinned_commits(run_dir))
     for name, (vocab, base_vocab) in resolved.vocab_differs.items():
         print(f"  note: {name}: vocabulary of {vocab} tokens vs base {base_vocab}; its merges keep the base's "
               "tokenizer (mergekit aligns the embeddings; RegMean / CoM read it on the base's tokens)")

@@ -197,6 +197,53 @@ def size_effect(observed: Dict[Arm, List[float]], means: Dict[str, float], size:
     return float(np.mean(residuals)) if residuals else 0.0
 
 
+def _screen(experts, fraction: float, candidate_id, on_new, once, candidates: dict, observed: dict,
+            known: dict) -> Tuple[float, dict]:
+    """Every expert scored at the first rung, each learnt from on its own score (``known``, ``observed``);
+    (items spent, the rung's decisions)."""
+    ids = {candidate_id((EXPERT, 1), s): s for s in experts}
+    for cid, s in ids.items():
+        candidates[cid] = {"method": EXPERT, "experts": list(s), "size": 1, "arm": [EXPERT, 1],
+                           "bracket": None, "rank": len(candidates), "screened": True}
+        on_new(cid, candidates[cid])
+    scored = once(list(ids), fraction)
+    decisions = {}
+    for cid, s in ids.items():
+        score, se = suite_score(scored[cid][0]), standard_error(scored[cid][0])
+        known[s] = (score, se)
+        candidates[cid]["first_score"] = [fraction, score]
+        observed.setdefault((EXPERT, 1), []).append(score)
+        decisions[cid] = {"score": score, "standard_error": se, "decision": "screened"}
+    return sum(got[1] for got in scored.values()), decisions
+
+
+def _draw(n: int, space: Space, open_arms: list, lead, rng, rule: str, candidate_id, on_new, candidates: dict,
+          observed: dict, known: dict, bracket: int) -> List[str]:
+    """Up to ``n`` new candidates for bracket number ``bracket``, the screening's ``lead`` first (when given); an
+    arm with no member left is closed (removed from ``open_arms``)."""
+    drawn = []
+    while len(drawn) < n and open_arms:
+        units = {a: space.left(a) for a in open_arms if a[0] == EXPERT}
+        cover = sorted({a[0] for a in open_arms} - {c["method"] for c in candidates.values()})
+        arm, member = ((EXPERT, 1), lead) if lead else \
+            pick(open_arms, observed, rng, rule, units=units, cover=cover, known=known)
+        lead = None
+        if member:  # a screened expert, chosen by its own draw
+            known.pop(member)
+            subset = space.take(arm, member)
+        else:
+            subset = space.draw(arm, rng)
+        if subset is None:
+            open_arms.remove(arm)
+            continue
+        cid = candidate_id(arm, subset)
+        candidates.setdefault(cid, {"method": arm[0], "experts": list(subset), "size": len(subset),
+                                    "arm": list(arm), "rank": len(candidates)})["bracket"] = bracket
+        on_new(cid, candidates[cid])
+        drawn.append(cid)
+    return drawn
+
+
 def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callable[[Arm, Tuple[str, ...]], str],
            on_new: Callable[[str, dict], None] = lambda cid, c: None, first: float = 0.125, eta: float = 2.0,
            seed: int = 0, rule: str = "thompson", bracket: Optional[int] = None,
@@ -236,20 +283,8 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
     experts = space.members((EXPERT, 1)) if (EXPERT, 1) in space.arms else []
     if (rule == "thompson" if screen is None else screen) and experts and \
             len(experts) * costs[rungs[0]] <= SCREEN_SHARE * (limit - spent):
-        ids = {candidate_id((EXPERT, 1), s): s for s in experts}
-        for cid, s in ids.items():
-            candidates[cid] = {"method": EXPERT, "experts": list(s), "size": 1, "arm": [EXPERT, 1],
-                               "bracket": None, "rank": len(candidates), "screened": True}
-            on_new(cid, candidates[cid])
-        scored = once(list(ids), rungs[0])
-        spent += sum(got[1] for got in scored.values())
-        decisions = {}
-        for cid, s in ids.items():
-            score, se = suite_score(scored[cid][0]), standard_error(scored[cid][0])
-            known[s] = (score, se)
-            candidates[cid]["first_score"] = [rungs[0], score]
-            observed.setdefault((EXPERT, 1), []).append(score)
-            decisions[cid] = {"score": score, "standard_error": se, "decision": "screened"}
+        paying, decisions = _screen(experts, rungs[0], candidate_id, on_new, once, candidates, observed, known)
+        spent += paying
         logged({"rung": lines, "fraction": rungs[0], "screen": True, "decisions": decisions, "items_spent": spent})
     lead = max(known, key=lambda s: known[s][0]) if known else None  # the screening's leader goes on, first
     bracket = bracket or default_bracket(costs, eta, limit - spent, len(rungs))
@@ -258,26 +293,9 @@ def search(space: Space, evaluate: Evaluate, budget: float, candidate_id: Callab
         n = fitting_bracket(bracket, costs, eta, limit - spent)
         if not n:
             break
-        drawn = []
-        while len(drawn) < n and open_arms:
-            units = {a: space.left(a) for a in open_arms if a[0] == EXPERT}
-            cover = sorted({a[0] for a in open_arms} - {c["method"] for c in candidates.values()})
-            arm, member = ((EXPERT, 1), lead) if lead else \
-                pick(open_arms, observed, rng, rule, units=units, cover=cover, known=known)
-            lead = None
-            if member:  # a screened expert, chosen by its own draw
-                known.pop(member)
-                subset = space.take(arm, member)
-            else:
-                subset = space.draw(arm, rng)
-            if subset is None:
-                open_arms.remove(arm)
-                continue
-            cid = candidate_id(arm, subset)
-            candidates.setdefault(cid, {"method": arm[0], "experts": list(subset), "size": len(subset),
-                                        "arm": list(arm), "rank": len(candidates)})["bracket"] = len(brackets)
-            on_new(cid, candidates[cid])
-            drawn.append(cid)
+        drawn = _draw(n, space, open_arms, lead, rng, rule, candidate_id, on_new, candidates, observed, known,
+                      len(brackets))
+        lead = None  # the screening's leader opens the first bracket only
         if not drawn:
             break
         result = halve(drawn, once, first=first, eta=eta, seed=seed, log=logged, iters=iters, rung0=lines)

@@ -9,7 +9,6 @@ Everything is written to the run folder (``search.json``, ``search_log.jsonl``, 
 finds every merge and score on disk, draws the same candidates again and ends with the same result.
 """
 
-import re
 from pathlib import Path
 from typing import List, Optional
 
@@ -17,7 +16,8 @@ from wildmerge.errors import ConfigError
 from wildmerge.eval.options import EvalOptions
 from wildmerge.numbers import NONNEGATIVE_INT, POSITIVE_INT, float_at_least
 from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
-from wildmerge.run import RunFolder, Search, SearchCandidate, SearchResult, SearchSettings
+from wildmerge.resources import device_problem
+from wildmerge.run import RunFolder, Search, SearchCandidate, SearchResult, SearchSettings, default_out
 from wildmerge.search.bandit import EXPERT, RULES, Space, search
 from wildmerge.search.candidates import candidate_id
 from wildmerge.search.halving import fractions
@@ -42,7 +42,7 @@ def check_settings(budget: float, first: float, eta: float, methods: List[str], 
         raise ConfigError(str(exc)) from None
     if not methods:
         raise ConfigError("--methods is empty: give at least one merge method (e.g. ta,ties)")
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", merge_device):
+    if device_problem(merge_device, kinds=("cpu", "cuda")):  # the one device rule; no auto / mps here
         raise ConfigError(f"--merge-device {merge_device!r}: give cpu, cuda or cuda:N")
     if rule not in RULES:
         raise ConfigError(f"--rule {rule!r}: give one of {', '.join(RULES)}")
@@ -81,20 +81,20 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     pool = load_pool(pool_name, exclude)
     if len(pool.experts) < 2:
         raise ConfigError(f"pool {pool.name!r} has {len(pool.experts)} expert(s); a merge needs at least 2")
-    folder = RunFolder(out or Path("runs") / f"search-{pool.name}")
+    folder = RunFolder(out or default_out("search", pool=pool.name))
     folder.root.mkdir(parents=True, exist_ok=True)
     layerwise = sorted({r.recipe["merge_method"] for r in recipes.values()} & set(LAYERWISE_METHODS))
     if layerwise:  # RegMean / CoM are candidates only where every expert has its data
         from wildmerge.expert_data.check import require_data
 
         require_data(pool.all_data(), layerwise, pool.name)
-    resolved = resolve(pool)  # merged in memory: LoRA adapters folded into the base
+    resolved = resolve(pool)  # the search's one resolution: merged in memory, LoRA adapters folded into the base
     base, paths = resolved.base_path, resolved.experts
     tuned = {}
     if tune:
         from wildmerge.analysis.tas.tune import tune_methods
 
-        recipes, tuned = tune_methods(pool, recipes, folder.tune_dir, samples=tune_samples)
+        recipes, tuned = tune_methods(resolved, recipes, folder.tune_dir, samples=tune_samples)
     names = list(paths)
     settings = SearchSettings(pool=pool.name, suite=suite.name, limit=limit, budget_full_evaluations=budget,
                               first_fraction=first, eta=eta, seed=seed, methods=methods, tuned=tuned, ranking=RANKING,

@@ -60,12 +60,10 @@ def balance_table(df, norms: Dict[str, float]) -> List[dict]:
     return rows
 
 
-def balance_selection(pool, balanced: bool, allow_pickle: bool = False, download=None):
-    """(manifest record, scorer) of ``wildmerge sample --select balanced|unbalanced``: the pool's task-vector norms
-    from one streamed pass, then subsets ranked by their max/min norm ratio."""
-    from wildmerge.pools import resolve
-
-    resolved = resolve(pool, allow_pickle=allow_pickle, download=download)  # adapters folded, as for the merges
+def balance_selection(resolved, balanced: bool):
+    """(manifest record, scorer) of ``wildmerge sample --select balanced|unbalanced``: the task-vector norms of the
+    pool as the run resolved it (a ``ResolvedPool``: adapters folded, as for the merges) from one streamed pass, then
+    subsets ranked by their max/min norm ratio."""
     norms = expert_norms(resolved.base_path, resolved.experts)
     record = {"rule": "norm balance", "prefer": "balanced" if balanced else "unbalanced",
               "aggregation": "max / min whole-model task-vector norm over the subset's experts",

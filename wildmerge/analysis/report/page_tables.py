@@ -31,6 +31,28 @@ def _summary(protocol, tables) -> "object":
     return out
 
 
+def _models_table(df, tasks: List[str], links: Dict[str, str]):
+    """Every model of the run: its experts, its recipe and model card (merged models) and its job's status."""
+    models = df.assign(folder=df["model_id"].map(links), recipe=df["model_id"].map(
+        lambda m: f"{links[m]}/recipe.yml" if m in links else None), card=df["model_id"].map(
+        lambda m: f"{links[m]}/README.md" if m in links else None),
+        recipe_label=df["model_id"].map(lambda m: "recipe.yml" if m in links else None),
+        card_label=df["model_id"].map(lambda m: "README.md" if m in links else None))
+    return table_from_frame("models", "Every model", models, [
+        Column(key="model_id", label="model", link="folder"), Column(key="kind", filter=True),
+        Column(key="variant", label="method", filter=True), Column(key="group", filter=True),
+        Column(key="n", filter=True), Column(key="subset_id", label="subset"),
+        Column(key="domain", filter=True), Column(key="experts"), Column(key="status", filter=True),
+        Column(key="mean", label="mean (%)", digits=2)] + [Column(key=t, label=f"{t} (%)", digits=2) for t in tasks]
+        + [Column(key="normalized", label="normalized acc.", digits=3)]
+        + [Column(key="task_vector_norm", label="‖τ‖₂", digits=3), Column(key="recipe_label", label="recipe",
+                                                                           link="recipe"),
+           Column(key="card_label", label="model card", link="card"), Column(key="job_id", label="job"),
+           Column(key="error")],
+        "One row per model of the run: its experts, its recipe and model card (merged models), and the status of its "
+        "evaluation job.")
+
+
 def build_page(run: str, suite: str, df, tasks: List[str], tables: Dict[str, object], figures, links: Dict[str, str],
                notes: List[str]) -> str:
     from wildmerge.analysis.report.scores import protocol_rows
@@ -98,24 +120,7 @@ def build_page(run: str, suite: str, df, tasks: List[str], tables: Dict[str, obj
             Column(key="grid_seconds", label="grid (s)", digits=1), Column(key="tas_candidates", label="TAS candidates"),
             Column(key="tas_seconds", label="TAS (s)", digits=1), Column(key="grid_over_tas", label="grid / TAS",
                                                                         digits=1)], CAPTION + "."))
-    models = df.assign(folder=df["model_id"].map(links), recipe=df["model_id"].map(
-        lambda m: f"{links[m]}/recipe.yml" if m in links else None), card=df["model_id"].map(
-        lambda m: f"{links[m]}/README.md" if m in links else None),
-        recipe_label=df["model_id"].map(lambda m: "recipe.yml" if m in links else None),
-        card_label=df["model_id"].map(lambda m: "README.md" if m in links else None))
-    page_tables.append(table_from_frame("models", "Every model", models, [
-        Column(key="model_id", label="model", link="folder"), Column(key="kind", filter=True),
-        Column(key="variant", label="method", filter=True), Column(key="group", filter=True),
-        Column(key="n", filter=True), Column(key="subset_id", label="subset"),
-        Column(key="domain", filter=True), Column(key="experts"), Column(key="status", filter=True),
-        Column(key="mean", label="mean (%)", digits=2)] + [Column(key=t, label=f"{t} (%)", digits=2) for t in tasks]
-        + [Column(key="normalized", label="normalized acc.", digits=3)]
-        + [Column(key="task_vector_norm", label="‖τ‖₂", digits=3), Column(key="recipe_label", label="recipe",
-                                                                           link="recipe"),
-           Column(key="card_label", label="model card", link="card"), Column(key="job_id", label="job"),
-           Column(key="error")],
-        "One row per model of the run: its experts, its recipe and model card (merged models), and the status of its "
-        "evaluation job."))
+    page_tables.append(_models_table(df, tasks, links))
     figs = [Figure(caption=c, png=png, svg_href=svg) for c, png, svg in figures]
     return render_page(f"wildmerge leaderboard: {run} / {suite}",
                        f"{len(df)} models; accuracies in percent over {len(tasks)} task(s): {', '.join(tasks)}.",

@@ -112,17 +112,21 @@ def plot(name: str, rows: List[dict], out: Path, distance: str = "l2", ylabel: s
 
 
 def check_grid(tas, method, records: List[dict], k: int, out_dir, suite: str = "demo", limit=None,
-               distance: str = "l2", executor: str = "serial") -> Dict:
+               distance: str = "l2", executor: str = "serial", options=None) -> Dict:
     """Evaluate ``k`` of the sweep's points (merged in memory, saved under ``out_dir/models``); write
-    ``check.json`` and the plots; returns the summary with the evaluated rows."""
+    ``check.json`` and the plots; returns the summary with the evaluated rows. ``options``: the run's
+    ``EvalOptions`` (executor, device, workers, dtype, limit), which replace ``executor`` and ``limit``."""
     from wildmerge.eval.evaluate import evaluate_models
     from wildmerge.eval.options import EvalOptions
     from wildmerge.eval.store import OK, ResultStore
 
     out = Path(out_dir)
+    if options is None:
+        options = EvalOptions(executor=executor, limit=limit or None)
+    limit = options.limit
     picked = spread(records, k, distance)
     paths = [save_candidate(tas, method, r, out / "models" / r["candidate"]) for r in picked]
-    ev = evaluate_models(paths, suite, out / "eval", EvalOptions(executor=executor, limit=limit or None))
+    ev = evaluate_models(paths, suite, out / "eval", options)
     store = ResultStore(ev["store"])
     rows = []
     for r, path in zip(picked, paths):
@@ -160,13 +164,13 @@ def save_candidate(tas, method, record: dict, path: Path) -> str:
 
 
 def check_tuned(tas, method, points: List[dict], grid_dir, k: int, suite: str = "demo", limit=None,
-                distance: str = "l2") -> Dict:
+                distance: str = "l2", options=None) -> Dict:
     """``wildmerge tune --check K`` / ``sample --tune-check K`` for one tuned grid: the sweep's records (read back
     from disk, no TAS recomputed) checked against K evaluations; prints the verdict and returns the summary."""
     from wildmerge.analysis.tas.sweep import sweep
 
     records = sweep(tas, method, points, grid_dir, progress=False)
     summary = check_grid(tas, method, records, k, Path(grid_dir) / "check", suite=suite, limit=limit,
-                         distance=distance)
+                         distance=distance, options=options)
     print(verdict(method.name, summary))
     return summary

@@ -20,17 +20,22 @@ def check_calibration(pool) -> None:
 
 def load_sweep(pool, out_dir, *, samples: int = DEFAULT_SAMPLES, seq_len: Optional[int] = None,
                device: str = "cpu", allow_pickle: bool = False, download=None) -> TASSweep:
-    """Resolve and check the pool, load each expert's data, then load every model once."""
+    """Resolve and check the pool (unless ``pool`` is a ``ResolvedPool`` already: a command resolves its pool once,
+    at its run's pinned commits), load each expert's data, then load every model once."""
     from transformers import AutoTokenizer
 
     from wildmerge.checkpoints import read_config
     from wildmerge.expert_data.read import expert_texts
     from wildmerge.plugins.layerwise.calibration import CalibrationSpec, apply_seq_len, load_token_batches
-    from wildmerge.pools import resolve
+    from wildmerge.pools import ResolvedPool, resolve
 
-    check_calibration(pool)
+    if isinstance(pool, ResolvedPool):
+        resolved, pool = pool, pool.pool
+        check_calibration(pool)
+    else:
+        check_calibration(pool)
+        resolved = resolve(pool, allow_pickle=allow_pickle, download=download)  # adapters folded, vocabularies checked
     relative_to = pool.folder
-    resolved = resolve(pool, allow_pickle=allow_pickle, download=download)  # adapters folded, vocabularies checked
     base, experts = resolved.base_path, resolved.experts
     check_fits([base, *experts.values()], device)
     config = read_config(base)

@@ -12,6 +12,7 @@ from pathlib import Path
 from wildmerge.analysis.tas.setup import grid_points, load_sweep, tune_grid
 from wildmerge.analysis.tas.sweep import DEFAULT_SAMPLES
 from wildmerge.errors import ConfigError
+from wildmerge.run import default_out
 
 LAMBDAS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]  # the reality-check paper's TA grid; at most 12 points per method
 TUNE_GRIDS = {
@@ -33,6 +34,13 @@ TUNE_GRIDS = {
     "breadcrumbs": {"lambda": [0.3, 0.5, 0.7], "density": [0.89, 0.79, 0.69]},  # beta 0.1, 0.2, 0.3; gamma 0.01
 }
 RULES = ("tas", "adamms")
+
+
+def _pool(pool, exclude=()):
+    """The loaded pool of a name, a path or a ``ResolvedPool``."""
+    from wildmerge.pools import ResolvedPool, load_pool
+
+    return pool.pool if isinstance(pool, ResolvedPool) else load_pool(pool, exclude)
 
 
 def _load(pool, out, **kwargs):
@@ -91,9 +99,10 @@ def _check_points(check: int) -> None:
 def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None, samples: int = DEFAULT_SAMPLES,
               seq_len=None, distance: str = "l2", device: str = "cpu", threads=None, allow_pickle: bool = False,
               check: int = 0, check_suite: str = "demo", check_limit=None, select: str = "tas") -> dict:
-    """{sweep name: what was selected}; every bad input (sweep, pool, data, device) fails before any merge."""
+    """{sweep name: what was selected}; every bad input (sweep, pool, data, device) fails before any merge.
+    ``pool_name``: a pool name or path, or the ``ResolvedPool`` the command resolved (then ``exclude`` is done)."""
+    from wildmerge.pools import ResolvedPool
     from wildmerge.recipes.sweeps import load_sweeps
-    from wildmerge.pools import load_pool
 
     if threads:
         import torch
@@ -106,9 +115,10 @@ def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None
         raise ConfigError("nothing to tune: give --grid FILE or --sweep NAME")
     todo = grid_points(named)
     _check_rule(select, todo)
-    pool = load_pool(pool_name, exclude)
-    out = Path(out or Path("runs") / f"tune-{pool.name}")
-    tas = _load(pool, out, samples=samples, seq_len=seq_len, device=device, allow_pickle=allow_pickle)
+    pool = _pool(pool_name, exclude)
+    out = Path(out or default_out("tune", pool=pool.name))
+    tas = _load(pool_name if isinstance(pool_name, ResolvedPool) else pool, out, samples=samples, seq_len=seq_len,
+                device=device, allow_pickle=allow_pickle)
     chosen = {}
     for name, (method, points) in todo.items():
         chosen[name] = selected = _select(tas, method, points, out / name, distance, select)
@@ -123,8 +133,11 @@ def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None
 
 def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DEFAULT_SAMPLES, distance: str = "l2",
                  device: str = "cpu", allow_pickle: bool = False, check: int = 0, check_suite: str = "demo",
-                 check_limit=None, select: str = "tas") -> tuple:
-    """(methods with their TAS-selected hyperparameters as recipe defaults, {method: what was chosen and how})."""
+                 check_limit=None, select: str = "tas", check_options=None) -> tuple:
+    """(methods with their TAS-selected hyperparameters as recipe defaults, {method: what was chosen and how}).
+
+    ``pool``: the ``ResolvedPool`` of the run (its pinned commits; a ``Pool`` is resolved here);
+    ``check_options``: the run's ``EvalOptions`` for the ``check`` evaluations (else serial, ``check_limit``)."""
     from wildmerge.recipes.method import with_hparams
     from wildmerge.recipes.sweeps import Sweep, load_sweeps
 
@@ -145,7 +158,8 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
         if check:  # recorded in the run's manifest with the choice; warns when TAS does not track accuracy
             from wildmerge.analysis.tas.check import check_tuned
 
-            summary = check_tuned(tas, method, points, Path(out_dir) / name, check, check_suite, check_limit, distance)
+            summary = check_tuned(tas, method, points, Path(out_dir) / name, check, check_suite, check_limit, distance,
+                                  options=check_options)
             tuned[name]["check"] = {k: v for k, v in summary.items() if k != "rows"}
         print(f"tuned {name}: {selected['hparams']} ({_said(selected, distance)})")
     for name in methods:
@@ -157,14 +171,14 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
 def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, lr: float = 1e-3, batch_size: int = 16,
                   exclude=(), out=None, samples: int = DEFAULT_SAMPLES, seq_len=None, device: str = "cpu",
                   threads=None, allow_pickle: bool = False) -> dict:
-    """AdaMerging+TAS (``loss="tas"``) or AdaMerging (``"entropy"``) on the whole pool: writes ``model/`` (the merged
-    checkpoint), ``recipe.yml`` (stock mergekit), ``coefficients.json`` and its curves (``adamerging.csv``, ``.png``,
-    ``.svg``) under ``out``."""
+    """AdaMerging+TAS (``loss="tas"``) or AdaMerging (``"entropy"``) on the whole pool (``pool_name``: as for
+    ``tune_pool``): writes ``model/`` (the merged checkpoint), ``recipe.yml`` (stock mergekit), ``coefficients.json``
+    and its curves (``adamerging.csv``, ``.png``, ``.svg``) under ``out``."""
     from wildmerge.analysis.tas.figures import write_adamerging
     from wildmerge.analysis.tas.setup import check_calibration
     from wildmerge.expert_data.read import expert_texts
     from wildmerge.plugins.adamerging import AdaMergingSettings, adamerge
-    from wildmerge.pools import load_pool, resolve
+    from wildmerge.pools import ResolvedPool, resolve
 
     _check_numbers(samples=samples, iterations=iterations, lr=lr, batch_size=batch_size)
     if threads:
@@ -172,11 +186,11 @@ def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, l
 
         torch.set_num_threads(threads)
     settings = AdaMergingSettings(loss=loss, iterations=iterations, lr=lr, batch_size=batch_size)
-    pool = load_pool(pool_name, exclude)
+    pool = _pool(pool_name, exclude)
     check_calibration(pool)
-    resolved = resolve(pool, allow_pickle=allow_pickle)  # adapters folded into the base
-    experts = resolved.experts
-    out = Path(out or Path("runs") / f"adamerging-{pool.name}")
+    resolved = pool_name if isinstance(pool_name, ResolvedPool) else resolve(pool, allow_pickle=allow_pickle)
+    experts = resolved.experts  # adapters folded into the base
+    out = Path(out or default_out("adamerging", pool=pool.name))
     data = pool.all_data()
     texts = {name: expert_texts(data[name], name, relative_to=pool.folder, model_path=path,
                                 generated_dir=out / "calibration") for name, path in experts.items()}

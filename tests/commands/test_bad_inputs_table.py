@@ -437,7 +437,7 @@ def test_sample_and_merge_py_refuses_a_bad_number_as_sample_does(tmp_path):
     import sys
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, str(repo / "sample_and_merge.py"), "--k", "nan", "--out",
                            str(tmp_path / "run")], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
