@@ -126,15 +126,17 @@ def test_dry_run_and_preflight_list_missing_data_first(lm_family, tmp_path, caps
     err = capsys.readouterr().err
     assert "expert data cannot be read:\n  text data of expert 'x0' (org/never-cached@abc:train)" in err
     assert not (tmp_path / "u" / "manifest.json").exists()
-    # the shipped hub pools: CoM has data for every expert; the gradient metrics say who lacks labelled items,
-    # before any (uncached) model is resolved
+    # the shipped hub pools: CoM has data for every expert, and so do the gradient metrics (labelled items for
+    # every expert); offline, the hub data not cached here is named with how to fetch it, before any (uncached)
+    # model is resolved
     assert main(["sample", "--base", "qwen3-4b", "--methods", "com", "--dry-run", "--out", str(tmp_path / "q")]) == 0
     assert "MISSING DATA" not in capsys.readouterr().out
     assert main(["analyze", "mergeability", "--pool", "qwen3-4b", "--out", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err
-    assert "gradient metrics need labelled data" in err and "Jan-nano" in err  # text only: the groups that fit
-    assert "--groups weights,activations" in err
-    assert "cannot be resolved" not in err
+    assert "missing expert data" not in err and "gradient metrics need labelled data" not in err
+    assert "expert data cannot be read:" in err and "lm-eval task 'medmcqa' cannot be loaded" in err
+    assert "TaskManager().load_task_or_group(['medmcqa'])" in err
+    assert "cannot be resolved" not in err and "Traceback" not in err
 
 
 def test_analyze_mergeability_as_the_readme_writes_it(tmp_path, monkeypatch, capsys):

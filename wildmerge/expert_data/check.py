@@ -177,7 +177,7 @@ def has(data: Optional[ExpertData], what: str) -> bool:
 def line_to_add(what: str) -> str:
     if what == "labelled":
         return "data: {labelled: {lm_eval_task: TASK, split: train}}  (or {dataset: ORG/NAME, revision: COMMIT, " \
-               "prompt: FIELD, answer: FIELD})"
+               "prompt: FIELD, answer: FIELD}, or generate: the expert's own text, its second half the answer)"
     return "data: generate  (text sampled from the expert; or a file / {dataset: ORG/NAME, revision: COMMIT})"
 
 

@@ -10,6 +10,7 @@ so the next run with the same weights and settings copies it instead of drawing 
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -70,6 +71,22 @@ def sample_texts(model_path, spec: GenerateSpec, progress: bool = False) -> list
             text = tokenizer.decode(row[1 if start is not None else 0:], skip_special_tokens=True)
             records.append({"text": text, "prompt": prompt})
     return records
+
+
+def as_items(records: list) -> list[dict]:
+    """Generated records as labelled items (``labelled: generate``, the gradient metrics): the first half of each
+    text's words (at least its neutral opening) as the prompt, the expert's own continuation as the answer. The
+    generator is the expert itself, so the loss on the answer is the loss on what the expert writes; records too
+    short to split (fewer than two words beyond the opening) are left out."""
+    items = []
+    for r in records:
+        text, opening = r["text"], len(r.get("prompt", "").split())
+        starts = [m.start() for m in re.finditer(r"\S+", text)]
+        cut = max(opening, len(starts) // 2)
+        if cut < 1 or cut >= len(starts):
+            continue
+        items.append({"prompt": text[:starts[cut]].rstrip(), "answer": text[starts[cut]:].strip()})
+    return items
 
 
 def ensure_generated(expert: str, model_path, spec: GenerateSpec, folder, progress: bool = True) -> Path:

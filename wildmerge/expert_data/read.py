@@ -94,6 +94,12 @@ def _read_lm_eval(source: Source) -> list:
         raise ConfigError(f"lm-eval knows no task {source.lm_eval_task!r}"
                           f"{did_you_mean(source.lm_eval_task, tm.all_tasks)}"
                           f"{f' in {source.tasks}' if source.tasks else ''}; name one of its tasks") from None
+    except Exception as exc:  # its dataset offline and not cached, ...
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise WildmergeError(
+            f"lm-eval task {source.lm_eval_task!r} cannot be loaded ({first}); fetch its dataset where there is "
+            f"network (same HF_DATASETS_CACHE): python -c \"from lm_eval.tasks import TaskManager; "
+            f"TaskManager().load_task_or_group([{source.lm_eval_task!r}])\"") from None
     task = loaded.get(source.lm_eval_task)
     if task is None or isinstance(task, dict):
         raise ConfigError(f"lm-eval task {source.lm_eval_task!r} is a group or unknown: name one task")
@@ -190,7 +196,12 @@ def texts(source: Source, where: str, **kw) -> List:
 
 
 def items(source: Source, where: str, **kw) -> List[dict]:
-    return [item_of(r, source, where) for r in read_records(source, **kw)]
+    records = read_records(source, **kw)
+    if source.kind == "generate":  # the expert's own text, split into a prompt and its continuation
+        from wildmerge.expert_data.generate import as_items
+
+        return as_items(records)
+    return [item_of(r, source, where) for r in records]
 
 
 def expert_texts(data: Optional[ExpertData], expert: str, **kw) -> List:

@@ -10,6 +10,7 @@ part is one source::
       text: {dataset: openai/gsm8k, revision: <commit>, subset: main, split: train, template: "{question} {answer}"}
       labelled: {lm_eval_task: gsm8k, split: train}   # prompt and answer as lm-eval writes them
     data: {text: "demo:unlabelled/expert_01", labelled: "demo:calibration/expert_01"}
+    data: {text: generate, labelled: generate}       # labelled: the expert's own text, its second half the answer
 
 A pool-level ``data:`` is every expert's default, part by part; ``{name}`` in a file path is the expert's name.
 """
