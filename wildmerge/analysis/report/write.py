@@ -19,6 +19,7 @@ from typing import Dict, List, Optional
 from wildmerge.analysis.report import sweeps
 from wildmerge.analysis.report import domains
 from wildmerge.analysis.report import leaderboard
+from wildmerge.analysis.report import merge_compute
 from wildmerge.analysis.report import norms
 from wildmerge.analysis.report import plots
 from wildmerge.analysis.report.layerwise_plots import layerwise_figures
@@ -173,6 +174,16 @@ def _choice_cost(out: _Out, data: RunData, df, store: ResultStore, title: str, m
     return table
 
 
+def _merge_compute(out: _Out, data: RunData, title: str, md: List[str]) -> None:
+    """FLOPs, memory and seconds of the data-based merges (counted and measured), where the run has any."""
+    rows = merge_compute.compute_rows(data)
+    if rows is None:
+        return
+    out.csv("merge_compute.csv", rows)
+    md.append(merge_compute.compute_markdown(rows))
+    out.plot(merge_compute.CAPTION, merge_compute.draw_compute(rows, out.tmp, title))
+
+
 def _update_cards(data: RunData, df, tasks: List[str], suite: str, notes: List[str]) -> int:
     """Rewrite each merged model's README.md with its scores (HF model-index); returns how many."""
     from wildmerge.merging.model_card import write_card
@@ -299,6 +310,7 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
         tables["sweeps"] = _sweeps(out, df, base, title, md)
         tables["homogeneous"] = _homogeneous(out, df, base, title, md)
         tables["choice_cost"] = _choice_cost(out, data, df, ResultStore(data.run.eval_dir(suite)), title, md)
+        _merge_compute(out, data, title, md)
         model_dirs = {e.model_id: Path(e.path) for e in data.plan.entries if e.kind == "merge"}
         for variant, saved in layerwise_figures(df, model_dirs, tmp).items():
             out.plot(f"{variant}: covariate shift and importance weights per layer", saved)
