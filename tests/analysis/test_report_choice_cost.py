@@ -92,3 +92,18 @@ def test_fig2_points_are_the_grid_choice_and_the_tas_choice(run):
     assert (run / "report" / "choice_cost_vs_accuracy.png").stat().st_size > 0
     assert "the reality-check paper&#x27;s Fig. 2" in (run / "report" / "index.html").read_text() or \
         "the reality-check paper's Fig. 2" in (run / "report" / "index.html").read_text()
+
+
+def test_the_tas_choice_is_tabled_with_the_grid_choice(run):
+    """``report --combine``'s chosen-hyperparameter table reads TAS's choice from the manifest, beside the grid's."""
+    from wildmerge.analysis.report.choices import run_choices
+    from wildmerge.analysis.report.run_data import RunData
+    from wildmerge.analysis.report.scores import collect_scores
+
+    data = RunData.read(run)
+    df, _, _ = collect_scores(data, None)
+    rows = {r["rule"]: r for r in run_choices(data, df, "r")}
+    tuned = data.manifest.tuned["ta"]["hparams"]
+    assert rows["TAS"]["setting"] == ", ".join(f"{k}={v}" for k, v in sorted(tuned.items()))
+    grid = pd.read_csv(run / "report" / "choice_cost_vs_accuracy.csv").set_index("choice").loc["grid"]
+    assert rows["grid, on test"]["setting"] == grid["setting"] and rows["TAS"]["method"] == "TA"
