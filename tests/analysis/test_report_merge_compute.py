@@ -105,7 +105,7 @@ def test_adamerging_is_counted_from_its_settings(lm_family):  # noqa: F811
     ``iterations x batch_size`` sequences of ``seq_len`` tokens; the base, N task vectors and the merge in memory."""
     from transformers import AutoConfig
 
-    from wildmerge.analysis.com.data_methods import count, model_flops, parameters
+    from wildmerge.analysis.flops import count, model_flops, parameters
 
     config = AutoConfig.from_pretrained(lm_family["base"])
     cfg = json.loads((Path(lm_family["base"]) / "config.json").read_text())

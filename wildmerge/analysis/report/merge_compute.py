@@ -1,4 +1,4 @@
-"""What each data-based merge cost: FLOPs and memory counted from the model config (``analysis/com/data_methods``,
+"""What each data-based merge cost: FLOPs and memory counted from the model config (``analysis/flops``,
 the Chain of Merges paper's Fig. 5 comparison extended to every data-based method), beside the seconds and peak
 RSS the merge recorded (its ``merge_info.json`` seconds, else the engine's wall seconds; ``layerwise_diagnostics.json``
 peak RSS). One row per merge whose folder holds the layer-wise engine's record; a table per method and a figure.
@@ -19,7 +19,7 @@ def compute_rows(data):
     import pandas as pd
     from transformers import AutoConfig
 
-    from wildmerge.analysis.com.data_methods import DATA_METHODS, count
+    from wildmerge.analysis.flops import DATA_METHODS, count
     from wildmerge.analysis.report.layerwise_plots import read_diagnostics
     from wildmerge.recipes.labels import method_label
     from wildmerge.run import read_merge_info
@@ -57,7 +57,7 @@ def compute_markdown(rows) -> str:
             for r in table.itertuples()]
     return (f"## {CAPTION}\n\nPer method, the mean over its merges (every merge in `merge_compute.csv`). Counted: "
             "linear projections (and the output head for whole-model passes), a backward pass as two forwards, "
-            "float32 buffers; the rules per method are in `analysis/com/data_methods.py`. Measured: the merge's "
+            "float32 buffers; the rules per method are in `analysis/flops.py`. Measured: the merge's "
             "wall seconds and the merging process's peak RSS on this run's host.\n\n"
             + markdown_table(body, ["Method", "merges", "experts", "tokens", "GFLOPs (counted)",
                                     "memory MiB (counted)", "seconds", "peak RSS MiB"]))
