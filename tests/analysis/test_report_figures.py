@@ -79,7 +79,8 @@ def test_balanced_against_unbalanced_table(study):
     page = Path(written["index_html"]).read_text()
     assert "Norm-balanced against norm-unbalanced subsets" in page and "Fig. 12" in page
     # Fig. 6 drawn: one pair of bars per row of the table, the bars' heights its two means
-    assert Path(written["balance_png"]).stat().st_size > 0 and "subsets per method (the reality-check paper, Fig. 6)" in page
+    assert Path(written["balance_png"]).stat().st_size > 0
+    assert "subsets per method (the reality-check paper, Fig. 6)" in page
     svg = Path(written["balance_svg"]).read_text()
     assert "TA\nn = 2" in svg or ("n = 2" in svg and "TA" in svg)
     assert f"{row['balanced_ratio']:.2f}" in svg and f"{row['unbalanced_ratio']:.2f}" in svg

@@ -74,7 +74,8 @@ def forward_grams(base, experts: Dict[str, str], fps, calibration, settings, cac
         grams["input"] = G / n_pooled ** 2
         grams["encoder"] = _encoder_gram(cache, dkey, [key_enc(e) for e in names], scope)
     seconds["gradient_grams"] = time.perf_counter() - started
-    info = {"seconds": {k: round(v, 3) for k, v in seconds.items()},"pooled_items": {s: len(pooled[s]) for s in names}, "own_items": {e: len(own[e]) for e in names},
+    info = {"seconds": {k: round(v, 3) for k, v in seconds.items()},
+            "pooled_items": {s: len(pooled[s]) for s in names}, "own_items": {e: len(own[e]) for e in names},
             "models_computed": [e for e, _ in todo], "tokenizer": base,
             "input_gradient_mode": "pooled (both models on the same items, each item's gold answer)",
             "encoder_gradient_data": "each expert's own labelled items (loss on answer tokens)"}
