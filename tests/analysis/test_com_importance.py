@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from wildmerge.analysis.com.accounting import accounting, group_dims
+from wildmerge.analysis.flops import accounting, group_dims
 from wildmerge.cli import main
 from wildmerge.families.demo.family import ensure_family
 from wildmerge.plugins.layerwise.driver import recipe_calibration

@@ -5,6 +5,7 @@ bad-input checks that come before any model is loaded."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -102,3 +103,33 @@ def test_bad_input_is_refused_before_any_model_loads(lms):
     df, _ = compute_metrics(lms["base"], lms["experts"], unlabelled, MetricSettings(groups=["activations"]),
                             progress=False)
     assert df["activation_cosine_similarity"].between(-1, 1).all()
+
+
+def test_seconds_per_category_of_metric(lms, tmp_path):
+    """The paper's Table 10 for one computation: each category asked for, what it reads, its paper cost class and
+    its seconds, which add up to the phases' own (the weight pass = task vector + its SVD sketches; the forward
+    phase's activation and gradient passes); a second computation from the cache takes no pass."""
+    from wildmerge.analysis.mergeability.io import write_metrics
+    from wildmerge.analysis.mergeability.registry import CATEGORIES
+
+    settings = MetricSettings(data=DataSettings(n_own=2, n_pooled=2, max_len=MAX_LEN, batch_size=2))
+    df, side = compute_metrics(lms["base"], lms["experts"], ITEMS, settings, cache_dir=str(tmp_path / "cache"),
+                               progress=False)
+    table = {r["category"]: r for r in side["category_cost"]}
+    assert list(table)[:5] == list(CATEGORIES) and "(expert loads for the forward passes, shared)" in table
+    assert {c: table[c]["metrics"] for c in CATEGORIES} == {c: len(m) for c, m in CATEGORIES.items()}
+    assert table["gradient"]["paper_cost"] == "high" and table["task_vector"]["reads"] == "weights only"
+    assert table["gradient"]["reads"].startswith("labelled")
+    fwd, sec = side["forward"]["seconds"], side["seconds"]
+    assert table["task_vector"]["seconds"] + table["subspace"]["seconds"] == pytest.approx(sec["weights"], abs=2e-2)
+    assert table["effective_rank"]["seconds"] == table["subspace"]["seconds"] == pytest.approx(sec["weights_svd"],
+                                                                                               abs=1e-3)
+    assert table["gradient"]["seconds"] == pytest.approx(fwd["input"] + fwd["encoder"] + fwd["gradient_grams"],
+                                                         abs=2e-3)
+    assert table["activation"]["seconds"] == pytest.approx(fwd["activation"], abs=1e-3) and fwd["load"] > 0
+    written = write_metrics(df, side, tmp_path / "out")
+    csv = pd.read_csv(tmp_path / "out" / "category_cost.csv")
+    assert tmp_path / "out" / "category_cost.csv" in written and csv["category"].tolist() == list(table)
+    _, again = compute_metrics(lms["base"], lms["experts"], ITEMS, settings, cache_dir=str(tmp_path / "cache"),
+                               progress=False)
+    assert again["forward"]["seconds"]["load"] == 0 and again["seconds"]["weights_svd"] == 0

@@ -67,3 +67,43 @@ def test_the_section_names_the_paper_and_the_shared_features(run):
     assert features > 0 and f"computed once for every method's sweep: {features:.1f} s" in md
     assert "This suite has no validation split: the grid is chosen on test" in md  # helpers' suite has none
     assert "Cost of choosing hyperparameters" in (run / "report" / "index.html").read_text()
+
+
+def test_fig2_points_are_the_grid_choice_and_the_tas_choice(run):
+    """Fig. 2 (accuracy against the cost of choosing): each point recomputed by hand from the run's records."""
+    from wildmerge.run import RunFolder
+
+    points = pd.read_csv(run / "report" / "choice_cost_vs_accuracy.csv").set_index("choice")
+    cost = pd.read_csv(run / "report" / "choice_cost.csv").iloc[0]
+    scores = pd.read_csv(run / "report" / "scores.csv").set_index("model_id")
+    plan = json.loads((run / "plan.json").read_text())["entries"]
+    grid = {e["model_id"]: e for e in plan if e["kind"] == "merge" and e.get("ablations")}
+    best = max(grid, key=lambda m: (scores.loc[m, "mean"], -list(grid).index(m)))  # no validation: best on test
+    assert points.loc["grid", "model_ids"] == best
+    assert points.loc["grid", "accuracy"] == pytest.approx(scores.loc[best, "mean"])
+    assert points.loc["grid", "choice_seconds"] == pytest.approx(cost["grid_seconds"])
+    chosen = RunFolder(run).read_manifest().tuned["ta"]["hparams"]
+    at_choice = [m for m, e in grid.items() if all(e["hparams"].get(k) == v for k, v in chosen.items())]
+    main = [e["model_id"] for e in plan if e["kind"] == "merge" and not e.get("ablations")]
+    expected = at_choice[:1] or main  # the sweep point at the TAS choice, else the main merges (n = 2 is the pool)
+    assert points.loc["TAS", "model_ids"].split(";") == expected
+    assert points.loc["TAS", "accuracy"] == pytest.approx(sum(scores.loc[m, "mean"] for m in expected) / len(expected))
+    assert points.loc["TAS", "choice_seconds"] == pytest.approx(cost["tas_seconds"])
+    assert (run / "report" / "choice_cost_vs_accuracy.png").stat().st_size > 0
+    assert "the reality-check paper&#x27;s Fig. 2" in (run / "report" / "index.html").read_text() or \
+        "the reality-check paper's Fig. 2" in (run / "report" / "index.html").read_text()
+
+
+def test_the_tas_choice_is_tabled_with_the_grid_choice(run):
+    """``report --combine``'s chosen-hyperparameter table reads TAS's choice from the manifest, beside the grid's."""
+    from wildmerge.analysis.report.choices import run_choices
+    from wildmerge.analysis.report.run_data import RunData
+    from wildmerge.analysis.report.scores import collect_scores
+
+    data = RunData.read(run)
+    df, _, _ = collect_scores(data, None)
+    rows = {r["rule"]: r for r in run_choices(data, df, "r")}
+    tuned = data.manifest.tuned["ta"]["hparams"]
+    assert rows["TAS"]["setting"] == ", ".join(f"{k}={v}" for k, v in sorted(tuned.items()))
+    grid = pd.read_csv(run / "report" / "choice_cost_vs_accuracy.csv").set_index("choice").loc["grid"]
+    assert rows["grid, on test"]["setting"] == grid["setting"] and rows["TAS"]["method"] == "TA"

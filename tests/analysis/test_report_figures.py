@@ -78,6 +78,12 @@ def test_balanced_against_unbalanced_table(study):
     assert "the reality-check paper, Fig. 6" in md
     page = Path(written["index_html"]).read_text()
     assert "Norm-balanced against norm-unbalanced subsets" in page and "Fig. 12" in page
+    # Fig. 6 drawn: one pair of bars per row of the table, the bars' heights its two means
+    assert Path(written["balance_png"]).stat().st_size > 0
+    assert "subsets per method (the reality-check paper, Fig. 6)" in page
+    svg = Path(written["balance_svg"]).read_text()
+    assert "TA\nn = 2" in svg or ("n = 2" in svg and "TA" in svg)
+    assert f"{row['balanced_ratio']:.2f}" in svg and f"{row['unbalanced_ratio']:.2f}" in svg
 
 
 def _curve64(values):
@@ -109,3 +115,26 @@ def test_combine_writes_figs_3_4_6_across_bases(study, tmp_path):
     assert (out / "combined_vs_n.png").stat().st_size > 0
     assert "tiny (other) (Fig. 4)" in svg and "tiny (Figs. 3 / 6)" in svg
     assert "combined_vs_n.png" in (out / "combined.md").read_text()
+
+
+def test_combine_tables_the_hyperparameters_each_run_chose(study, tmp_path):
+    """Two runs (seeds) of one grid: each run's choice is its best sweep point on test (no validation split), and
+    the counts say how often each lambda was chosen."""
+    run_a, _ = study
+    run_b = tmp_path / "seed1"
+    shutil.copytree(run_a, run_b, ignore=shutil.ignore_patterns("report", "eval"))
+    other = {**STUDY_SCORES, "ta__n03_full__lambda-0.5": (0.9, 0.9)}  # lambda 0.5 now beats 1.0 on test
+    fabricate_results(run_b, other)
+    out = tmp_path / "combined"
+    assert main(["report", "--combine", str(run_a), str(run_b), "--out", str(out)]) == 0
+    chosen = pd.read_csv(out / "chosen_hyperparameters.csv")
+    sweep = {"ta__n03_full": 1.0, "ta__n03_full__lambda-0.5": 0.5, "ta__n03_full__lambda-1.5": 1.5}
+    for label, scores in (("tiny", STUDY_SCORES), ("tiny (seed1)", other)):
+        best = max(sweep, key=lambda m: np.mean(scores[m], dtype=np.float64))
+        row = chosen[chosen["run"] == label].iloc[0]
+        assert (row["method"], row["rule"], row["setting"]) == ("TA", "grid, on test", f"lambda={sweep[best]}")
+        assert row["test_mean"] == pytest.approx(100 * np.mean(scores[best], dtype=np.float64))
+    counts = pd.read_csv(out / "chosen_counts.csv")
+    assert sorted(zip(counts["setting"], counts["chosen"], counts["runs"])) == [("lambda=0.5", 1, 2),
+                                                                               ("lambda=1.0", 1, 2)]
+    assert "## Hyperparameters chosen across runs" in (out / "combined.md").read_text()

@@ -72,6 +72,23 @@ def test_tune_check_evaluates_k_points_and_sample_records_the_check(lm_family, t
     assert check["regret_points"] == pytest.approx(100 * (max(accuracy) - check["choice_accuracy"]))
     assert check["tracks"] == (check["spearman"] <= -0.5 and check["regret_points"] <= 1.0)
     assert (out / "ta_lambda" / "check" / "tas_check_ta.png").stat().st_size > 0
+    # AdaMMS* beside TAS on the same evaluations (one-hyperparameter grid of 4): its choice evaluated too
+    from scipy.stats import spearmanr
+
+    adamms = check["adamms"]
+    interior = [r for r in adamms["records"] if r["score"] is not None]
+    assert [r["hparams"]["lambda"] for r in interior] == [0.6, 1.0]  # the two ends have one neighbour
+    choice = min(interior, key=lambda r: r["score"])["hparams"]
+    assert adamms["choice"] == choice and any(r["hparams"] == choice for r in check["rows"])
+    acc = {r["hparams"]["lambda"]: r["accuracy"] for r in check["rows"]}
+    assert adamms["choice_accuracy"] == acc[choice["lambda"]]
+    assert adamms["regret_points"] == pytest.approx(100 * (max(acc.values()) - acc[choice["lambda"]]))
+    pairs = [(r["score"], acc[r["hparams"]["lambda"]]) for r in interior if r["hparams"]["lambda"] in acc]
+    assert adamms["points"] == len(pairs)
+    if len(pairs) >= 2 and len({p[1] for p in pairs}) > 1:
+        assert adamms["spearman"] == pytest.approx(spearmanr(*zip(*pairs)).statistic)
+    else:
+        assert math.isnan(adamms["spearman"])
 
     run = tmp_path / "run"
     assert main(["sample", "--pool", pool, "--methods", "ta", "--sizes", "1", "--k", "1", "--no-evaluate",
@@ -88,3 +105,4 @@ def test_tune_check_evaluates_k_points_and_sample_records_the_check(lm_family, t
     jobs = read_eval_index(stores[0]).jobs.values()
     assert len(stores) == 1 and len(jobs) == 3
     assert all(j["settings"]["dtype"] == "float32" and j["settings"]["limit"] == 4 for j in jobs)
+    assert tuned["check"]["adamms"]["choice"] in [{"lambda": v} for v in (0.6, 1.0)]

@@ -91,7 +91,7 @@ def test_an_unknown_validation_split_fails_early_naming_the_task_and_its_splits(
 
 
 def test_the_test_split_a_group_and_screening_are_refused(val_tasks, tmp_path):
-    with pytest.raises(ConfigError, match="is the task's test split"):
+    with pytest.raises(ConfigError, match=r"is the split lm-eval scores the task on \(its test split\)"):
         check_tasks(load_suite(_suite(tmp_path, val_tasks, validation_split="test")))
     group = load_suite(_suite(tmp_path, val_tasks, validation_split="validation")).model_copy()
     group.tasks[0] = group.tasks[0].model_copy(update={"task": "mini_group"})
@@ -104,3 +104,34 @@ def test_the_test_split_a_group_and_screening_are_refused(val_tasks, tmp_path):
 def test_a_label_with_the_separator_is_refused():
     with pytest.raises(ConfigError, match="contains '@'"):
         suite_from_dict({"name": "x", "tasks": [{"task": "mini_mc", "num_fewshot": 0, "label": "a@b"}]})
+
+
+def test_the_shipped_paper_and_probe_suites_name_every_held_out_split_lm_eval_has():
+    """paper16_val and probe_val: a task names a validation_split exactly where lm-eval 0.4.13's YAML has a held-out
+    split besides the one it scores (never the few-shot source of a few-shot task), and that split; the suites pass
+    the check. They are paper16 and probe, task for task and setting for setting, whose job ids stay as they were. A
+    task scored on its validation split (no test split) has none to give, and naming it is refused."""
+    from lm_eval.tasks import TaskManager
+
+    from wildmerge.eval.splits import check_validation_splits, scored_split, task_config
+
+    tm = TaskManager()
+    for name in ("paper16_val", "probe_val"):
+        suite, plain = load_suite(name), load_suite(name[:-4])
+        assert suite.settings == plain.settings and not any(t.validation_split for t in plain.tasks)
+        assert [t.model_copy(update={"validation_split": None}) for t in suite.tasks] == plain.tasks
+        check_validation_splits(suite, tm)
+        for t in suite.tasks:
+            try:
+                config = task_config(tm, t.task, name)
+            except ConfigError:  # a group or a tag: no one split to name
+                assert t.validation_split is None
+                continue
+            held = config.get("validation_split")
+            usable = held and held != scored_split(config) and not (
+                t.num_fewshot and held == config.get("fewshot_split"))
+            assert t.validation_split == (held if usable else None), (name, t.task)
+    boolq = load_suite("paper16").model_copy()
+    boolq.tasks = [t.model_copy(update={"validation_split": "validation"}) for t in boolq.tasks if t.task == "boolq"]
+    with pytest.raises(ConfigError, match="as the task has none"):
+        check_validation_splits(boolq, tm)

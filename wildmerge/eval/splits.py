@@ -52,6 +52,11 @@ def known_splits(config: Dict[str, Any]) -> Optional[List[str]]:
     return None
 
 
+def scored_split(config: Dict[str, Any]) -> Optional[str]:
+    """The split lm-eval scores a task on: its test split, else its validation split (lm-eval 0.4's rule)."""
+    return config.get("test_split") or config.get("validation_split")
+
+
 def check_validation_splits(suite, tm) -> None:
     """Fail before any model loads on a validation split that cannot work: a group or tag, the test split itself,
     or a split the task's local data does not have (hub datasets are checked when lm-eval loads them)."""
@@ -61,9 +66,11 @@ def check_validation_splits(suite, tm) -> None:
             continue
         config = task_config(tm, t.task, suite.name)
         where = f"suite {suite.name!r}, task {t.task!r}: validation_split {split!r}"
-        if split == config.get("test_split"):
-            raise ConfigError(f"{where} is the task's test split: choosing on it is choosing on the reported "
-                              f"numbers; name a held-out split (e.g. validation) or drop validation_split")
+        if split == scored_split(config):
+            raise ConfigError(f"{where} is the split lm-eval scores the task on (its test split"
+                              f"{'' if config.get('test_split') else ', as the task has none'}): choosing on it is "
+                              f"choosing on the reported numbers; name a held-out split (e.g. validation) or drop "
+                              f"validation_split")
         splits = known_splits(config)
         if splits is not None and split not in splits:
             raise ConfigError(f"{where} is not in the task's data (splits: {', '.join(splits)}); fix it in "

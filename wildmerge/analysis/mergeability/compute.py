@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from wildmerge.analysis.mergeability import pairwise as P
 from wildmerge.analysis.mergeability.cache import StatsCache, fingerprint
 from wildmerge.analysis.mergeability.data import DataSettings, labelled
-from wildmerge.analysis.mergeability.registry import GROUPS, METRICS
+from wildmerge.analysis.mergeability.registry import CATEGORIES, COSTS, GROUPS, METRICS
 from wildmerge.analysis.mergeability.weights import WeightSettings, weight_pass
 from wildmerge.errors import ConfigError
 
@@ -85,6 +85,7 @@ def compute_metrics(base: str, experts: Dict[str, str], calibration: Optional[Di
                            "left_out": w["left_out"], "new_models": w["new_models"], "new_pairs": w["new_pairs"],
                            "rank_deficient_tensors": w["rank_deficient"]}
         side["seconds"]["weights"] = round(time.time() - t0, 2)
+        side["seconds"]["weights_svd"] = round(w["svd_seconds"], 3)
     if {"activations", "gradients"} & set(settings.groups):
         from wildmerge.analysis.mergeability.forward_stats import forward_grams
 
@@ -106,6 +107,7 @@ def compute_metrics(base: str, experts: Dict[str, str], calibration: Optional[Di
                     rows[pair_key(a, b)].update(P.gradient_metrics(prefix, G[i, i], G[j, j], G[i, j]))
         side["forward"] = info
         side["seconds"]["forward"] = round(time.time() - t0, 2)
+    side["category_cost"] = category_cost(side)
     df = pd.DataFrame(list(rows.values()))
     df.insert(0, "pair", list(rows))
     wanted = [m for g in settings.groups for m in GROUPS[g]]
@@ -114,6 +116,29 @@ def compute_metrics(base: str, experts: Dict[str, str], calibration: Optional[Di
     side["nan_metrics"] = [m for m in side["metrics"] if df[m].isna().any()]
     side["constant_metrics"] = [m for m in side["metrics"] if df[m].nunique(dropna=True) <= 1]
     return df, side
+
+
+def category_cost(side: dict) -> List[dict]:
+    """The paper's Table 10 for this computation: per category of metric that was asked for, its operation, what
+    it reads, the paper's cost class and the seconds it took here (0 where the cache had everything). The weight
+    pass splits into its SVD sketches (effective rank and subspace, shared: each row shows them whole) and the rest
+    (task vector); the forward phase into activation passes and gradient passes (with their Gram matrices); loading
+    the experts for those passes is shared and shown on its own row."""
+    seconds = side["seconds"]
+    fwd = side.get("forward", {}).get("seconds", {})
+    took = {"task_vector": seconds.get("weights", 0.0) - seconds.get("weights_svd", 0.0),
+            "effective_rank": seconds.get("weights_svd", 0.0), "subspace": seconds.get("weights_svd", 0.0),
+            "activation": fwd.get("activation", 0.0),
+            "gradient": fwd.get("input", 0.0) + fwd.get("encoder", 0.0) + fwd.get("gradient_grams", 0.0)}
+    group_of = {c: g for g, names in GROUPS.items() for c in CATEGORIES if set(CATEGORIES[c]) <= set(names)}
+    rows = [{"category": c, "metrics": len(CATEGORIES[c]), "operation": COSTS[c][0], "reads": COSTS[c][1],
+             "paper_cost": COSTS[c][2], "seconds": round(max(took[c], 0.0), 3)}
+            for c in CATEGORIES if group_of[c] in side["settings"]["groups"]]
+    if "load" in fwd:
+        rows.append({"category": "(expert loads for the forward passes, shared)", "metrics": 0,
+                     "operation": "reading each expert into memory once", "reads": "weights", "paper_cost": "",
+                     "seconds": round(fwd["load"], 3)})
+    return rows
 
 
 def _weights(base, experts, fps, pairs, ws: WeightSettings, cache: StatsCache, progress) -> dict:
@@ -141,7 +166,7 @@ def _weights(base, experts, fps, pairs, ws: WeightSettings, cache: StatsCache, p
     out = {"tensors": w["tensors"], "subspace": w["subspace"], "left_out": w["left_out"],
            "new_models": sorted(need_self & set(experts)), "new_pairs": len(need_pairs),
            "base_sq": {k[4:]: float(v) for k, v in base_stats.items()}, "self": {}, "sketch": {}, "dots": {},
-           "rank_deficient": {}}
+           "rank_deficient": {}, "svd_seconds": w["svd_seconds"]}
     for n, packed in per_model.items():
         out["self"][n], out["sketch"][n] = _unpack_model(packed)
         out["rank_deficient"][n] = sum(1 for s in out["sketch"][n].values() if s["rank"] < 2 * s["Vt"].shape[0])

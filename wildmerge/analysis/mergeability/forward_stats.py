@@ -6,6 +6,7 @@ as float32 safetensors and read back tensor by tensor for the Gram matrix (never
 """
 
 import contextlib
+import time
 from typing import Dict, List
 
 import numpy as np
@@ -46,14 +47,16 @@ def forward_grams(base, experts: Dict[str, str], fps, calibration, settings, cac
             jobs.append(("encoder", e))
         if jobs:
             todo.append((e, jobs))
+    seconds = {"load": 0.0, "activation": 0.0, "input": 0.0, "encoder": 0.0}
     previous = torch.get_num_threads()
     torch.set_num_threads(settings.threads)
     try:
-        _passes(todo, experts, settings, cache, tok, pooled, own, dkey, key_act, key_enc, in_scope, progress)
+        _passes(todo, experts, settings, cache, tok, pooled, own, dkey, key_act, key_enc, in_scope, progress, seconds)
     finally:
         torch.set_num_threads(previous)
     grams = {}
     n_pooled = sum(len(pooled[s]) for s in names)
+    started = time.perf_counter()
     if "activations" in groups:
         means = []
         for e in names:
@@ -61,6 +64,8 @@ def forward_grams(base, experts: Dict[str, str], fps, calibration, settings, cac
             means.append(sum(b["sum"] for b in blocks) / sum(int(b["count"]) for b in blocks))
         A = torch.stack(means).double()
         grams["activation"] = (A @ A.T).numpy()
+    seconds["activation"] += time.perf_counter() - started
+    started = time.perf_counter()
     if "gradients" in groups:
         G = np.zeros((len(names), len(names)))
         for s in names:  # input gradients of the per-item losses; the pooled mean divides by N_total
@@ -68,23 +73,30 @@ def forward_grams(base, experts: Dict[str, str], fps, calibration, settings, cac
             G += (X @ X.T).numpy()
         grams["input"] = G / n_pooled ** 2
         grams["encoder"] = _encoder_gram(cache, dkey, [key_enc(e) for e in names], scope)
-    info = {"pooled_items": {s: len(pooled[s]) for s in names}, "own_items": {e: len(own[e]) for e in names},
+    seconds["gradient_grams"] = time.perf_counter() - started
+    info = {"seconds": {k: round(v, 3) for k, v in seconds.items()},
+            "pooled_items": {s: len(pooled[s]) for s in names}, "own_items": {e: len(own[e]) for e in names},
             "models_computed": [e for e, _ in todo], "tokenizer": base,
             "input_gradient_mode": "pooled (both models on the same items, each item's gold answer)",
             "encoder_gradient_data": "each expert's own labelled items (loss on answer tokens)"}
     return grams, info
 
 
-def _passes(todo, experts, settings, cache, tok, pooled, own, dkey, key_act, key_enc, in_scope, progress) -> None:
-    """Load each model that misses a statistic once and compute what it misses."""
+def _passes(todo, experts, settings, cache, tok, pooled, own, dkey, key_act, key_enc, in_scope, progress,
+            seconds: Dict[str, float]) -> None:
+    """Load each model that misses a statistic once and compute what it misses; ``seconds``: per kind of pass
+    (activation, input, encoder) and model loads, added to."""
     import torch
 
     from wildmerge.analysis.mergeability.forward import activation_sum, encoder_gradient, input_gradient, load_model
 
     ds = settings.data
     for e, jobs in tqdm(todo, desc="forward/backward passes", unit="model", disable=not progress):
+        started = time.perf_counter()
         model = load_model(experts[e], settings.device)
+        seconds["load"] += time.perf_counter() - started
         for kind, s in jobs:
+            started = time.perf_counter()
             if kind == "activation":
                 total, n = activation_sum(model, _batches(pooled[s], tok, ds))
                 cache.put("activation", dkey, key_act(e, s), {"sum": total, "count": torch.tensor(n)})
@@ -94,6 +106,7 @@ def _passes(todo, experts, settings, cache, tok, pooled, own, dkey, key_act, key
             else:
                 grads = encoder_gradient(model, _batches(own[e], tok, ds), lambda n: n in in_scope)
                 cache.put("encoder_grad", dkey, key_enc(e), grads)
+            seconds[kind] += time.perf_counter() - started
         del model
 
 

@@ -1,4 +1,5 @@
-"""metrics.csv (pair x metric) and its JSON sidecar; reading them back for the predictor."""
+"""metrics.csv (pair x metric), its JSON sidecar and category_cost.csv (seconds per category of metric, the
+paper's Table 10); reading them back for the predictor."""
 
 import json
 from pathlib import Path
@@ -11,8 +12,13 @@ def write_metrics(df, side: dict, out_dir) -> List[Path]:
     from wildmerge.atomic import write_json, write_text
 
     out = Path(out_dir)
-    return [write_text(out / "metrics.csv", df.to_csv(index=False, float_format="%.10g")),
-            write_json(out / "metrics.json", side)]
+    written = [write_text(out / "metrics.csv", df.to_csv(index=False, float_format="%.10g")),
+               write_json(out / "metrics.json", side)]
+    if side.get("category_cost"):  # the paper's Table 10: seconds per category of metric and what it reads
+        import pandas as pd
+
+        written.append(write_text(out / "category_cost.csv", pd.DataFrame(side["category_cost"]).to_csv(index=False)))
+    return written
 
 
 def read_metrics(path) -> Tuple["object", dict]:

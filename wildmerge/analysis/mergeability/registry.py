@@ -22,4 +22,18 @@ GROUPS = {"weights": CATEGORIES["task_vector"] + CATEGORIES["effective_rank"] + 
 # the paper's reduced set (A.13.4): gradient and subspace metrics "capture most of the predictive power"
 REDUCED = CATEGORIES["gradient"] + CATEGORIES["subspace"]
 
+# Table 10 of the paper: per category, the primary operation, what it reads and the paper's cost class
+COSTS = {
+    "task_vector": ("weight arithmetic: one streamed pass over the base and the experts (norms, dot products)",
+                    "weights only", "low"),
+    "effective_rank": ("SVD of each expert's 2-D task-vector blocks (the sketches it shares with subspace)",
+                       "weights only", "medium"),
+    "subspace": ("SVD of each expert's 2-D task-vector blocks (the sketches it shares with effective rank)",
+                 "weights only", "medium"),
+    "activation": ("forward passes of every expert on the pooled calibration items", "unlabelled items (prompts)",
+                   "medium"),
+    "gradient": ("forward + backward passes: each expert on its own items (encoder), every expert on the pooled "
+                 "items (input)", "labelled items (prompt and answer)", "high"),
+}
+
 assert len(METRICS) == 28

@@ -14,6 +14,7 @@ blocks"; ``subspace_scope="all_2d"`` adds every other 2-D tensor in scope.
 """
 
 import contextlib
+import time
 import re
 from typing import Dict, Iterable, List, Literal, Set, Tuple
 
@@ -138,7 +139,8 @@ def weight_pass(base: str, models: Dict[str, str], need_self: Set[str], need_pai
     subspace_set = set(subspace)
     involved = sorted(set(need_self) | {m for p in need_pairs for m in p})
     out = {"base_sq": {}, "self": {m: {} for m in need_self}, "dots": {p: {} for p in need_pairs},
-           "sketch": {m: {} for m in need_self}, "tensors": vector, "subspace": subspace, "left_out": left_out}
+           "sketch": {m: {} for m in need_self}, "tensors": vector, "subspace": subspace, "left_out": left_out,
+           "svd_seconds": 0.0}  # of the pass's seconds, those in the SVD sketches (effective rank and subspace)
     if not involved:
         return out
     from wildmerge.checkpoints import resized_rows
@@ -158,9 +160,11 @@ def weight_pass(base: str, models: Dict[str, str], need_self: Set[str], need_pai
                 base_sq += float(b.double().pow(2).sum())
                 taus = {m: _read(hs[m], name, rows, aligned.get(m, (None, None))) - b for m in involved}
                 if whole:
+                    started = time.perf_counter()
                     for m in involved:
                         if m in need_self:
                             out["sketch"][m][name] = svd_sketch(taus[m], settings.k, settings.k_sv, settings.device)
+                    out["svd_seconds"] += time.perf_counter() - started
                 _accumulate(sums, taus, need_self, need_pairs)
                 del taus, b
             out["base_sq"][name] = base_sq

@@ -1,5 +1,6 @@
-"""Tables 1-3 across several runs (one per base model) with the paper's "Average" rows, and Figs. 3 / 4 / 6 with
-one column per base (``combine_plots.py``).
+"""Tables 1-3 across several runs (one per base model) with the paper's "Average" rows, Figs. 3 / 4 / 6 with
+one column per base (``combine_plots.py``), and the hyperparameters each run chose (``choices.py``: runs over
+seeds show whether a choice is stable).
 
 Hitit et al. (arXiv 2511.21437, Tables 1-3) list each base's ``P / D`` cells and then an Average row per method: the
 unweighted mean over the bases of the reference accuracy, of P and of D (e.g. TA, n = 1: (17 + 25 + 25 + 33) / 4 =
@@ -11,6 +12,7 @@ from typing import Dict, List, Optional
 
 from wildmerge.analysis.report import leaderboard
 from wildmerge.analysis.markdown import markdown_table
+from wildmerge.analysis.report.choices import choice_tables, choices_markdown
 from wildmerge.analysis.report.combine_plots import curve_table, draw_combined
 from wildmerge.analysis.report.norms import add_norms
 from wildmerge.analysis.report.run_data import RunData
@@ -26,12 +28,18 @@ def _label(data: RunData, taken) -> str:
     return f"{label} ({data.run.name})" if label in taken else label
 
 
-def _protocols(runs: List, suite: Optional[str] = None) -> Dict[str, object]:
-    """{base label (the pool's name): the run's main-protocol rows}."""
+def _protocols(runs: List, suite: Optional[str] = None, choices: Optional[list] = None) -> Dict[str, object]:
+    """{base label (the pool's name): the run's main-protocol rows}; ``choices`` gets each run's chosen
+    hyperparameters (``choices.run_choices``) appended."""
+    from wildmerge.analysis.report.choices import run_choices
+
     out = {}
     for data in map(RunData.of, runs):
         df, _, _ = collect_scores(data, suite)
-        out[_label(data, out)] = protocol_rows(df).copy()
+        label = _label(data, out)
+        out[label] = protocol_rows(df).copy()
+        if choices is not None:
+            choices.append(run_choices(data, df, label))
     return out
 
 
@@ -94,7 +102,8 @@ def write_combined(run_dirs, out_dir, suite: Optional[str] = None) -> Dict[str, 
     if len(run_dirs) < 2:
         raise WildmergeError("--combine needs at least two run folders (one per base model)")
     runs = [RunData.read(r) for r in run_dirs]  # a clear error for a folder that is not a run, before any result
-    protocols = _protocols(runs, suite)
+    chosen: list = []
+    protocols = _protocols(runs, suite, chosen)
     tables = combined_tables(runs, suite, protocols)  # a base without a score is refused before any norm is read
     notes: List[str] = []
     for data, protocol in zip(runs, protocols.values()):  # from each run's norm cache (its report filled it)
@@ -120,6 +129,12 @@ def write_combined(run_dirs, out_dir, suite: Optional[str] = None) -> Dict[str, 
             written[f"combined_vs_n_{ext}"] = target / path.name
         md += ["## Accuracy and task-vector norm against n, every base (Figs. 3 / 6 and 4)\n",
                "![accuracy and norm vs n](combined_vs_n.png)\n\nThe points drawn: `combined_curves.csv`.\n"]
+        table, counts = choice_tables(chosen)
+        if table is not None:  # the hyperparameters each run chose, and how often each setting was chosen
+            for name, frame in (("chosen_hyperparameters", table), ("chosen_counts", counts)):
+                write_text(tmp / f"{name}.csv", frame.to_csv(index=False, float_format="%.10g"))
+                written[f"{name}_csv"] = target / f"{name}.csv"
+            md.append(choices_markdown(table, counts))
         write_text(tmp / "combined.md", "\n".join(md))
         written["combined_md"] = target / "combined.md"
     return written

@@ -31,9 +31,9 @@ def cost_markdown(store: ResultStore, df) -> str:
 
 
 def cost_points(store: ResultStore, df, merge_seconds: dict):
-    """Per method variant: mean merge seconds, mean evaluation seconds and mean suite accuracy of its merges (the
-    reality-check paper's Fig. 2: what a method costs against what it gives). ``merge_seconds``: model id ->
-    seconds from its merge record."""
+    """Per method variant: mean merge seconds, mean evaluation seconds and mean suite accuracy of its merges (what
+    one model of a method costs against what it gives). ``merge_seconds``: model id -> seconds from its merge
+    record."""
     import pandas as pd
 
     rows = []

@@ -114,3 +114,27 @@ def balance_markdown(table) -> str:
             for r in table.itertuples()]
     return markdown_table(rows, ["Method", "n", "merges", "balanced max/min", "balanced mean (%)",
                                  "unbalanced max/min", "unbalanced mean (%)", "balanced − unbalanced (pp)"])
+
+
+def draw_balance(table, out_dir, title: str) -> Dict[str, Path]:
+    """Fig. 6: per method and n, the mean accuracy of the balanced merges beside the unbalanced ones (one pair of
+    bars each, the numbers of ``table_balance.csv``), each bar labelled with its mean max/min norm ratio."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(table) + 2), 4.2))
+    xs = range(len(table))
+    for offset, side, colour in ((-0.2, "balanced", "C0"), (0.2, "unbalanced", "C3")):
+        bars = ax.bar([x + offset for x in xs], table[f"{side}_mean"], width=0.4, color=colour,
+                      label=f"{side} (max/min norm ≤ median)" if side == "balanced" else f"{side} (above the median)")
+        for bar, ratio in zip(bars, table[f"{side}_ratio"]):
+            ax.annotate(f"{ratio:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                        va="bottom", fontsize=7)
+    ax.set_xticks(list(xs), [f"{m}\nn = {n}" for m, n in zip(table["method"], table["n"])], fontsize=8)
+    ax.set_ylabel("mean accuracy (%) of the merges")
+    ax.set_title(f"{title}: norm-balanced against norm-unbalanced subsets (bar label: mean max/min norm)",
+                 fontsize=10)
+    low = min(table["balanced_mean"].min(), table["unbalanced_mean"].min())
+    high = max(table["balanced_mean"].max(), table["unbalanced_mean"].max())
+    ax.set_ylim(max(0.0, low - 0.1 * (high - low + 1)), high + 0.15 * (high - low + 1))
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8, loc="best")
+    return save_figure(fig, Path(out_dir) / "balance")

@@ -105,8 +105,9 @@ def norm_vs_n(df, out_dir, title: str) -> Optional[Dict[str, Path]]:
 
 
 def cost_vs_performance(points, out_dir, title: str) -> Optional[Dict[str, Path]]:
-    """The reality-check paper's Fig. 2: each method's mean suite accuracy against its mean merge seconds and its
-    mean merge + evaluation seconds per model (log scale: costs span orders of magnitude)."""
+    """Each method's mean suite accuracy against its mean merge seconds and its mean merge + evaluation seconds per
+    model (log scale: costs span orders of magnitude): what one model costs. The cost of choosing its
+    hyperparameters (the reality-check paper's Fig. 2) is ``choice_cost.draw_choice``."""
     if points is None or points.empty or points["merge_seconds"].isna().all():
         return None
     plt = pyplot()

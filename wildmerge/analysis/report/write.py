@@ -19,10 +19,12 @@ from typing import Dict, List, Optional
 from wildmerge.analysis.report import sweeps
 from wildmerge.analysis.report import domains
 from wildmerge.analysis.report import leaderboard
+from wildmerge.analysis.report import merge_compute
 from wildmerge.analysis.report import norms
 from wildmerge.analysis.report import plots
 from wildmerge.analysis.report.layerwise_plots import layerwise_figures
-from wildmerge.analysis.report.choice_cost import choice_cost, choice_cost_markdown
+from wildmerge.analysis.report.choice_cost import (FIGURE_CAPTION, choice_cost, choice_cost_markdown, choice_points,
+                                                  draw_choice)
 from wildmerge.analysis.report.costs import cost_markdown, cost_points, merge_seconds
 from wildmerge.analysis.report.environment import ENVIRONMENT, environment, lock_note, summary
 from wildmerge.analysis.report.page_tables import build_page
@@ -115,6 +117,9 @@ def _sweeps(out: _Out, df, base, title: str, md: List[str]):
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+BALANCE_FIGURE = "Norm-balanced against norm-unbalanced subsets per method (the reality-check paper, Fig. 6)"
+
+
 def _norm_figures(out: _Out, df, protocol, title: str, md: List[str]):
     """The whole-model norm per task, accuracy against the norm, and the balanced / unbalanced table, each with its
     numbers in a CSV; returns the balance table (or None)."""
@@ -134,6 +139,7 @@ def _norm_figures(out: _Out, df, protocol, title: str, md: List[str]):
         md += [f"## {norms.BALANCE_CAPTION}\n",
                "Per method and n, the merges whose experts' max/min whole-model task-vector norm is at most the "
                "median of that size (balanced) against the rest (unbalanced).\n", norms.balance_markdown(balance)]
+        out.plot(BALANCE_FIGURE, norms.draw_balance(balance, out.tmp, title))
     return balance
 
 
@@ -149,7 +155,7 @@ def _homogeneous(out: _Out, df, base, title: str, md: List[str]):
     return table
 
 
-def _choice_cost(out: _Out, data: RunData, df, store: ResultStore, md: List[str]):
+def _choice_cost(out: _Out, data: RunData, df, store: ResultStore, title: str, md: List[str]):
     """The cost of choosing hyperparameters per method (grid against TAS), where the run has either."""
     from wildmerge.analysis.tas.sweep import recorded_cost
 
@@ -161,7 +167,21 @@ def _choice_cost(out: _Out, data: RunData, df, store: ResultStore, md: List[str]
         return None
     out.csv("choice_cost.csv", table)
     md.append(choice_cost_markdown(table, tas, bool(validation_columns(df))))
+    points = choice_points(df, table, data.manifest.tuned if data.manifest else {})
+    if points is not None:
+        out.csv("choice_cost_vs_accuracy.csv", points)
+        out.plot(FIGURE_CAPTION, draw_choice(points, out.tmp, title))
     return table
+
+
+def _merge_compute(out: _Out, data: RunData, title: str, md: List[str]) -> None:
+    """FLOPs, memory and seconds of the data-based merges (counted and measured), where the run has any."""
+    rows = merge_compute.compute_rows(data)
+    if rows is None:
+        return
+    out.csv("merge_compute.csv", rows)
+    md.append(merge_compute.compute_markdown(rows))
+    out.plot(merge_compute.CAPTION, merge_compute.draw_compute(rows, out.tmp, title))
 
 
 def _update_cards(data: RunData, df, tasks: List[str], suite: str, notes: List[str]) -> int:
@@ -283,13 +303,14 @@ def _write_one(data: RunData, suite: str, target: Path) -> Dict[str, Path]:
             out.plot("Mean accuracy vs n (Fig. 3/6)", plots.accuracy_vs_n(protocol, tmp, title))
             out.plot("Accuracy vs n per task (Figs. 7-10)", plots.per_task_vs_n(protocol, tasks, tmp, title))
             out.plot("Task-vector norm vs n (Fig. 4)", plots.norm_vs_n(protocol, tmp, title))
-            out.plot("Cost against performance (the reality-check paper's Fig. 2)", plots.cost_vs_performance(
+            out.plot("Merge and evaluation seconds per model against accuracy", plots.cost_vs_performance(
                 cost_points(ResultStore(data.run.eval_dir(suite)), protocol, merge_seconds(data.plan.entries)), tmp,
                 title))
         tables["balance"] = _norm_figures(out, df, protocol, title, md)
         tables["sweeps"] = _sweeps(out, df, base, title, md)
         tables["homogeneous"] = _homogeneous(out, df, base, title, md)
-        tables["choice_cost"] = _choice_cost(out, data, df, ResultStore(data.run.eval_dir(suite)), md)
+        tables["choice_cost"] = _choice_cost(out, data, df, ResultStore(data.run.eval_dir(suite)), title, md)
+        _merge_compute(out, data, title, md)
         model_dirs = {e.model_id: Path(e.path) for e in data.plan.entries if e.kind == "merge"}
         for variant, saved in layerwise_figures(df, model_dirs, tmp).items():
             out.plot(f"{variant}: covariate shift and importance weights per layer", saved)

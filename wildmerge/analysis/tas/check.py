@@ -5,6 +5,9 @@ demo family it has no signal on TIES). ``check_grid`` takes K grid points spread
 TAS choice always among them), merges each in memory, scores it with the evaluation harness and reports the
 Spearman correlation of TAS with the suite mean (a good proxy is strongly negative), the regret (best evaluated
 suite mean minus the TAS choice's, points) and the plots. ``tracks`` says whether a user may trust ``argmin TAS``.
+On a one-hyperparameter grid of 3 or more points AdaMMS* (App. D) is checked beside it on the same evaluations
+(its choice evaluated too): its Spearman and regret in ``check.json``'s ``adamms`` and a third panel of the plot
+(the paper's Fig. 9 compares the two).
 """
 
 from pathlib import Path
@@ -66,6 +69,48 @@ def summarize(rows: List[dict], distance: str = "l2") -> Dict:
             "best_accuracy": best["accuracy"], "tracks": tracks}
 
 
+def adamms_on_grid(tas, method, points: List[dict], grid_dir) -> List[dict] | None:
+    """AdaMMS*'s records on the same grid (App. D; ``adamms.json`` when the grid was tuned by it, else computed
+    now), or None where its rule does not apply (several hyperparameters, fewer than 3 points)."""
+    import json
+
+    from wildmerge.analysis.tas.adamms import adamms_records, swept_key
+    from wildmerge.errors import ConfigError
+
+    try:
+        swept_key(points)
+    except ConfigError:
+        return None
+    saved = Path(grid_dir) / "adamms.json"
+    if saved.is_file():
+        records = json.loads(saved.read_text())
+        if sorted(map(repr, (r["hparams"] for r in records))) == sorted(map(repr, points)):
+            return records
+    return adamms_records(tas, method, points, progress=False)
+
+
+def _same(a: dict, b: dict) -> bool:
+    return {k: a[k] for k in sorted(a)} == {k: b[k] for k in sorted(b)}
+
+
+def summarize_adamms(rows: List[dict], records: List[dict]) -> Dict:
+    """AdaMMS* beside TAS on the evaluated points (the reality-check paper, Fig. 9): the Spearman of its score with
+    accuracy over the evaluated interior points (lower score = more stable, so a good proxy is negative too), its
+    choice and the regret (best evaluated suite mean minus its choice's, points)."""
+    from wildmerge.analysis.tas.adamms import select_adamms
+
+    choice = select_adamms(records)
+    scored = [(r["score"], row["accuracy"]) for row in rows for r in records
+              if r["score"] is not None and _same(r["hparams"], row["hparams"])]
+    at_choice = [row["accuracy"] for row in rows if _same(row["hparams"], choice["hparams"])]
+    best = max(row["accuracy"] for row in rows)
+    rho = spearman(*zip(*scored)) if len(scored) >= 2 else float("nan")
+    return {"points": len(scored), "spearman": rho, "choice": choice["hparams"], "choice_score": choice["score"],
+            "choice_accuracy": at_choice[0] if at_choice else float("nan"),
+            "regret_points": 100 * (best - at_choice[0]) if at_choice else float("nan"),
+            "records": [{"hparams": r["hparams"], "score": r["score"]} for r in records]}
+
+
 def verdict(name: str, summary: Dict) -> str:
     """One line for the console; says plainly when TAS should not be trusted."""
     line = (f"{name}: TAS vs accuracy over {summary['points']} evaluated points: Spearman "
@@ -78,15 +123,30 @@ def verdict(name: str, summary: Dict) -> str:
         line += (f"\nwarning: TAS does not track accuracy on this pool for {name} (Spearman above "
                  f"{TRACKS_SPEARMAN} or regret above {TRACKS_REGRET} point): evaluate the grid instead of trusting "
                  f"argmin TAS")
+    if summary.get("adamms"):
+        a = summary["adamms"]
+        line += (f"\n{name}: AdaMMS* vs accuracy over {a['points']} evaluated interior points: Spearman "
+                 f"{a['spearman']:+.2f}, regret {a['regret_points']:.2f} points (AdaMMS* chose {a['choice']})")
     return line
 
 
-def plot(name: str, rows: List[dict], out: Path, distance: str = "l2", ylabel: str = "suite mean accuracy") -> dict:
-    """Accuracy against TAS for every point (Fig. 4 left) and, for a one-axis grid, both against the knob (Fig. 3)."""
+def plot(name: str, rows: List[dict], out: Path, distance: str = "l2", ylabel: str = "suite mean accuracy",
+         adamms: List[dict] | None = None) -> dict:
+    """Accuracy against TAS for every point (Fig. 4 left), for a one-axis grid both against the knob (Fig. 3), and
+    with ``adamms`` (its records on the grid) accuracy against AdaMMS*'s score beside it (Fig. 9's comparison)."""
     from wildmerge.analysis.plotting import pyplot, save_figure
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 3 if adamms else 2, figsize=(15 if adamms else 10, 4))
+    if adamms:
+        pairs = [(r["score"], row["accuracy"], row["candidate"]) for row in rows for r in adamms
+                 if r["score"] is not None and _same(r["hparams"], row["hparams"])]
+        axes[2].scatter([p[0] for p in pairs], [p[1] for p in pairs], color="C2", marker="^")
+        for x, y, label in pairs:
+            axes[2].annotate(label, (x, y), fontsize=6)
+        axes[2].set_xlabel("AdaMMS* score (mean l2 distance to the neighbouring grid points, lower = more stable)")
+        axes[2].set_ylabel(ylabel)
+        axes[2].set_title(f"{name}: accuracy vs AdaMMS*")
     tas = [r["tas"][distance] for r in rows]
     acc = [r["accuracy"] for r in rows]
     axes[0].scatter(tas, acc)
@@ -112,10 +172,13 @@ def plot(name: str, rows: List[dict], out: Path, distance: str = "l2", ylabel: s
 
 
 def check_grid(tas, method, records: List[dict], k: int, out_dir, suite: str = "demo", limit=None,
-               distance: str = "l2", executor: str = "serial", options=None) -> Dict:
+               distance: str = "l2", executor: str = "serial", options=None,
+               adamms: List[dict] | None = None) -> Dict:
     """Evaluate ``k`` of the sweep's points (merged in memory, saved under ``out_dir/models``); write
     ``check.json`` and the plots; returns the summary with the evaluated rows. ``options``: the run's
-    ``EvalOptions`` (executor, device, workers, dtype, limit), which replace ``executor`` and ``limit``."""
+    ``EvalOptions`` (executor, device, workers, dtype, limit), which replace ``executor`` and ``limit``. With
+    ``adamms`` (AdaMMS*'s records on the same grid) its choice is evaluated too and the summary's ``adamms``
+    compares it with accuracy."""
     from wildmerge.eval.evaluate import evaluate_models
     from wildmerge.eval.options import EvalOptions
     from wildmerge.eval.store import OK, ResultStore
@@ -125,6 +188,12 @@ def check_grid(tas, method, records: List[dict], k: int, out_dir, suite: str = "
         options = EvalOptions(executor=executor, limit=limit or None)
     limit = options.limit
     picked = spread(records, k, distance)
+    if adamms:
+        from wildmerge.analysis.tas.adamms import select_adamms
+
+        choice = select_adamms(adamms)["hparams"]
+        if not any(_same(r["hparams"], choice) for r in picked):
+            picked.append(next(r for r in records if _same(r["hparams"], choice)))
     paths = [save_candidate(tas, method, r, out / "models" / r["candidate"]) for r in picked]
     ev = evaluate_models(paths, suite, out / "eval", options)
     store = ResultStore(ev["store"])
@@ -140,7 +209,9 @@ def check_grid(tas, method, records: List[dict], k: int, out_dir, suite: str = "
 
         raise WildmergeError(f"no checked point of {method.name} could be scored; see {out / 'eval'}")
     summary = {**summarize(rows, distance), "suite": suite, "limit": limit, "rows": rows}
-    summary["plots"] = {k: str(v) for k, v in plot(method.name, rows, out, distance).items()}
+    if adamms:
+        summary["adamms"] = summarize_adamms(rows, adamms)
+    summary["plots"] = {k: str(v) for k, v in plot(method.name, rows, out, distance, adamms=adamms).items()}
     write_json(out / "check.json", summary)
     return summary
 
@@ -171,6 +242,6 @@ def check_tuned(tas, method, points: List[dict], grid_dir, k: int, suite: str = 
 
     records = sweep(tas, method, points, grid_dir, progress=False)
     summary = check_grid(tas, method, records, k, Path(grid_dir) / "check", suite=suite, limit=limit,
-                         distance=distance, options=options)
+                         distance=distance, options=options, adamms=adamms_on_grid(tas, method, points, grid_dir))
     print(verdict(method.name, summary))
     return summary
