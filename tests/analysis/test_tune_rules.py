@@ -23,8 +23,11 @@ def _grid(tmp_path, method, grid):
 
 def test_select_adamms_writes_its_choice_and_refuses_two_hyperparameters(lm_family, tmp_path):  # noqa: F811
     pool, out = _pool(lm_family, tmp_path), tmp_path / "out"
+    before = torch.get_num_threads()
+    threads = 1 if before != 1 else 2  # --threads holds for the call only: the caller's count comes back
     assert _tune("--pool", pool, "--grid", _grid(tmp_path, "ta", {"lambda": [0.2, 0.6, 1.0]}), "--out", out,
-                 "--samples", 4, "--select", "adamms") == 0
+                 "--samples", 4, "--select", "adamms", "--threads", threads) == 0
+    assert torch.get_num_threads() == before
     selected = json.loads((out / "sweep" / "selected.json").read_text())
     records = json.loads((out / "sweep" / "adamms.json").read_text())
     assert selected["rule"] == "adamms" and selected["hparams"] == {"lambda": 0.6}  # the only interior point
@@ -32,8 +35,8 @@ def test_select_adamms_writes_its_choice_and_refuses_two_hyperparameters(lm_fami
     assert yaml.safe_load((out / "sweep" / "recipe.yml").read_text())["parameters"]["lambda"] == 0.6
     with pytest.raises(ConfigError, match="grid 'sweep': AdaMMS\\* needs a grid over exactly one hyperparameter"):
         _tune("--pool", pool, "--grid", _grid(tmp_path, "ties", {"lambda": [0.5, 1.0], "density": [0.2, 0.5]}),
-              "--out", tmp_path / "out2", "--samples", 4, "--select", "adamms")
-    assert not (tmp_path / "out2").exists()
+              "--out", tmp_path / "out2", "--samples", 4, "--select", "adamms", "--threads", threads)
+    assert not (tmp_path / "out2").exists() and torch.get_num_threads() == before
 
 
 def test_tune_adamerging_writes_a_model_and_a_recipe(lm_family, tmp_path):  # noqa: F811

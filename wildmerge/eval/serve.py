@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from wildmerge.lifeline import hold
-from wildmerge.resources import cuda_available, kernel_threads, prefer_passive_wait, thread_share
+from wildmerge.resources import cuda_available
+from wildmerge.threads import kernel_threads, prefer_passive_wait, thread_share, torch_threads
 
 
 @contextlib.contextmanager
@@ -57,12 +58,10 @@ def cache_env_info() -> None:
     lm_eval.evaluator.add_env_info = add_env_info
 
 
-def job_threads(share: int) -> None:
-    """Torch threads for the next job: this worker's share of the cores, fewer while other processes hold them
-    (``wildmerge.resources``; threads waiting on a busy core stall every barrier)."""
-    import torch
-
-    torch.set_num_threads(kernel_threads(cap=share))
+def job_threads(share: int):
+    """Torch threads for one job: this worker's share of the cores, fewer while other processes hold them
+    (``wildmerge.threads``; threads waiting on a busy core stall every barrier); the worker's count back after."""
+    return torch_threads(kernel_threads(cap=share))
 
 
 def main() -> int:
@@ -81,8 +80,7 @@ def main() -> int:
     control.write("ready\n")
     for line in sys.stdin:
         job = json.loads(Path(line.strip()).read_text())
-        job_threads(share)
-        with output_to(job["log_path"]):
+        with job_threads(share), output_to(job["log_path"]):
             score_job(job, "long-lived")
         release_memory()
         control.write(job["job_id"] + "\n")

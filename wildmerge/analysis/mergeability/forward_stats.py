@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from wildmerge.analysis.mergeability.cache import StatsCache, data_fingerprint
 from wildmerge.analysis.mergeability.data import encode, pick
+from wildmerge.threads import torch_threads
 
 
 def _batches(items: List[dict], tok, ds, pad_to=None) -> List[dict]:
@@ -46,12 +47,8 @@ def forward_grams(base, experts: Dict[str, str], fps, calibration, settings, cac
             jobs.append(("encoder", e))
         if jobs:
             todo.append((e, jobs))
-    previous = torch.get_num_threads()
-    torch.set_num_threads(settings.threads)
-    try:
+    with torch_threads(settings.threads):
         _passes(todo, experts, settings, cache, tok, pooled, own, dkey, key_act, key_enc, in_scope, progress)
-    finally:
-        torch.set_num_threads(previous)
     grams = {}
     n_pooled = sum(len(pooled[s]) for s in names)
     if "activations" in groups:

@@ -12,6 +12,7 @@ from pathlib import Path
 from wildmerge.analysis.tas.setup import grid_points, load_sweep, tune_grid
 from wildmerge.analysis.tas.sweep import DEFAULT_SAMPLES
 from wildmerge.errors import ConfigError
+from wildmerge.threads import with_threads_argument
 
 LAMBDAS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]  # the reality-check paper's TA grid; at most 12 points per method
 TUNE_GRIDS = {
@@ -88,6 +89,7 @@ def _check_points(check: int) -> None:
         raise ConfigError(f"--check: {points_problem(check)}")
 
 
+@with_threads_argument
 def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None, samples: int = DEFAULT_SAMPLES,
               seq_len=None, distance: str = "l2", device: str = "cpu", threads=None, allow_pickle: bool = False,
               check: int = 0, check_suite: str = "demo", check_limit=None, select: str = "tas") -> dict:
@@ -95,10 +97,6 @@ def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None
     from wildmerge.recipes.sweeps import load_sweeps
     from wildmerge.pools import load_pool
 
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
     _check_numbers(samples=samples)
     _check_points(check)
     named = load_sweeps(sweeps, grid_file)
@@ -154,6 +152,7 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
     return out, tuned
 
 
+@with_threads_argument
 def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, lr: float = 1e-3, batch_size: int = 16,
                   exclude=(), out=None, samples: int = DEFAULT_SAMPLES, seq_len=None, device: str = "cpu",
                   threads=None, allow_pickle: bool = False) -> dict:
@@ -167,10 +166,6 @@ def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, l
     from wildmerge.pools import load_pool, resolve
 
     _check_numbers(samples=samples, iterations=iterations, lr=lr, batch_size=batch_size)
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
     settings = AdaMergingSettings(loss=loss, iterations=iterations, lr=lr, batch_size=batch_size)
     pool = load_pool(pool_name, exclude)
     check_calibration(pool)
