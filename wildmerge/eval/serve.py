@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from wildmerge.lifeline import hold
+from wildmerge.plugins import host_patches
 from wildmerge.resources import cuda_available
 from wildmerge.threads import kernel_threads, prefer_passive_wait, thread_share, torch_threads
 
@@ -45,17 +46,21 @@ def release_memory() -> None:
 
 def cache_env_info() -> None:
     """lm-eval describes the environment (torch's ``collect_env``: subprocesses, pip) on every ``simple_evaluate``:
-    7 s of a 2-core machine's job under load (profiled); a worker's environment does not change between jobs."""
-    import lm_eval.evaluator
+    7 s of a 2-core machine's job under load (profiled); a worker's environment does not change between jobs
+    (``host_patches``: lm_eval.evaluator.add_env_info)."""
+    host_patches.replace("lm_eval.evaluator.add_env_info", described_once)
 
-    original, cached = lm_eval.evaluator.add_env_info, {}
+
+def described_once(original):
+    """lm-eval's ``add_env_info`` (``original``) called once; each later call gets a copy of what it wrote."""
+    cached = {}
 
     def add_env_info(storage: dict) -> None:
         if not cached:
             original(cached)
         storage.update(cached)
 
-    lm_eval.evaluator.add_env_info = add_env_info
+    return add_env_info
 
 
 def job_threads(share: int):

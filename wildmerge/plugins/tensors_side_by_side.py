@@ -84,8 +84,6 @@ def side_by_side_planner(planner_class):
         """mergekit's ``MergePlanner``; for a wildmerge per-tensor method on a CPU, runs of neighbouring tensors are
         merged in one task, side by side (``wildmerge.plugins.tensors_side_by_side``)."""
 
-        __wildmerge_side_by_side__ = True
-
         def _plan(self):
             super()._plan()
             if wanted(self._method, self.options):
