@@ -1,5 +1,5 @@
-"""``wildmerge tune --select adamms`` (AdaMMS*), ``wildmerge tune --adamerging``, and the new baselines in memory (a TAS
-sweep tells the block / model passes which folder each input name stands for) equal to the stock merge."""
+"""``wildmerge tune --select adamms`` (AdaMMS*), ``wildmerge tune --adamerging``, and the new baselines in memory (the
+in-memory merger names each input with its folder for the block / model passes) equal to the stock merge."""
 
 import json
 
@@ -52,12 +52,10 @@ def test_tune_adamerging_writes_a_model_and_a_recipe(lm_family, tmp_path):  # no
 @pytest.mark.parametrize("method", ["lines_consensus", "norm_avg_block"])
 def test_block_and_model_methods_merge_in_memory_as_the_stock_merge(lm_family, tmp_path, method):  # noqa: F811
     from wildmerge.merging.inmemory import CandidateMerger
-    from wildmerge.plugins.model_pass import name_folders
     from wildmerge.recipes.render import render_recipe
 
     experts = {f"e{i}": p for i, p in enumerate(lm_family["experts"])}
-    merger = CandidateMerger(lm_family["base"], experts)
-    name_folders({"base": lm_family["base"], **experts})
+    merger = CandidateMerger(lm_family["base"], experts)  # names its inputs with their folders itself
     recipe = render_recipe(method, "base", list(experts))
     recipe.pop("out_dtype", None)
     in_memory = merger.merge(recipe)

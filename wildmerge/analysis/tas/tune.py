@@ -37,12 +37,9 @@ RULES = ("tas", "adamms")
 
 
 def _load(pool, out, **kwargs):
-    """The TAS sweep of the pool, its input names told to the block / model passes (LiNeS, NormAvg per block)."""
-    from wildmerge.plugins.model_pass import name_folders
-
-    tas = load_sweep(pool, out, **kwargs)
-    name_folders({"base": tas.base_path, **tas.expert_paths})
-    return tas
+    """The TAS sweep of the pool (its in-memory merger names each input with its folder, for LiNeS and the
+    per-block / per-model norms)."""
+    return load_sweep(pool, out, **kwargs)
 
 
 def _select(tas, method, points, out_dir, distance: str, rule: str) -> dict:
@@ -162,7 +159,7 @@ def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, l
     from wildmerge.analysis.tas.figures import write_adamerging
     from wildmerge.analysis.tas.setup import check_calibration
     from wildmerge.expert_data.read import expert_texts
-    from wildmerge.plugins.adamerging import AdaMergingSettings, adamerge
+    from wildmerge.analysis.tas.adamerging import AdaMergingSettings, adamerge
     from wildmerge.pools import load_pool, resolve
 
     _check_numbers(samples=samples, iterations=iterations, lr=lr, batch_size=batch_size)
