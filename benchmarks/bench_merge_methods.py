@@ -221,7 +221,8 @@ def bench_kernels(hidden, n_tasks, rounds, warmup):
     """Our kernels (default thread policy) against the naive ones on one thread and on torch's threads."""
     import torch
 
-    from wildmerge.plugins import linalg, spectral
+    from wildmerge.plugins import spectral
+    from wildmerge.threads import blas_threads
     from wildmerge.plugins.methods import IsoCParams, TaskArithmeticSBParams, TSVMParams
 
     boost = TaskArithmeticSBParams.with_defaults(spectral.subspace_boost)
@@ -237,7 +238,7 @@ def bench_kernels(hidden, n_tasks, rounds, warmup):
                 for ds in inputs:
                     fn(ds)
                 return
-            with linalg.blas_threads(threads):
+            with blas_threads(threads):
                 for ds in inputs:
                     fn(ds)
         return Call(call)
@@ -261,6 +262,7 @@ def bench_floor(hidden, layers, n_tasks):
     import torch
 
     from wildmerge.plugins import lapack, linalg
+    from wildmerge.threads import blas_threads
 
     inter = round(hidden * 2.7)
     shapes = [(hidden, hidden), (hidden // 2, hidden), (hidden // 2, hidden), (hidden, hidden),
@@ -293,7 +295,7 @@ def bench_floor(hidden, layers, n_tasks):
             times.append(time.perf_counter() - t)
         return min(times)
 
-    with linalg.blas_threads(1):
+    with blas_threads(1):
         one = {"Gram (syrk)": sum(best(syrk(s)) for s in shapes),
                "partial eigensolve (top r/T)": sum(best(per_task(s)) for s in shapes),
                "full eigensolve (r x r)": sum(best(full_eigh(s)) for s in shapes),

@@ -32,7 +32,7 @@ from paired import Process, measure, print_table
 
 CHILD = r"""
 import os, resource, sys, time
-from wildmerge.resources import prefer_passive_wait
+from wildmerge.threads import prefer_passive_wait
 prefer_passive_wait()
 import torch
 from paired import StartingLoad, report_seconds

@@ -1,4 +1,4 @@
-"""GPU check of AdaMerging+TAS (wildmerge.plugins.adamerging): CPU and CUDA learn the same coefficients, and the CUDA
+"""GPU check of AdaMerging+TAS (wildmerge.analysis.tas.adamerging): CPU and CUDA learn the same coefficients, and the CUDA
 run's checkpoint is theta_0 + sum_t lambda[t, block] tau_t (float64 from the files). Needs torch, transformers,
 tokenizers, safetensors, pydantic and pyyaml (not mergekit); writes $OUT/result.json.
 
@@ -46,7 +46,7 @@ def model(path, vocab, base=None, seed=0, noise=0.0):
 
 
 def main():
-    from wildmerge.plugins.adamerging import AdaMergingSettings, adamerge
+    from wildmerge.analysis.tas.adamerging import AdaMergingSettings, adamerge
     out = Path(os.environ.get("OUT", "/tmp/out"))
     root = Path("/tmp/ada")
     root.mkdir(exist_ok=True)

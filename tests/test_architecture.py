@@ -70,7 +70,7 @@ def _group(module: str) -> str:
         return "bottom"
     if parts[1] in LEVELS:
         return parts[1]
-    return "bottom"  # wildmerge.run, .hub, .checkpoints, .errors, .atomic, .paths, .resources, ._autoload
+    return "bottom"  # wildmerge.run, .hub, .checkpoints, .errors, .atomic, .paths, .resources, .threads, ._autoload
 
 
 def test_the_layer_table_covers_every_module():

@@ -11,7 +11,7 @@ then runs our post-import hooks:
   silently ignores misspelled parameters) and layer-sequential methods (Chain of Merges, RegMean) are routed to
   their own driver; and plan with ``tensors_side_by_side.SideBySidePlanner``, which merges neighbouring tensors
   side by side for our methods on a CPU. Recipes of mergekit's own methods merge exactly as without wildmerge
-  (warnings only; mergekit's own plan).
+  (warnings only; mergekit's own plan). Both are listed in ``plugins/host_patches.CHANGES`` and applied through it.
 
 ``WILDMERGE_AUTOLOAD=0`` in the environment turns the hook off (mergekit then runs as if wildmerge were not
 installed; CI compares mergekit's own test suite both ways).

@@ -1,4 +1,4 @@
-"""What this machine lends this process, one rule each: cores, free memory, peak memory, GPUs, CUDA, threads.
+"""What this machine lends this process, one rule each: cores, the run queue, free memory, peak memory, GPUs, CUDA.
 
 Torch-free at import (torch is imported inside the two functions that ask it), so the CLI and the start-up hook
 can use it before torch loads.
@@ -14,17 +14,10 @@ can use it before torch loads.
   can be given one of them), else torch's device count.
 - ``cuda_available`` and ``checked_device``: a requested device (``auto``, ``cpu``, ``cuda``, ``cuda:N``) made
   concrete, with one message when the GPU asked for is not there; ``free_device_memory``: free bytes on it.
-- ``thread_share``: a worker among N gets the usable cores // N threads (at least 1).
-- ``kernel_threads``, ``pool_threads``: how many matrices the CPU kernels work on side by side, decided per call
-  from the instantaneous run queue (``others_running``), not the 1-minute load average, which lags a load that
-  starts by a minute. ``WILDMERGE_LAPACK_THREADS`` overrides both (``threads_override``: a whole number from 1 to
-  the usable cores, else one clear ``ConfigError``). Each matrix itself is always computed on one thread
-  (``plugins/linalg.py``): a decomposition or product on several threads rounds otherwise than on one, so a merge's
-  bytes would follow the load; and a multi-threaded LAPACK call waits at a barrier for every thread, so a thread
-  whose core another process holds stalls all of them (measured on a loaded 2-core machine: four 512 x 512 float64
-  eigh took 0.3 s on one thread, 5-40 s on two). Side by side there is no barrier: a busy core delays one matrix.
-- ``prefer_passive_wait``: in the worker processes wildmerge starts (merge helpers, evaluation workers), OpenMP
-  threads sleep at barriers instead of spinning (``OMP_WAIT_POLICY=PASSIVE``); it only works before torch is imported.
+- ``others_running``: threads of other processes running or waiting for a core right now (the run queue);
+  ``running_threads``: one process's.
+
+How many threads wildmerge uses of these is ``threads.py``'s policy.
 """
 
 import functools
@@ -32,13 +25,11 @@ import math
 import os
 import re
 import resource
-import sys
 from pathlib import Path
 from typing import List, Optional
 
 from wildmerge.errors import ConfigError
 
-THREADS_ENV = "WILDMERGE_LAPACK_THREADS"
 CGROUP = Path("/sys/fs/cgroup")
 MEMINFO = Path("/proc/meminfo")
 SELF_CGROUP = Path("/proc/self/cgroup")
@@ -110,30 +101,7 @@ def usable_cores(root: Path = CGROUP) -> int:
     return max(1, cores)
 
 
-def thread_share(workers: int, root: Path = CGROUP) -> int:
-    """Threads for one of ``workers`` processes that split the usable cores (at least 1)."""
-    return max(1, usable_cores(root) // max(1, workers))
-
-
 LOADAVG = Path("/proc/loadavg")
-
-
-def threads_override() -> Optional[int]:
-    """``WILDMERGE_LAPACK_THREADS`` as a thread count, None when unset; a value that is not a whole number from 1 to
-    the usable cores is a ``ConfigError`` (``abc`` was a ValueError traceback, ``99999`` libgomp out of memory)."""
-    text = os.environ.get(THREADS_ENV, "").strip()
-    if not text:
-        return None
-    cores = usable_cores()
-    try:
-        wanted = int(text)
-    except ValueError:
-        wanted = 0
-    if not 1 <= wanted <= cores:
-        raise ConfigError(f"{THREADS_ENV}={text!r} is not a thread count for this machine: set a whole number from "
-                          f"1 to {cores} (its usable cores; more threads than cores only wait for each other), or "
-                          f"unset it to let wildmerge decide")
-    return wanted
 
 
 def running_threads(pid="self") -> int:
@@ -168,30 +136,6 @@ def others_running(loadavg: Path = LOADAVG) -> int:
     except (OSError, IndexError, ValueError):
         return 0
     return max(0, running - _own_running_threads())
-
-
-def kernel_threads(cap: int = 0) -> int:
-    """Threads for a multi-threaded CPU call now: the override, else the usable cores (at most ``cap`` when given)
-    that other processes leave free by the run queue now (at least 1)."""
-    wanted = threads_override()
-    if wanted is not None:
-        return wanted
-    cores = usable_cores()
-    return max(1, min(cap if cap > 0 else cores, cores - others_running()))
-
-
-def pool_threads() -> int:
-    """Python threads that run independent decompositions side by side, each on one BLAS thread: the override,
-    else the usable cores that the run queue leaves free now (``kernel_threads``). With no barrier between them,
-    a load that starts during the call delays only the matrices on its cores; a load already there keeps one
-    thread (measured on 2 busy cores: side by side, Iso-CTS at 256 x 256 was 1.11x one thread's time)."""
-    return kernel_threads()
-
-
-def prefer_passive_wait() -> bool:
-    """Let OpenMP threads sleep at barriers (unless the user chose a policy); True if it takes effect here."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return "torch" not in sys.modules
 
 
 # ---------------------------------------------------------------- memory

@@ -1,5 +1,5 @@
-"""``wildmerge tune --select adamms`` (AdaMMS*), ``wildmerge tune --adamerging``, and the new baselines in memory (a TAS
-sweep tells the block / model passes which folder each input name stands for) equal to the stock merge."""
+"""``wildmerge tune --select adamms`` (AdaMMS*), ``wildmerge tune --adamerging``, and the new baselines in memory (the
+in-memory merger names each input with its folder for the block / model passes) equal to the stock merge."""
 
 import json
 
@@ -23,8 +23,11 @@ def _grid(tmp_path, method, grid):
 
 def test_select_adamms_writes_its_choice_and_refuses_two_hyperparameters(lm_family, tmp_path):  # noqa: F811
     pool, out = _pool(lm_family, tmp_path), tmp_path / "out"
+    before = torch.get_num_threads()
+    threads = 1 if before != 1 else 2  # --threads holds for the call only: the caller's count comes back
     assert _tune("--pool", pool, "--grid", _grid(tmp_path, "ta", {"lambda": [0.2, 0.6, 1.0]}), "--out", out,
-                 "--samples", 4, "--select", "adamms") == 0
+                 "--samples", 4, "--select", "adamms", "--threads", threads) == 0
+    assert torch.get_num_threads() == before
     selected = json.loads((out / "sweep" / "selected.json").read_text())
     records = json.loads((out / "sweep" / "adamms.json").read_text())
     assert selected["rule"] == "adamms" and selected["hparams"] == {"lambda": 0.6}  # the only interior point
@@ -32,8 +35,8 @@ def test_select_adamms_writes_its_choice_and_refuses_two_hyperparameters(lm_fami
     assert yaml.safe_load((out / "sweep" / "recipe.yml").read_text())["parameters"]["lambda"] == 0.6
     with pytest.raises(ConfigError, match="grid 'sweep': AdaMMS\\* needs a grid over exactly one hyperparameter"):
         _tune("--pool", pool, "--grid", _grid(tmp_path, "ties", {"lambda": [0.5, 1.0], "density": [0.2, 0.5]}),
-              "--out", tmp_path / "out2", "--samples", 4, "--select", "adamms")
-    assert not (tmp_path / "out2").exists()
+              "--out", tmp_path / "out2", "--samples", 4, "--select", "adamms", "--threads", threads)
+    assert not (tmp_path / "out2").exists() and torch.get_num_threads() == before
 
 
 def test_tune_adamerging_writes_a_model_and_a_recipe(lm_family, tmp_path):  # noqa: F811
@@ -49,12 +52,10 @@ def test_tune_adamerging_writes_a_model_and_a_recipe(lm_family, tmp_path):  # no
 @pytest.mark.parametrize("method", ["lines_consensus", "norm_avg_block"])
 def test_block_and_model_methods_merge_in_memory_as_the_stock_merge(lm_family, tmp_path, method):  # noqa: F811
     from wildmerge.merging.inmemory import CandidateMerger
-    from wildmerge.plugins.model_pass import name_folders
     from wildmerge.recipes.render import render_recipe
 
     experts = {f"e{i}": p for i, p in enumerate(lm_family["experts"])}
-    merger = CandidateMerger(lm_family["base"], experts)
-    name_folders({"base": lm_family["base"], **experts})
+    merger = CandidateMerger(lm_family["base"], experts)  # names its inputs with their folders itself
     recipe = render_recipe(method, "base", list(experts))
     recipe.pop("out_dtype", None)
     in_memory = merger.merge(recipe)

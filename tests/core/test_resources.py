@@ -1,15 +1,15 @@
-"""The machine's resources, one rule each: cores from affinity and cgroup quotas, a worker's thread share, the
-kernel thread policy, free memory under a cgroup limit, peak RSS, visible GPUs, and the one checked device."""
+"""The machine's resources, one rule each: cores from affinity and cgroup quotas (and a worker's thread share of
+them), the run queue, free memory under a cgroup limit, peak RSS, visible GPUs, and the one checked device. The
+thread policy: tests/core/test_threads.py."""
 
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from wildmerge import resources
+from wildmerge import resources, threads
 from wildmerge.errors import ConfigError
 
 GPU = pytest.mark.skipif(not resources.cuda_available(), reason="needs a CUDA GPU")
@@ -30,7 +30,7 @@ def test_importing_it_does_not_import_torch():
     assert _python("import sys, wildmerge.resources; print('torch' in sys.modules)") == "False"
 
 
-# ---------------------------------------------------------------- cores and threads
+# ---------------------------------------------------------------- cores and the run queue
 
 
 def test_cgroup_quotas_cap_the_usable_cores(tmp_path):
@@ -47,16 +47,17 @@ def test_cgroup_quotas_cap_the_usable_cores(tmp_path):
     assert resources._cgroup_quota(tmp_path) is None
     (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("50000\n")  # v1: half a core still gets one thread
     assert resources._cgroup_quota(tmp_path) == 0.5 and resources.usable_cores(tmp_path) == 1
-    assert resources.thread_share(1, tmp_path) == resources.thread_share(4, tmp_path) == 1
+    assert threads.thread_share(1, tmp_path) == threads.thread_share(4, tmp_path) == 1
 
 
 def test_the_affinity_mask_caps_the_usable_cores_and_the_shares(tmp_path):
     (tmp_path / "cpu.max").write_text("6400000 100000\n")  # a quota of 64 cores: the mask decides
-    code = ("import os, json; from wildmerge import resources as r; from pathlib import Path; root = Path({root!r})\n"
-            "all = len(os.sched_getaffinity(0)); before = [r.usable_cores(root), r.thread_share(1, root), "
-            "r.thread_share(2, root), r.thread_share(all + 3, root)]\n"
+    code = ("import os, json; from wildmerge import resources as r, threads as t; from pathlib import Path\n"
+            "root = Path({root!r})\n"
+            "all = len(os.sched_getaffinity(0)); before = [r.usable_cores(root), t.thread_share(1, root), "
+            "t.thread_share(2, root), t.thread_share(all + 3, root)]\n"
             "os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})\n"
-            "after = [r.usable_cores(root), r.thread_share(1, root), r.thread_share(2, root)]\n"
+            "after = [r.usable_cores(root), t.thread_share(1, root), t.thread_share(2, root)]\n"
             "print(json.dumps([all, before, after]))")
     cores, before, pinned = json.loads(_python(code.format(root=str(tmp_path))))
     assert before == [cores, cores, max(1, cores // 2), 1]
@@ -65,37 +66,7 @@ def test_the_affinity_mask_caps_the_usable_cores_and_the_shares(tmp_path):
 
 def test_a_worker_share_of_a_quota(tmp_path):
     (tmp_path / "cpu.max").write_text("100000 100000\n")
-    assert resources.usable_cores(tmp_path) == 1 and resources.thread_share(3, tmp_path) == 1
-
-
-def test_the_override_wins_and_a_bad_one_is_one_clear_error(monkeypatch):
-    monkeypatch.setattr(resources, "usable_cores", lambda root=resources.CGROUP: 4)
-    monkeypatch.setenv(resources.THREADS_ENV, " 3 ")
-    assert resources.threads_override() == 3
-    assert resources.kernel_threads() == resources.kernel_threads(cap=1) == 3
-    assert resources.pool_threads() == 3
-    for bad in ("abc", "0", "-1", "1.5", "99999", "5"):  # 5: more than the 4 usable cores
-        monkeypatch.setenv(resources.THREADS_ENV, bad)
-        with pytest.raises(ConfigError, match=rf"{resources.THREADS_ENV}='{re.escape(bad)}' .* from 1 to 4"):
-            resources.kernel_threads()
-    monkeypatch.setenv(resources.THREADS_ENV, "")
-    assert resources.threads_override() is None
-
-
-def test_threads_follow_the_run_queue_now(monkeypatch):
-    monkeypatch.delenv(resources.THREADS_ENV, raising=False)
-    monkeypatch.setattr(resources, "usable_cores", lambda root=resources.CGROUP: 32)
-    others = {"now": 0}
-    monkeypatch.setattr(resources, "others_running", lambda: others["now"])
-    assert resources.kernel_threads() == 32 and resources.kernel_threads(cap=4) == 4  # quiet: every core
-    others["now"] = 29
-    assert resources.kernel_threads() == 3 and resources.kernel_threads(cap=2) == 2  # what the others leave
-    others["now"] = 40
-    assert resources.kernel_threads() == 1
-    others["now"] = 31
-    assert resources.pool_threads() == 1  # side by side only on the cores free now: a new load counts at once
-    others["now"] = 0
-    assert resources.pool_threads() == 32
+    assert resources.usable_cores(tmp_path) == 1 and threads.thread_share(3, tmp_path) == 1
 
 
 def test_the_run_queue_less_this_process(tmp_path, monkeypatch):
@@ -109,14 +80,6 @@ def test_the_run_queue_less_this_process(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert resources._own_running_threads() >= 1  # the thread that reads runs
     assert resources.others_running() >= 0
-
-
-def test_passive_wait_only_before_torch_and_never_over_the_users_choice():
-    code = ("import os; from wildmerge.resources import prefer_passive_wait as p; "
-            "{before}print(p(), os.environ['OMP_WAIT_POLICY'])")
-    assert _python(code.format(before=""), OMP_WAIT_POLICY=None) == "True PASSIVE"
-    assert _python(code.format(before="import torch; "), OMP_WAIT_POLICY=None) == "False PASSIVE"
-    assert _python(code.format(before=""), OMP_WAIT_POLICY="ACTIVE") == "True ACTIVE"
 
 
 # ---------------------------------------------------------------- memory
@@ -211,7 +174,7 @@ def test_merge_and_evaluation_workers_see_the_same_gpus(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: CPU workers, each with its share of the cores
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert worker_count(None, "cuda", "unused", 2) == 1
-    assert [env["OMP_NUM_THREADS"] for env in worker_envs(2)] == [str(resources.thread_share(2))] * 2
+    assert [env["OMP_NUM_THREADS"] for env in worker_envs(2)] == [str(threads.thread_share(2))] * 2
 
 
 def test_cpu_and_other_devices_pass_and_auto_is_the_gpu_when_there_is_one():

@@ -1,4 +1,5 @@
-"""lm-eval's prompt templates compiled once: the same text as lm-eval's own per-document compile, errors included."""
+"""lm-eval's work done once per process: prompt templates compiled once (the same text as lm-eval's own
+per-document compile, errors included), and a long-lived worker's environment described once."""
 
 import pytest
 
@@ -64,3 +65,31 @@ def test_lm_eval_tasks_render_through_the_cache():
         assert templates.compiled_template.cache_info().misses == 1
     finally:
         utils.apply_template = original
+
+
+def test_a_workers_environment_is_described_once():
+    import lm_eval.evaluator
+
+    from wildmerge.eval.serve import cache_env_info, described_once
+
+    calls = []
+    own = lm_eval.evaluator.add_env_info
+
+    def counted(storage):
+        calls.append(1)
+        own(storage)
+
+    add_env_info = described_once(counted)
+    first, second = {"results": {}}, {}
+    add_env_info(first)
+    add_env_info(second)
+    assert len(calls) == 1 and "pretty_env_info" in second
+    assert first == {"results": {}, **second}  # every job's record gets what lm-eval wrote once
+    try:
+        cache_env_info()
+        ours = lm_eval.evaluator.add_env_info
+        cache_env_info()  # once per process
+        assert ours is lm_eval.evaluator.add_env_info and ours is not own
+    finally:
+        lm_eval.evaluator.add_env_info = own
+

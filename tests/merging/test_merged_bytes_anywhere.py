@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import make_tiny_model, write_pool
-from wildmerge import resources
+from wildmerge.threads import THREADS_ENV
 from wildmerge.cli import main
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).parents[2] / "merge_recipes" / "methods").glob("*.yml"))
@@ -26,7 +26,7 @@ def _busy(stop):
 
 def merged(pool, out, methods, *, threads: int, workers: int, loaded: bool, monkeypatch) -> dict:
     """{model id: bytes of every weight file} of ``sample --no-evaluate`` with these threads."""
-    monkeypatch.delenv(resources.THREADS_ENV, raising=False)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     stop = mp.get_context("spawn").Event()

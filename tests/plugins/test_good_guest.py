@@ -2,13 +2,18 @@
 
 Recipes mergekit accepts merge exactly as without wildmerge (our objections are stderr warnings); vocabulary
 differences go through mergekit's tokenizer options; NaN/Inf weights are refused by wildmerge's commands and
-warned about by the stock entry points; the start-up hook registers our methods whatever is imported first.
+warned about by the stock entry points; the start-up hook registers our methods whatever is imported first. Every
+change to mergekit or lm-eval is one of ``plugins/host_patches.CHANGES``, and each is checked from that list.
 """
 
+import ast
+import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from helpers import make_tiny_model
 from wildmerge.checkpoints import check_compatible
 from wildmerge.errors import ConfigError, WildmergeError
+from wildmerge.plugins import host_patches
 from wildmerge.plugins.entrypoint import wildmerge_checks
 
 KEY = "model.layers.0.self_attn.q_proj.weight"
@@ -294,3 +300,107 @@ def test_a_shared_module_imported_first_leaves_registration_for_later_without_a_
     done = python(f"import {first}; import wildmerge.plugins.methods; {OURS}")
     assert done.stderr == ""
     assert "'iso_c'" in done.stdout and "'tsv_m'" in done.stdout and "'localize_stitch'" in done.stdout
+
+
+# ---------------------------------------------------------------- every change to the hosts, from the one list
+
+ROOT = Path(__file__).resolve().parents[2]
+REPLACED = [c for c in host_patches.CHANGES if c.scope != "registry"]
+
+
+def _applier(change):
+    module, _, name = change.applied_by.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _apply(change):
+    """Put ``change`` in place as wildmerge does (the start-up hook hands over the imported module)."""
+    if change.applied_by.endswith(":on_merge_module_imported"):
+        return _applier(change)(sys.modules["mergekit.merge"])
+    return _applier(change)()
+
+
+@pytest.mark.parametrize("change", host_patches.CHANGES, ids=lambda c: c.target)
+def test_every_change_names_a_host_target_a_reason_an_off_switch_and_a_test_that_exist(change):
+    module, _, attribute = change.target.rpartition(".")
+    assert hasattr(importlib.import_module(module), attribute), f"{change.target} is gone from the installed host"
+    path, _, name = change.test.partition("::")
+    assert re.search(rf"^def {name}\(", (ROOT / path).read_text(), re.MULTILINE), change.test
+    assert callable(_applier(change)) and change.reason and change.off
+    assert change.scope in ("process", "block", "registry")
+
+
+@pytest.mark.parametrize("change", REPLACED, ids=lambda c: c.target)
+def test_each_replacement_goes_in_once_and_the_hosts_own_stays_reachable(change):
+    module, _, attribute = change.target.rpartition(".")
+    module = importlib.import_module(module)
+    own, before = host_patches.original(change.target), getattr(module, attribute)
+    try:
+        if change.scope == "block":
+            assert before is own  # outside wildmerge's own merges: the host's
+            with _applier(change)():
+                ours = getattr(module, attribute)
+                with _applier(change)():  # re-entrant
+                    assert getattr(module, attribute) is ours
+                assert getattr(module, attribute) is ours
+            assert getattr(module, attribute) is own
+        else:
+            _apply(change)
+            ours = getattr(module, attribute)
+            _apply(change)  # a second time changes nothing
+            assert getattr(module, attribute) is ours
+    finally:
+        setattr(module, attribute, before)
+    assert ours is not own and host_patches.is_ours(ours) and host_patches.original(change.target) is own
+
+
+def test_with_the_hook_off_mergekit_is_its_own():
+    off = [c.target for c in REPLACED if c.off.startswith("WILDMERGE_AUTOLOAD=0")]
+    code = ("import importlib, mergekit.merge; from wildmerge.plugins import host_patches as h\n"
+            f"print([h.is_ours(getattr(importlib.import_module(t.rpartition('.')[0]), t.rpartition('.')[2])) "
+            f"for t in {off!r}])")
+    assert off and python(code, WILDMERGE_AUTOLOAD="0").stdout.strip() == str([False] * len(off))
+    assert python(code).stdout.strip() == str([True] * len(off))
+
+
+def test_an_unlisted_change_is_refused():
+    with pytest.raises(KeyError, match="not a listed host change"):
+        host_patches.replace("mergekit.merge.MergeOptions", lambda original: original)
+
+
+def _host_names(tree) -> set:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            module = getattr(node, "module", None) or ""
+            for alias in node.names:
+                full = alias.name if isinstance(node, ast.Import) else f"{module}.{alias.name}"
+                if full.split(".")[0] in ("mergekit", "lm_eval"):
+                    names.add((alias.asname or alias.name).split(".")[0])
+    return names
+
+
+def _root(node):
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def test_no_module_but_the_door_writes_into_mergekit_or_lm_eval():
+    """No ``host_module.x = ...`` or ``setattr(host_module, ...)`` outside ``plugins/host_patches.py``."""
+    writes = []
+    for path in (ROOT / "wildmerge").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        hosts = _host_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                written = [t for t in node.targets if isinstance(t, ast.Attribute)]
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Attribute):
+                written = [node.target]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+                written = node.args[:1]
+            else:
+                written = []
+            writes += [f"{path.name}:{node.lineno}" for t in written if _root(t) in hosts]
+    assert not writes, writes
+

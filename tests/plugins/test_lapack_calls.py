@@ -9,6 +9,7 @@ from scipy.linalg import blas, eigh
 from scipy.linalg import lapack as scipy_lapack
 
 from wildmerge.plugins import lapack, linalg
+from wildmerge.threads import blas_threads
 
 
 def layouts(dtype):
@@ -61,9 +62,9 @@ def test_eigh_upper_takes_syevd_on_one_thread_and_torchs_on_several(monkeypatch)
     gram = lapack.syrk_upper(torch.randn(60, 20, dtype=torch.float64))
     calls = []
     monkeypatch.setattr(lapack, "syevd", lambda g: calls.append("syevd") or torch.linalg.eigh(g, UPLO="U"))
-    with linalg.blas_threads(1):
+    with blas_threads(1):
         linalg.eigh_upper(gram)
-    with linalg.blas_threads(2):
+    with blas_threads(2):
         linalg.eigh_upper(gram)
     assert calls == ["syevd"]
 

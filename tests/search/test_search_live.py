@@ -93,3 +93,17 @@ def test_regmean_is_a_candidate_merged_through_mergekit_once(tmp_path, monkeypat
     stamp = (model / "merge_info.json").stat().st_mtime_ns
     again = search_pool("demo", BUDGET, out=out, **args)
     assert again == summary and (model / "merge_info.json").stat().st_mtime_ns == stamp
+
+
+def test_a_per_block_method_is_searched_without_tuning(pool_file, tmp_path):
+    """``wildmerge search --no-tune`` with NormAvg per block: no TAS sweep ran to say where the experts are, and the
+    in-memory merger names each input with its folder itself, so the per-block norms find the checkpoints (this
+    failed with "scope 'block' needs the checkpoints on disk")."""
+    from wildmerge.cli import main
+
+    out = tmp_path / "run"
+    assert main(["search", "--base", pool_file, "--budget", "2", "--methods", "norm_avg_block", "--no-tune",
+                 "--no-experts", "--suite", "demo", "--limit", "4", "--out", str(out)]) == 0
+    result = json.loads(RunFolder(out).search_json.read_text())["result"]
+    assert result["method"] == "norm_avg_block" and result["hparams"]["scope"] == "block"
+    assert (Path(result["model"]) / "config.json").is_file()

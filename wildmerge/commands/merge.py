@@ -84,7 +84,7 @@ def run(args) -> int:
 
     from wildmerge.atomic import atomic_dir
     from wildmerge.plugins.entrypoint import wildmerge_checks
-    from wildmerge.plugins.linalg import blas_threads
+    from wildmerge.threads import blas_threads
 
     # one thread per tensor: the merged bytes never depend on the cores or the load (mergekit's own reductions,
     # e.g. Model Stock's, round otherwise on two threads); wildmerge's methods still merge tensors side by side

@@ -13,6 +13,7 @@ A composition is a folder with ``composition.json`` (and ``centroids.safetensors
 context alone, so every choice of a multiple-choice item is scored by the same mixture of experts.
 """
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from wildmerge.atomic import atomic_dir
 from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.run import generated_calibration_dir
+from wildmerge.threads import torch_threads
 
 COMPOSITION_FILE, CENTROIDS_FILE = "composition.json", "centroids.safetensors"
 MODEL_NAME = "wildmerge-composition"
@@ -107,6 +109,18 @@ def write_composition(folder, spec: CompositionSpec, device: str = "cpu") -> Pat
     return folder
 
 
+def _on_one_cpu_thread(request):
+    """An lm-eval request of ``CompositionLM`` on one torch thread on a CPU (tiny forward passes: extra threads
+    mostly spin on a shared CPU); the caller's count back after."""
+
+    @functools.wraps(request)
+    def run(self, *args, **kwargs):
+        with torch_threads(1 if self.device_name == "cpu" else None):
+            return request(self, *args, **kwargs)
+
+    return run
+
+
 def _register():
     from lm_eval.api.model import LM
     from lm_eval.api.registry import register_model
@@ -124,8 +138,6 @@ def _register():
 
             self.spec = read_spec(pretrained)
             self.device_name = device if device not in (None, "auto") else "cpu"
-            if self.device_name == "cpu":
-                torch.set_num_threads(1)  # tiny forward passes: extra threads mostly spin on a shared CPU
             loaded = [load_causal_lm(p, self.device_name) for p in self.spec.experts.values()]
             self.experts = [m for m, _ in loaded]
             self.tokenizer = loaded[0][1]
@@ -155,6 +167,7 @@ def _register():
                 total = z if total is None else total + z
             return total
 
+        @_on_one_cpu_thread
         def loglikelihood(self, requests, disable_tqdm: bool = False):
             """One-token continuations are read from one pass over their context (shared by every choice of an
             item); longer ones get their own pass."""
@@ -213,6 +226,7 @@ def _register():
             raise WildmergeError(f"{MODEL_NAME} scores multiple-choice and generation tasks; perplexity tasks "
                                  f"(loglikelihood_rolling) are not supported")
 
+        @_on_one_cpu_thread
         def generate_until(self, requests, disable_tqdm: bool = False):
             """Greedy decoding on the combined logits, routed once from the prompt."""
             torch, out = self._torch, []

@@ -28,7 +28,8 @@ from wildmerge.errors import ConfigError
 from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import FAILED, OK, ResultStore, read_result
 from wildmerge.eval.worker import lost_record
-from wildmerge.resources import free_memory, thread_share, usable_cores, visible_gpus
+from wildmerge.resources import free_memory, usable_cores, visible_gpus
+from wildmerge.threads import thread_share, worker_thread_env
 
 STARTUP_TIMEOUT = 600.0  # importing lm-eval on a busy node
 # What one worker holds besides the model it scores: the interpreter with torch, transformers, datasets and lm-eval
@@ -84,15 +85,14 @@ def measure_worker_memory() -> int:
 
 def worker_envs(workers: Optional[int]) -> List[Dict[str, str]]:
     """One environment per worker: its GPU, or its share of the CPU threads."""
-    base = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY",
-                                                                                              "PASSIVE")}
+    base = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     gpus = visible_gpus()
     if gpus:
         count = workers or len(gpus)
-        return [{**base, "CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(count)]
+        return [{**base, **worker_thread_env(None), "CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]}
+                for i in range(count)]
     count = workers or default_workers()
-    threads = str(thread_share(count))
-    return [{**base, "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", threads)} for _ in range(count)]
+    return [{**base, **worker_thread_env(thread_share(count))} for _ in range(count)]
 
 
 class WorkerDied(RuntimeError):

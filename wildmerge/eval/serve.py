@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 
 from wildmerge.lifeline import hold
-from wildmerge.resources import cuda_available, kernel_threads, prefer_passive_wait, thread_share
+from wildmerge.plugins import host_patches
+from wildmerge.resources import cuda_available
+from wildmerge.threads import kernel_threads, prefer_passive_wait, thread_share, torch_threads
 
 
 @contextlib.contextmanager
@@ -44,25 +46,27 @@ def release_memory() -> None:
 
 def cache_env_info() -> None:
     """lm-eval describes the environment (torch's ``collect_env``: subprocesses, pip) on every ``simple_evaluate``:
-    7 s of a 2-core machine's job under load (profiled); a worker's environment does not change between jobs."""
-    import lm_eval.evaluator
+    7 s of a 2-core machine's job under load (profiled); a worker's environment does not change between jobs
+    (``host_patches``: lm_eval.evaluator.add_env_info)."""
+    host_patches.replace("lm_eval.evaluator.add_env_info", described_once)
 
-    original, cached = lm_eval.evaluator.add_env_info, {}
+
+def described_once(original):
+    """lm-eval's ``add_env_info`` (``original``) called once; each later call gets a copy of what it wrote."""
+    cached = {}
 
     def add_env_info(storage: dict) -> None:
         if not cached:
             original(cached)
         storage.update(cached)
 
-    lm_eval.evaluator.add_env_info = add_env_info
+    return add_env_info
 
 
-def job_threads(share: int) -> None:
-    """Torch threads for the next job: this worker's share of the cores, fewer while other processes hold them
-    (``wildmerge.resources``; threads waiting on a busy core stall every barrier)."""
-    import torch
-
-    torch.set_num_threads(kernel_threads(cap=share))
+def job_threads(share: int):
+    """Torch threads for one job: this worker's share of the cores, fewer while other processes hold them
+    (``wildmerge.threads``; threads waiting on a busy core stall every barrier); the worker's count back after."""
+    return torch_threads(kernel_threads(cap=share))
 
 
 def main() -> int:
@@ -81,8 +85,7 @@ def main() -> int:
     control.write("ready\n")
     for line in sys.stdin:
         job = json.loads(Path(line.strip()).read_text())
-        job_threads(share)
-        with output_to(job["log_path"]):
+        with job_threads(share), output_to(job["log_path"]):
             score_job(job, "long-lived")
         release_memory()
         control.write(job["job_id"] + "\n")

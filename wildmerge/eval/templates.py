@@ -8,7 +8,7 @@ stateless (each ``render`` gets a fresh context), so rendering a cached one give
 
 import functools
 
-PATCHED = "_wildmerge_cached"
+from wildmerge.plugins import host_patches
 
 
 @functools.lru_cache(maxsize=4096)
@@ -24,12 +24,7 @@ def apply_template(template: str, doc: dict) -> str:
     return compiled_template(template).render(**doc)
 
 
-setattr(apply_template, PATCHED, True)
-
-
 def compile_templates_once() -> None:
-    """Make lm-eval render every template through ``compiled_template`` (idempotent)."""
-    from lm_eval import utils
-
-    if not getattr(utils.apply_template, PATCHED, False):
-        utils.apply_template = apply_template
+    """Make lm-eval render every template through ``compiled_template`` (once; ``host_patches``:
+    lm_eval.utils.apply_template)."""
+    host_patches.replace("lm_eval.utils.apply_template", lambda original: apply_template)

@@ -18,13 +18,14 @@ def deterministic(threads: int):
     """Deterministic kernels and a fixed thread count for the block; the caller's settings come back after."""
     import torch
 
-    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(threads)
+    from wildmerge.threads import torch_threads
+
+    old_det = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        yield
+        with torch_threads(threads):
+            yield
     finally:
-        torch.set_num_threads(old_threads)
         torch.use_deterministic_algorithms(old_det)
 
 

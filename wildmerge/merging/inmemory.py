@@ -15,6 +15,7 @@ from typing import Dict, Optional
 from wildmerge.checkpoints import on_base_tokens, read_config, resized_rows, weight_files
 from wildmerge.errors import ConfigError, WildmergeError
 from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
+from wildmerge.plugins.model_pass import FolderName
 
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "float64"}
 
@@ -48,6 +49,8 @@ class CandidateMerger:
 
         self.device = torch.device(device)
         self.base_path = base_path
+        self.folders = dict(experts)  # each input's name carries its folder (model_pass.FolderName): LiNeS and the
+        # per-block / per-model norms read the checkpoints of exactly these inputs
         self.expert_names = list(experts)
         self.base = _load(base_path, device)
         resized = resized_rows(base_path, experts)  # added tokens: read on the base's tokens (tokenizer source=base)
@@ -118,7 +121,8 @@ class CandidateMerger:
     def _group(self, name: str):
         from mergekit.merge_methods.base import TensorEntry, TensorGroup, TensorMetadata
 
-        entries = [TensorEntry(id="base", tensor=self.base[name], is_base=True)]
-        entries += [TensorEntry(id=e, tensor=self.experts[e][name]) for e in self.expert_names]
+        entries = [TensorEntry(id=FolderName("base", self.base_path), tensor=self.base[name], is_base=True)]
+        entries += [TensorEntry(id=FolderName(e, self.folders[e]), tensor=self.experts[e][name])
+                    for e in self.expert_names]
         return TensorGroup(entries=tuple(entries),
                            metadata=TensorMetadata(name=name, vocabulary_axis=self.vocabulary_axis.get(name)))

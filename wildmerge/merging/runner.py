@@ -10,7 +10,6 @@ is removed only by whoever holds its merge's claim, so nobody deletes a merge th
 """
 
 import contextlib
-import os
 import shutil
 import time
 from pathlib import Path
@@ -79,7 +78,7 @@ def merge_one(entry: PlanEntry, recipe: dict, digest: str, text: str, options, m
     from mergekit.merge import run_merge
 
     from wildmerge.plugins.entrypoint import wildmerge_checks
-    from wildmerge.plugins.linalg import blas_threads
+    from wildmerge.threads import blas_threads
 
     start = time.perf_counter()
     # one thread per tensor on the CPU: a merge's bytes never depend on the thread count, the merge workers or the
@@ -140,20 +139,10 @@ def _cpu_share(workers: int, device: str):
     if workers <= 1 or device.startswith("cuda") or device == "auto":
         yield
         return
-    import torch
+    from wildmerge.threads import cpu_share, thread_share
 
-    from wildmerge.resources import THREADS_ENV, thread_share
-
-    share = thread_share(workers)
-    before, override = torch.get_num_threads(), os.environ.get(THREADS_ENV)
-    torch.set_num_threads(share)
-    os.environ[THREADS_ENV] = override or str(share)
-    try:
+    with cpu_share(thread_share(workers)):
         yield
-    finally:
-        torch.set_num_threads(before)
-        if override is None:
-            os.environ.pop(THREADS_ENV, None)
 
 
 def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, options, *, keep_models="all",

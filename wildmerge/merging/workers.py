@@ -7,7 +7,7 @@ every entry (it evaluates and prunes in its own order, waiting for merges a help
 whoever runs it: mergekit is seeded and reads nothing of the process.
 
 GPU helper ``i`` sees only the ``i``-th visible GPU (``CUDA_VISIBLE_DEVICES``); CPU helpers split the usable cores
-(``torch.set_num_threads``) and wait passively at OpenMP barriers. A helper dies with the process that started it
+(``threads.cpu_share``) and wait passively at OpenMP barriers. A helper dies with the process that started it
 (``wildmerge.lifeline``), ``kill -9`` included; the run folder's claims let the next run finish its merges.
 """
 
@@ -17,8 +17,8 @@ from typing import List, Optional, Union
 from wildmerge import lifeline
 from wildmerge.checkpoints import cpu_merge_peak_bytes, weights_bytes
 from wildmerge.errors import ConfigError
-from wildmerge.resources import (THREADS_ENV, free_memory, peak_rss_mib, prefer_passive_wait, thread_share,
-                                 usable_cores, visible_gpus)
+from wildmerge.resources import free_memory, peak_rss_mib, usable_cores, visible_gpus
+from wildmerge.threads import cpu_share, prefer_passive_wait, thread_share
 
 # What one helper process holds before it merges anything: the interpreter with torch, transformers and mergekit
 # imported. Measured as the resident memory (VmHWM) of a spawned helper once its imports are done
@@ -147,15 +147,11 @@ def _helper(gpu: Optional[str], threads: int, queue, run, args: tuple, kwargs: d
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     prefer_passive_wait()
-    import torch
+    with cpu_share(threads):
+        options = args[3]
+        if gpu is not None and str(options.device).startswith("cuda:"):
+            args = args[:3] + (options.model_copy(update={"device": "cuda"}),) + args[4:]
+        _import_merging()  # the slow imports, before saying ready
 
-    torch.set_num_threads(threads)
-    if not os.environ.get(THREADS_ENV):
-        os.environ[THREADS_ENV] = str(threads)
-    options = args[3]
-    if gpu is not None and str(options.device).startswith("cuda:"):
-        args = args[:3] + (options.model_copy(update={"device": "cuda"}),) + args[4:]
-    _import_merging()  # the slow imports, before saying ready
-
-    queue.put("ready")
-    queue.put(run(*args, **kwargs))
+        queue.put("ready")
+        queue.put(run(*args, **kwargs))

@@ -22,7 +22,8 @@ import torch
 from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
 from pydantic import Field
 
-from wildmerge.plugins.linalg import on_kernel_threads, out_dtype, polar_weights, spectral_map, thin_svd
+from wildmerge.plugins.kernel_pool import on_kernel_threads
+from wildmerge.plugins.linalg import out_dtype, polar_weights, spectral_map, thin_svd
 from wildmerge.plugins.method_params import MethodParams
 from wildmerge.plugins.methods import TSV_URL, ScaledTaskVectors, SpectralMerge, SpectralOptions
 from wildmerge.plugins.task_vector_method import TaskVectorMethod

@@ -12,7 +12,8 @@
    (``wildmerge_checks``: ``wildmerge merge`` and the sampler), which turns them into errors.
 
 ``mergekit.merge`` plans with ``tensors_side_by_side.SideBySidePlanner``: for our methods on a CPU it merges runs of
-neighbouring tensors side by side (mergekit's plan otherwise, and always for mergekit's own methods).
+neighbouring tensors side by side (mergekit's plan otherwise, and always for mergekit's own methods). Both changes
+go through ``host_patches`` (the list of every change wildmerge makes to mergekit and lm-eval).
 """
 
 import contextlib
@@ -140,8 +141,7 @@ def _no_family_refs(merge_config) -> None:
 
 
 def wrap_run_merge(original):
-    if getattr(original, "__wildmerge_wrapped__", False):
-        return original
+    """mergekit's ``run_merge`` behind wildmerge's checks and routes (``host_patches``: mergekit.merge.run_merge)."""
 
     @functools.wraps(original)
     def run_merge(merge_config, out_path, options, config_source=None):
@@ -165,13 +165,13 @@ def wrap_run_merge(original):
             _checked(check_finite_output, checks.inputs, merge_config, out_path)
         return result
 
-    run_merge.__wildmerge_wrapped__ = True
     return run_merge
 
 
 def on_merge_module_imported(module) -> None:
+    """Right after ``mergekit.merge`` is imported: its two changes, through the one door (``host_patches``)."""
+    from wildmerge.plugins import host_patches
     from wildmerge.plugins.tensors_side_by_side import side_by_side_planner
 
-    module.run_merge = wrap_run_merge(module.run_merge)
-    if not getattr(module.MergePlanner, "__wildmerge_side_by_side__", False):
-        module.MergePlanner = side_by_side_planner(module.MergePlanner)
+    host_patches.replace("mergekit.merge.run_merge", wrap_run_merge)
+    host_patches.replace("mergekit.merge.MergePlanner", side_by_side_planner)

@@ -20,7 +20,8 @@ from mergekit.merge_methods.base import GroupMergeMethod, TensorGroup
 from mergekit.merge_methods.generalized_task_arithmetic import get_mask
 from pydantic import Field
 
-from wildmerge.plugins.linalg import on_kernel_threads, out_dtype, thin_svd
+from wildmerge.plugins.kernel_pool import on_kernel_threads
+from wildmerge.plugins.linalg import out_dtype, thin_svd
 from wildmerge.plugins.methods import ScaledTaskVectors, SpectralOptions, spectral_eligible
 from wildmerge.plugins.task_vector_method import TaskVectorMethod, all_zero
 

@@ -1,6 +1,6 @@
 """scipy's BLAS ``syrk`` and LAPACK ``syevr`` / ``syevd``, called without holding Python's GIL.
 
-Why: the kernels run independent decompositions side by side on Python threads (``linalg.each_matrix``), which
+Why: the kernels run independent decompositions side by side on Python threads (``kernel_pool.each_matrix``), which
 only pays if every heavy call releases the GIL. torch's do; scipy's f2py wrappers (``scipy.linalg.blas.dsyrk``,
 ``scipy.linalg.eigh(driver="evr")``) hold it for the whole call (measured: a Python thread made no progress for
 0.31 s during a 0.33 s ``dsyrk``). scipy exports the same routines for Cython as C function pointers

@@ -7,8 +7,8 @@ those numbers from one streamed first pass over the checkpoints: one tensor of e
 float64 sums, computed once per set of checkpoints and kept for the rest of the merge (and of the process).
 
 The checkpoints are found from the tensor group: mergekit's graph names every input by its ``ModelReference``; a
-caller of the in-memory API names them by their folders, or tells the passes which folder each of its names stands
-for (``name_folders``: a TAS sweep does).
+caller of the in-memory API names them by their folders, or by ``FolderName``s (a name that carries its folder:
+the in-memory merger's inputs).
 """
 
 import re
@@ -45,26 +45,33 @@ def num_layers(folder: str) -> int:
     return int(count)
 
 
-# Names an in-memory merger gives its inputs ("base", expert names) -> their folders; set by whoever loaded them
-# (a TAS sweep), so block / model passes work in memory too.
-_NAMED_FOLDERS: Dict[str, str] = {}
+class FolderName(str):
+    """An input's name in an in-memory merge ("base", an expert's name: what recipes and per-model parameters are
+    keyed by; equal to and hashed as the plain name) that carries the checkpoint folder it was loaded from, so the
+    block / model passes find the checkpoints of exactly this merge's inputs."""
 
+    folder: str
 
-def name_folders(folders: Dict[str, str]) -> None:
-    """Tell the passes which folder each input name of an in-memory merge stands for (replaces earlier names)."""
-    _NAMED_FOLDERS.clear()
-    _NAMED_FOLDERS.update({str(k): str(v) for k, v in folders.items()})
+    def __new__(cls, name: str, folder: str):
+        named = super().__new__(cls, name)
+        named.folder = str(folder)
+        return named
+
+    def __reduce__(self):
+        return FolderName, (str(self), self.folder)
 
 
 def folder_of(entry_id: Hashable) -> Optional[str]:
     """The local checkpoint folder behind a tensor group's entry id, or None when the id names no folder."""
     from mergekit.common import ModelReference
 
+    if isinstance(entry_id, FolderName):
+        return entry_id.folder
     if isinstance(entry_id, ModelReference):
         return _reference_folder(entry_id)
     if isinstance(entry_id, (str, Path)) and (Path(entry_id) / "config.json").is_file():
         return str(entry_id)
-    return _NAMED_FOLDERS.get(str(entry_id))
+    return None
 
 
 @lru_cache(maxsize=64)

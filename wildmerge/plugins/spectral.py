@@ -11,9 +11,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
+from wildmerge.plugins.kernel_pool import on_kernel_threads
 from wildmerge.plugins.linalg import (
     batched_randomized_svds,
-    on_kernel_threads,
     out_dtype,
     polar_product,
     projected_svds,

@@ -19,7 +19,7 @@ from mergekit.merge_methods.base import BasePolicy, InputContract, MergeMethodSp
 
 from wildmerge.checkpoints import all_finite
 from wildmerge.errors import ConfigError
-from wildmerge.plugins.linalg import large_ones_side_by_side, worth_a_thread
+from wildmerge.plugins.kernel_pool import large_ones_side_by_side, worth_a_thread
 
 
 class TaskVectorMethod:
@@ -85,7 +85,7 @@ def groups_side_by_side(execute: Callable, groups: Sequence[TensorGroup], parame
                         input_dtypes: Sequence[Optional[torch.dtype]],
                         out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, ...]:
     """mergekit's ``_execute`` over several tensors (``merge_state_dicts``, wildmerge's in-memory merger), with the
-    large CPU matrices merged side by side, one BLAS thread each (``linalg.side_by_side``), the rest one after
+    large CPU matrices merged side by side, one BLAS thread each (``kernel_pool.side_by_side``), the rest one after
     another as mergekit does; results in the groups' order.
 
     Why: one tensor at a time, a spectral method's eigensolves run one after another on one core (a LAPACK call on

@@ -6,7 +6,7 @@ benchmarks/HISTORY.md) leave the other cores idle; two whole kernels side by sid
 after the other. Once wildmerge is installed, ``mergekit.merge`` plans with ``SideBySidePlanner``: for a recipe of a
 wildmerge method that merges tensors side by side (``merges_side_by_side``), it joins the merge tasks of runs of
 neighbouring tensors in mergekit's schedule into one task, which runs mergekit's own merge task of each: the large
-CPU matrices on the kernel pool (``linalg.large_ones_side_by_side``: one BLAS thread each, as many at once as the
+CPU matrices on the kernel pool (``kernel_pool.large_ones_side_by_side``: one BLAS thread each, as many at once as the
 cores free now and free memory allow), then the rest (norms, small matrices) on the executor's thread; each tensor's
 save then takes its result from it. Each tensor is still merged by mergekit's task (its checks, parameters and
 dtypes) and saved by the same writer in the same order: the files are those of mergekit's plan with the kernels on
@@ -32,8 +32,9 @@ from mergekit.io.tasks import GatherTensors, LoaderCache
 from mergekit.merge_methods.task_adapter import ExecuteMergeMethodTask
 
 from wildmerge.checkpoints import shard_shapes
-from wildmerge.plugins.linalg import POOL_MIN_SIDE, large_ones_side_by_side
-from wildmerge.resources import free_memory, threads_override, usable_cores
+from wildmerge.plugins.kernel_pool import POOL_MIN_SIDE, large_ones_side_by_side
+from wildmerge.resources import free_memory, usable_cores
+from wildmerge.threads import threads_override
 
 LARGE_PER_CORE = 4  # matrices per core in a run: the cores stay busy while its last kernels finish
 F32_BYTES = 4  # inputs counted as float32 (mergekit converts them to the recipe's dtype)
@@ -82,8 +83,6 @@ def side_by_side_planner(planner_class):
     class SideBySidePlanner(planner_class):
         """mergekit's ``MergePlanner``; for a wildmerge per-tensor method on a CPU, runs of neighbouring tensors are
         merged in one task, side by side (``wildmerge.plugins.tensors_side_by_side``)."""
-
-        __wildmerge_side_by_side__ = True
 
         def _plan(self):
             super()._plan()

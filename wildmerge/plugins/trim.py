@@ -12,17 +12,14 @@ in-memory candidates, so what a sweep scores is what the runner writes); the sto
 sort. On a GPU mergekit's sort is cheap and is kept.
 """
 
-import contextlib
-import threading
 from typing import Optional
 
 import torch
-from mergekit import sparsify
 from mergekit.sparsify import RescaleNorm, rescaled_masked_tensor
 
-_MERGEKIT_MAGNITUDE = sparsify.magnitude
-_lock = threading.Lock()
-_depth = 0
+from wildmerge.plugins import host_patches
+
+_MERGEKIT_MAGNITUDE = host_patches.original("mergekit.sparsify.magnitude")
 
 
 def top_share_mask(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
@@ -46,18 +43,8 @@ def magnitude(tensor: torch.Tensor, density: float, rescale_norm: Optional[Resca
     return rescaled_masked_tensor(tensor, keep.to(tensor.dtype).reshape_as(tensor), rescale_norm)
 
 
-@contextlib.contextmanager
 def linear_time_trim():
     """Within this block (re-entrant, any thread), mergekit's magnitude sparsification (TIES and every method built
-    on it) selects in linear time; mergekit's own function is back when the outermost block ends."""
-    global _depth
-    with _lock:
-        _depth += 1
-        sparsify.magnitude = magnitude
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                sparsify.magnitude = _MERGEKIT_MAGNITUDE
+    on it) selects in linear time; mergekit's own function is back when the outermost block ends
+    (``host_patches``: mergekit.sparsify.magnitude)."""
+    return host_patches.replaced("mergekit.sparsify.magnitude", lambda original: magnitude)

@@ -325,8 +325,19 @@ def child_main(out: str) -> int:
     import torch  # noqa: F401  (the imports are measured: the bulk of a run's own start)
     import mergekit.merge  # noqa: F401
 
+    from wildmerge.threads import torch_threads
+
     import_s = time.process_time() - cpu0
-    torch.set_num_threads(1)
+    with torch_threads(1):
+        merges, forward = _merge_rates(), _forward_rate()
+    record = Measured(version=VERSION, import_s=import_s, merges=merges, forward_s_per_tparam_token=forward,
+                      wall_s=time.perf_counter() - began)
+    Path(out).write_text(record.model_dump_json())
+    return 0
+
+
+def _merge_rates() -> list:
+    """(billions of parameters read, CPU seconds) of a merge at each of ``MERGE_SIZES``."""
     merges = []
     with tempfile.TemporaryDirectory(prefix="wildmerge-host-rates-") as tmp:
         root = Path(tmp)
@@ -337,10 +348,7 @@ def child_main(out: str) -> int:
             n = iter(range(REPEATS))
             merges.append((params * len(folders) / 1e9,
                            _cpu(lambda: _merge(folders, root / f"out{next(n)}"), REPEATS)))
-    record = Measured(version=VERSION, import_s=import_s, merges=merges,
-                      forward_s_per_tparam_token=_forward_rate(), wall_s=time.perf_counter() - began)
-    Path(out).write_text(record.model_dump_json())
-    return 0
+    return merges
 
 
 if __name__ == "__main__":

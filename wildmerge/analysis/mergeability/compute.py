@@ -30,7 +30,7 @@ class MetricSettings(BaseModel):
     data: DataSettings = Field(default_factory=DataSettings)
     device: str = "cpu"  # forward / backward passes
     threads: int = Field(1, ge=1)  # CPU threads of the forward / backward passes; one on a shared machine, as
-    # the LAPACK calls (plugins.spectral.lapack_threads); raise it on a quiet many-core node
+    # the LAPACK calls (plugins.kernel_pool.lapack_threads); raise it on a quiet many-core node
 
 
 def pair_key(a: str, b: str) -> str:

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from wildmerge.analysis.mergeability.cache import StatsCache, data_fingerprint
 from wildmerge.analysis.mergeability.data import encode, pick
+from wildmerge.threads import torch_threads
 
 
 def _batches(items: List[dict], tok, ds, pad_to=None) -> List[dict]:
@@ -48,12 +49,8 @@ def forward_grams(base, experts: Dict[str, str], fps, calibration, settings, cac
         if jobs:
             todo.append((e, jobs))
     seconds = {"load": 0.0, "activation": 0.0, "input": 0.0, "encoder": 0.0}
-    previous = torch.get_num_threads()
-    torch.set_num_threads(settings.threads)
-    try:
+    with torch_threads(settings.threads):
         _passes(todo, experts, settings, cache, tok, pooled, own, dkey, key_act, key_enc, in_scope, progress, seconds)
-    finally:
-        torch.set_num_threads(previous)
     grams = {}
     n_pooled = sum(len(pooled[s]) for s in names)
     started = time.perf_counter()

@@ -110,7 +110,7 @@ def svd_sketch(delta, k: int, k_sv: int, device: str = "cpu") -> dict:
     512 x 192 took 91.6 s on two threads and 1.4 s on one."""
     import torch
 
-    from wildmerge.plugins.linalg import lapack_threads
+    from wildmerge.plugins.kernel_pool import lapack_threads
 
     d = delta.to(device, torch.float32)
     with lapack_threads(d.device):

@@ -89,19 +89,17 @@ def geometry_rows(models, tasks: dict, router: str, partitions: Sequence[str], n
     shares the Ward assignment across backbones)."""
     import json
 
-    import torch
-
     from wildmerge.analysis.probe.features import features_for
     from wildmerge.errors import WildmergeError
     from wildmerge.eval.fingerprint import fingerprint_model
+    from wildmerge.threads import torch_threads
 
     fingerprint = fingerprint or fingerprint_model
     routed = features_for(router, fingerprint(router), tasks, cache_root, device, batch_size, max_memory_gib)
     parts = {(name, p): make_partition(p, routed[name]["train"]["features"], routed[name]["train"]["labels"], n_tasks)
              for name in tasks for p in partitions}
-    rows, threads = [], torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny heads: extra threads only spin on a shared machine
-    try:
+    rows = []
+    with torch_threads(1):  # tiny heads: extra threads only spin on a shared machine
         for model in tqdm(models, desc="partition geometry", unit="model"):
             base = {"model_id": model.model_id, "kind": model.kind, "method": model.method, "n": model.n}
             try:
@@ -129,6 +127,4 @@ def geometry_rows(models, tasks: dict, router: str, partitions: Sequence[str], n
                         row[f"{key}_per_seed"] = json.dumps([round(v, 6) for v in values])
                         row[f"{key}_mean"], row[f"{key}_sd"] = mean_sd(values)
                     rows.append(row)
-    finally:
-        torch.set_num_threads(threads)
     return rows

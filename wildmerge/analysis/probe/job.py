@@ -97,16 +97,21 @@ def _composition_rows(args, run_dir, suite, models, tasks) -> list:
 
 
 def probe_job(args: ProbeJob) -> int:
-    """The probe of every model asked for, its tables written; 0 (errors raise)."""
+    """The probe of every model asked for, its tables written; 0 (errors raise). Runs on ``args.threads`` torch
+    threads, the caller's count back after."""
+    from wildmerge.threads import torch_threads
+
+    with torch_threads(max(1, args.threads)):
+        return _probe_job(args)
+
+
+def _probe_job(args: ProbeJob) -> int:
     from wildmerge.analysis.probe.data import load_probe_tasks
     from wildmerge.analysis.probe.partitions import parse_partitions
     from wildmerge.errors import ConfigError
     from wildmerge.eval.suites import load_suite
     from wildmerge.hub import resolve_path
 
-    import torch
-
-    torch.set_num_threads(max(1, args.threads))
     if bool(args.run) == bool(args.model):
         raise ConfigError("give run folder(s) or --model PATH (one or the other)")
     if not args.seeds:

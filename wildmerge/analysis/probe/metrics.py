@@ -44,15 +44,11 @@ def train_fresh_head(train, val, test, n_labels: int, seed: int, settings: HeadS
 
     Returns test accuracy ``fh``, ``val`` accuracy and the chosen ``epoch`` (1-based).
     """
-    import torch
+    from wildmerge.threads import torch_threads
 
     (ztr, ytr), (zva, yva), (zte, yte) = train, val, test
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: extra threads only spin, badly so on a shared machine
-    try:
+    with torch_threads(1):  # tiny matrices: extra threads only spin, badly so on a shared machine
         return _fit(ztr, ytr, zva, yva, zte, yte, n_labels, seed, settings)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _fit(ztr, ytr, zva, yva, zte, yte, n_labels, seed, settings) -> dict:

@@ -13,6 +13,7 @@ from wildmerge.analysis.tas.setup import grid_points, load_sweep, tune_grid
 from wildmerge.analysis.tas.sweep import DEFAULT_SAMPLES
 from wildmerge.errors import ConfigError
 from wildmerge.run import default_out
+from wildmerge.threads import with_threads_argument
 
 LAMBDAS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]  # the reality-check paper's TA grid; at most 12 points per method
 TUNE_GRIDS = {
@@ -44,12 +45,9 @@ def _pool(pool, exclude=()):
 
 
 def _load(pool, out, **kwargs):
-    """The TAS sweep of the pool, its input names told to the block / model passes (LiNeS, NormAvg per block)."""
-    from wildmerge.plugins.model_pass import name_folders
-
-    tas = load_sweep(pool, out, **kwargs)
-    name_folders({"base": tas.base_path, **tas.expert_paths})
-    return tas
+    """The TAS sweep of the pool (its in-memory merger names each input with its folder, for LiNeS and the
+    per-block / per-model norms)."""
+    return load_sweep(pool, out, **kwargs)
 
 
 def _select(tas, method, points, out_dir, distance: str, rule: str) -> dict:
@@ -96,6 +94,7 @@ def _check_points(check: int) -> None:
         raise ConfigError(f"--check: {points_problem(check)}")
 
 
+@with_threads_argument
 def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None, samples: int = DEFAULT_SAMPLES,
               seq_len=None, distance: str = "l2", device: str = "cpu", threads=None, allow_pickle: bool = False,
               check: int = 0, check_suite: str = "demo", check_limit=None, select: str = "tas") -> dict:
@@ -104,10 +103,6 @@ def tune_pool(pool_name: str, *, sweeps=(), grid_file=None, exclude=(), out=None
     from wildmerge.pools import ResolvedPool
     from wildmerge.recipes.sweeps import load_sweeps
 
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
     _check_numbers(samples=samples)
     _check_points(check)
     named = load_sweeps(sweeps, grid_file)
@@ -168,6 +163,7 @@ def tune_methods(pool, methods: dict, out_dir, grid_file=None, samples: int = DE
     return out, tuned
 
 
+@with_threads_argument
 def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, lr: float = 1e-3, batch_size: int = 16,
                   exclude=(), out=None, samples: int = DEFAULT_SAMPLES, seq_len=None, device: str = "cpu",
                   threads=None, allow_pickle: bool = False) -> dict:
@@ -177,14 +173,10 @@ def adamerge_pool(pool_name: str, *, loss: str = "tas", iterations: int = 500, l
     from wildmerge.analysis.tas.figures import write_adamerging
     from wildmerge.analysis.tas.setup import check_calibration
     from wildmerge.expert_data.read import expert_texts
-    from wildmerge.plugins.adamerging import AdaMergingSettings, adamerge
+    from wildmerge.analysis.tas.adamerging import AdaMergingSettings, adamerge
     from wildmerge.pools import ResolvedPool, resolve
 
     _check_numbers(samples=samples, iterations=iterations, lr=lr, batch_size=batch_size)
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
     settings = AdaMergingSettings(loss=loss, iterations=iterations, lr=lr, batch_size=batch_size)
     pool = _pool(pool_name, exclude)
     check_calibration(pool)

@@ -1,4 +1,4 @@
-"""Threads in the kernels (the policy itself: tests/core/test_resources.py): every matrix on one thread whatever the
+"""The kernel pool (the policy itself: tests/core/test_threads.py): every matrix on one thread whatever the
 cores, the load or the override, so a merge's bytes never depend on them; independent decompositions side by side on
 one BLAS thread each give what one thread gives."""
 
@@ -7,9 +7,9 @@ import threading
 import pytest
 import torch
 
-from wildmerge import resources
+from wildmerge import resources, threads
 from wildmerge.errors import ConfigError
-from wildmerge.plugins import baselines, linalg, spectral
+from wildmerge.plugins import baselines, kernel_pool, linalg, spectral
 from wildmerge.plugins.baselines import TSVLosslessParams
 from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TaskArithmeticSBParams, TSVMParams
 
@@ -18,8 +18,8 @@ from wildmerge.plugins.methods import IsoCParams, IsoCTSParams, TaskArithmeticSB
 def four_cores(monkeypatch):
     """The policy's view of a quiet 4-core machine (the kernels then run up to four matrices at once, small ones
     included)."""
-    monkeypatch.delenv(resources.THREADS_ENV, raising=False)
-    monkeypatch.setattr(linalg, "POOL_MIN_SIDE", 1)
+    monkeypatch.delenv(threads.THREADS_ENV, raising=False)
+    monkeypatch.setattr(kernel_pool, "POOL_MIN_SIDE", 1)
     monkeypatch.setattr(resources, "usable_cores", lambda root=resources.CGROUP: 4)
     monkeypatch.setattr(resources, "others_running", lambda: 0)
 
@@ -34,9 +34,9 @@ def rel(a, b):
 
 
 def test_lapack_threads_sets_and_restores_torch_threads(monkeypatch):
-    monkeypatch.setenv(resources.THREADS_ENV, "1")
+    monkeypatch.setenv(threads.THREADS_ENV, "1")
     before = torch.get_num_threads()
-    with linalg.lapack_threads(torch.device("cpu"), 4096):
+    with kernel_pool.lapack_threads(torch.device("cpu"), 4096):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
 
@@ -45,12 +45,12 @@ def test_lapack_threads_sets_and_restores_torch_threads(monkeypatch):
 def test_every_decomposition_and_product_stays_on_one_thread(four_cores, monkeypatch, override):
     """Large or small, quiet cores or an override: one thread (a call on several rounds otherwise)."""
     if override:
-        monkeypatch.setenv(resources.THREADS_ENV, override)
+        monkeypatch.setenv(threads.THREADS_ENV, override)
     cpu = torch.device("cpu")
     for side in (16, 4096, 100000):
-        with linalg.lapack_threads(cpu, side):
+        with kernel_pool.lapack_threads(cpu, side):
             assert torch.get_num_threads() == 1
-    with linalg.gemm_threads(cpu, 10 ** 12, 10 ** 6):
+    with kernel_pool.gemm_threads(cpu, 10 ** 12, 10 ** 6):
         assert torch.get_num_threads() == 1
 
 
@@ -66,7 +66,7 @@ def test_iso_c_products_run_on_one_thread_whatever_the_free_cores(four_cores, mo
     iso_c = IsoCParams.with_defaults(spectral.iso_c)
     monkeypatch.setattr(torch.Tensor, "__matmul__", product)
     quiet = iso_c(ds)
-    monkeypatch.setenv(resources.THREADS_ENV, "4")
+    monkeypatch.setenv(threads.THREADS_ENV, "4")
     assert torch.equal(quiet, iso_c(ds)) and seen == [1, 1, 1, 1]  # V diag(f) V^T, then x times it, twice
 
 
@@ -86,7 +86,7 @@ def test_kernels_side_by_side_give_the_one_thread_results(shape, four_cores, mon
         "thin_svd of an iterable": lambda: torch.cat([x.flatten() for x in linalg.thin_svd(iter(ds), k=4)]),
     }
     side_by_side = {name: run() for name, run in kernels.items()}
-    monkeypatch.setenv(resources.THREADS_ENV, "1")  # the one-thread path: one matrix after another
+    monkeypatch.setenv(threads.THREADS_ENV, "1")  # the one-thread path: one matrix after another
     for name, run in kernels.items():
         assert rel(side_by_side[name], run()) <= 1e-12, name
 
@@ -98,10 +98,10 @@ def test_matrices_run_on_pool_threads_of_one_blas_thread_each_in_order(four_core
         seen.append((threading.current_thread().name, torch.get_num_threads()))
         return i
 
-    assert linalg.each_matrix(one, deltas((8, 8), 9)) == list(range(9))
+    assert kernel_pool.each_matrix(one, deltas((8, 8), 9)) == list(range(9))
     assert all(name.startswith("wildmerge-kernel") and threads == 1 for name, threads in seen)
     before = torch.get_num_threads()
-    linalg.each_matrix(one, deltas((8, 8), 2))
+    kernel_pool.each_matrix(one, deltas((8, 8), 2))
     assert torch.get_num_threads() == before
 
 
@@ -120,17 +120,17 @@ def test_an_iterable_is_read_as_threads_free_up(four_cores):
         with lock:
             state["done"] += 1
 
-    linalg.each_matrix(one, lazily())
+    kernel_pool.each_matrix(one, lazily())
     assert state["read"] == 12 and state["ahead"] <= 4
 
 
 def test_small_matrices_stay_on_the_calling_thread(four_cores, monkeypatch):
-    monkeypatch.setattr(linalg, "POOL_MIN_SIDE", 9)
-    names = linalg.each_matrix(lambda i, m: threading.current_thread().name, deltas((8, 20), 3))
+    monkeypatch.setattr(kernel_pool, "POOL_MIN_SIDE", 9)
+    names = kernel_pool.each_matrix(lambda i, m: threading.current_thread().name, deltas((8, 20), 3))
     assert names == [threading.current_thread().name] * 3
 
 
 def test_a_bad_override_is_a_clear_error_from_a_kernel(monkeypatch):
-    monkeypatch.setenv(resources.THREADS_ENV, "abc")
-    with pytest.raises(ConfigError, match=resources.THREADS_ENV):
+    monkeypatch.setenv(threads.THREADS_ENV, "abc")
+    with pytest.raises(ConfigError, match=threads.THREADS_ENV):
         spectral.iso_c(deltas((8, 6), 2))

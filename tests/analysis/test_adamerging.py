@@ -13,7 +13,7 @@ import torch
 from safetensors.numpy import load_file
 
 from helpers import lm_family  # noqa: F401  (fixture)
-from wildmerge.plugins.adamerging import AdaMergingSettings, _batches_cycle, adamerge, groups_of, merged_parameters
+from wildmerge.analysis.tas.adamerging import AdaMergingSettings, _batches_cycle, adamerge, groups_of, merged_parameters
 
 TEXTS = {0: ["The sky is blue", "Grass is green", "Fire is hot", "Ice is cold", "A cat says meow"] * 2,
          1: ["1 plus 1 equals 2", "2 plus 3 equals 5", "4 plus 4 equals 8", "Two plus two is four"] * 3}
