@@ -19,7 +19,8 @@ from wildmerge.run import RunFolder, read_merge_info
 
 REPO = Path(__file__).resolve().parents[2]
 ARGS = ["--base", "demo", "--k", "1", "--sizes", "2", "--methods", "ta", "--limit", "2"]
-ENV = {"WILDMERGE_DEMO_QUICK": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+# Ray's workers run at niceness 15 by default: on a loaded test machine they would wait behind everything else
+ENV = {"WILDMERGE_DEMO_QUICK": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_worker_niceness": "0",
        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
 
 
@@ -40,6 +41,12 @@ def scores(run):
     return {m: (j, store.load(j).get("scores")) for m, j in store.index().models.items()}
 
 
+def tables(run):
+    """The report's tables by file name (the comparisons with the base and the best expert)."""
+    report = RunFolder(run).report_dir()
+    return {name: (report / name).read_text() for name in ("table_vs_base.csv", "table_vs_best_expert.csv")}
+
+
 def merged(run):
     return sorted(d for d in (Path(run) / "models").iterdir() if not d.name.startswith("."))
 
@@ -51,7 +58,7 @@ def no_leftovers(run):
 
 
 def descendants_of(pid) -> list:
-    out = subprocess.run(["ps", "-eo", "pid,ppid"], capture_output=True, text=True).stdout.split("\n")[1:]
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,ppid"], capture_output=True, text=True).stdout.split("\n")[1:]
     children = {}
     for line in out:
         if line.strip():
@@ -112,15 +119,12 @@ def test_ray_cluster_runs_each_model_as_one_job(local_run, ray_cluster, tmp_path
                   "--keep-models", "none", wait=False)
     killed = None
     while proc.poll() is None and killed is None:  # the first evaluation of a merged model: its Ray worker killed
-        for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines():
-            pid, _, args = line.strip().partition(" ")
-            if "wildmerge.eval.worker" in args and str(run) in args:
-                parent = int(subprocess.run(["ps", "-o", "ppid=", "-p", pid], capture_output=True,
-                                            text=True).stdout.strip() or 0)
-                if parent and parent != proc.pid:
-                    os.kill(parent, signal.SIGKILL)  # the model job's own process: Ray loses the task
-                    killed = parent
-                    break
+        for line in subprocess.run(["ps", "-ww", "-eo", "ppid,args"], capture_output=True, text=True).stdout.splitlines():
+            parent, _, args = line.strip().partition(" ")
+            if "wildmerge.eval.worker" in args and str(run) in args and int(parent) != proc.pid:
+                os.kill(int(parent), signal.SIGKILL)  # the model job's own process: Ray loses the task
+                killed = parent
+                break
         time.sleep(0.2)
     text = proc.communicate(timeout=1500)[0]
     watch.stop.set()
@@ -128,14 +132,14 @@ def test_ray_cluster_runs_each_model_as_one_job(local_run, ray_cluster, tmp_path
     assert killed and "submitting them once more" in text, text[-3000:]
     assert 1 <= watch.most <= 2  # jobs in flight: one per worker node
     no_leftovers(run)
-    assert scores(run) == scores(local_run)
+    assert scores(run) == scores(local_run) and tables(run) == tables(local_run)
     for folder in merged(run):
         info = read_merge_info(folder)
         assert info.executor == "ray" and info.host and info.node.startswith("ray node") and info.weights_pruned
         record = ResultStore(RunFolder(run).eval_dir("demo")).load(scores(run)[folder.name][0])
         assert record["executor"] == "ray" and record["node"].startswith("ray node") and record["device"] == "cpu"
     assert not [p for p in descendants_of(os.getpid()) if "wildmerge.eval.worker" in
-                subprocess.run(["ps", "-o", "args=", "-p", str(p)], capture_output=True, text=True).stdout]
+                subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(p)], capture_output=True, text=True).stdout]
 
 
 def test_bad_ray_address_is_one_line_before_anything(tmp_path):
@@ -199,7 +203,7 @@ def test_slurm_driver_killed_then_two_drivers_finish_the_run(local_run, slurm, t
     assert (run / "models" / done_before[0] / "merge_info.json").read_text() == done_before[1]  # not redone
     store = ResultStore(RunFolder(run).eval_dir("demo"))
     commands = {store.load(j).get("command") for j, _ in scores(run).values()}
-    assert scores(run) == scores(local_run)
+    assert scores(run) == scores(local_run) and tables(run) == tables(local_run)
     no_leftovers(run)
     for _ in range(30):  # a task that wrote its result may take a moment to leave the queue
         if not queue():

@@ -118,6 +118,7 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalO
     write_text(store.suite_file, yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False))
     cache = FingerprintCache(store.fingerprints_file)
     jobs: Dict[str, Dict[str, Any]] = {}
+    pruned: Dict[str, Dict[str, Any]] = {}  # jobs of models scored before their weights were removed: not rerun
     fingerprints: Dict[str, Any] = {}  # model id -> (entry, fingerprint), for screening
     # Earlier evaluations stay in the index: a partial evaluation (``model_ids``) must not drop them, and a merged
     # model whose weights were deleted after scoring (``--keep-models none``) keeps its score.
@@ -126,7 +127,9 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalO
     for e in tqdm(entries, desc="fingerprint models", unit="model"):
         recorded = None if screen else pruned_fingerprint(e.path)
         if recorded:  # a cluster job scored it, then removed its weights: its job id from its recorded content
-            index[e.model_id] = job_of(e.path, recorded, suite, include_path, include_defaults, store)["job_id"]
+            job = job_of(e.path, recorded, suite, include_path, include_defaults, store, overridden)
+            pruned.setdefault(job["job_id"], job)["models"].append(e.model_id)
+            index[e.model_id] = job["job_id"]
             continue
         try:
             fp = fingerprint_model(e.path, cache, options.allow_pickle)
@@ -153,8 +156,8 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalO
     if overridden:
         print(f"note: settings overridden ({', '.join(f'{k}={v}' for k, v in overridden.items())}): the index of "
               f"{store.root} now points to these jobs, and its report says so at the top and in every CSV")
-    all_jobs = {**previous.jobs,
-                **{j: {k: v for k, v in job.items() if k not in ("tasks",)} for j, job in jobs.items()}}
+    all_jobs = {**previous.jobs, **{j: {k: v for k, v in job.items() if k not in ("tasks",)}
+                                    for j, job in {**pruned, **jobs}.items()}}
     write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index, jobs=all_jobs))
     if screen:
         summary = run_screened(fingerprints, suite, include_path, include_defaults, store, screen,

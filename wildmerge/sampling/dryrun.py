@@ -108,9 +108,9 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
         print("    evaluations: none (not evaluated)")
     kept = model_bytes * (min(len(merges), 1) if keep_models == "none" else len(merges))
     gpus = max(len(visible_gpus()), 8)
-    in_flight = min(len(merges), scoring.slurm_tasks) if keep_models == "none" else len(merges)
-    print(f"    disk: {kept / cost.GB:.4g} GB of merged checkpoints (--keep-models {keep_models}; as Slurm model jobs "
-          f"at most {in_flight} at once: {model_bytes * in_flight / cost.GB:.4g} GB), "
+    in_flight = min(len(merges), scoring.slurm_tasks)  # model jobs with --keep-models none: one checkpoint each
+    print(f"    disk: {kept / cost.GB:.4g} GB of merged checkpoints (--keep-models {keep_models}; Slurm model jobs "
+          f"with none: at most {in_flight} at once, {model_bytes * in_flight / cost.GB:.4g} GB), "
           f"~{study.models_evaluated * cost.record_bytes(len(tasks)) / 1e6:.3g} MB of evaluation records")
     executors = [cost.Executor("one GPU", 1), cost.Executor(f"a node, {gpus} GPUs (local)", gpus),
                  cost.Executor(f"Ray, {gpus} GPUs", gpus),
