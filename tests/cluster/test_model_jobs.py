@@ -53,6 +53,8 @@ def merged(run):
 
 def no_leftovers(run):
     models = Path(run) / "models"
+    if not models.is_dir():  # no merge got as far as writing
+        return
     assert not [p.name for p in models.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
     assert not list(models.glob("*/*.safetensors"))  # --keep-models none: every checkpoint pruned
 
@@ -244,3 +246,35 @@ def test_slurm_bad_partition_and_short_time_are_one_line(slurm, tmp_path):
                       experts=[f"e{i}" for i in range(12)], n=12)
     with pytest.raises(ConfigError, match=r"--slurm-time 1: the merge tsv_m__n12_full alone is priced at"):
         check_time_limit([entry], Models, Options, EvalOptions(executor="slurm", slurm_time=1))
+
+
+def test_a_slurm_job_lost_twice_is_recorded_failed_and_nothing_is_left(slurm, tmp_path):
+    """Every model job is cancelled (scancel) as soon as it runs: each is submitted once more, then its model is
+    recorded as failed with the engine's error; the base and experts are still scored, the queue empties, and no
+    temporary folder or checkpoint is left."""
+    run = tmp_path / "lost"
+    proc = sample(run, *SLURM, wait=False)
+    cancelled = set()
+    while proc.poll() is None:
+        out = subprocess.run(["squeue", "-h", "-n", "wildmerge-model", "-o", "%i %T"], capture_output=True,
+                             text=True).stdout
+        for task in [line.split()[0] for line in out.splitlines() if line.endswith("RUNNING")]:
+            subprocess.run(["scancel", task])
+            cancelled.add(task)
+        time.sleep(0.2)
+    text = proc.communicate()[0]
+    assert proc.returncode == 1, text[-3000:]  # a model failed
+    assert len(cancelled) >= 4 and "submitting them once more" in text, (cancelled, text[-3000:])
+    store = ResultStore(RunFolder(run).eval_dir("demo"))
+    records = {m: store.load(j) for m, j in store.index().models.items()}
+    for model_id, record in records.items():
+        if (run / "models" / model_id).exists() or model_id.startswith("ta__"):
+            assert record["status"] == "failed" and "the slurm job was lost twice" in record["error"], record
+        else:  # the base and the experts
+            assert record["status"] == "ok" and record["executor"] == "slurm"
+    no_leftovers(run)
+    for _ in range(30):
+        if not queue():
+            break
+        time.sleep(1)
+    assert not queue()
