@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1] / "wildmerge"
 LEVELS = {"bottom": 0, "plugins": 1, "pools": 1,
           "recipes": 2,  # method recipes: read by sampling, merging, eval and analysis; the merge methods need none
           "sampling": 3, "merging": 3, "eval": 3, "analysis": 4, "protocol": 5,
+          "cluster": 4,  # a merged model as one cluster job: merging and eval together, below the protocol
           "search": 5,  # the guided search drives tuning, merging and evaluation like the protocol does
           "families": 1,  # the embedded model families (demo/, smollm2/) and what they share
           "commands": 6, "api": 6,  # the Python API: beside the commands, over the same packages

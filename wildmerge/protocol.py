@@ -19,6 +19,7 @@ from wildmerge.errors import ConfigError, WildmergeError, did_you_mean
 from wildmerge.eval.options import EvalOptions
 from wildmerge.run import RunFolder, default_out
 
+CLUSTER = ("ray", "slurm")  # executors whose model jobs (merge, score, prune) run on the cluster's nodes
 PAPER_SIZES, PAPER_K = (1, 2, 4, 6, 8, 10), 15  # Hitit et al. 2025; n = N (the full pool) is added
 # a pool's own defaults (``protocol:`` in its YAML, e.g. the embedded families') replace these
 FLAGS = {"pool": "--base", "ablations": "--sweep", "full": "--no-full", "download": "--no-download"}  # the others: --name
@@ -203,6 +204,19 @@ def _evaluation_of(s: SampleSettings, pool):
     return evaluate, suite
 
 
+def _model_jobs(s: SampleSettings, run_dir: Path, suite: str):
+    """On Ray or Slurm, each merged model merged, scored and pruned as one job on the cluster (``wildmerge.cluster``);
+    None for the local executors."""
+    if s.evaluation.executor not in CLUSTER:
+        return None
+    from wildmerge.cluster.driver import run_model_jobs
+
+    def jobs(entries, models, methods, options):
+        return run_model_jobs(run_dir, entries, models, methods, options, suite, s.evaluation, s.keep_models)
+
+    return jobs
+
+
 def run_sample(s: SampleSettings) -> SampleOutcome:
     """``wildmerge sample``: check everything, then tune, plan, merge, evaluate and report; the run folder and the
     command's exit status (1 if a score failed)."""
@@ -213,7 +227,8 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
     from wildmerge.resources import checked_device
     from wildmerge.sampling.preflight import check_base_tokenizer, data_features
 
-    checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
+    if s.evaluation.executor not in CLUSTER:  # a cluster's merges run on its nodes' devices
+        checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
     if s.calibrate_from:  # the folder checked whenever it is given: a damaged or empty one said now
         from wildmerge.sampling.cost import calibrate_from
 
@@ -266,9 +281,11 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
                                       samples=s.tune_samples, device=s.merge_device, allow_pickle=s.allow_pickle,
                                       check=s.tune_check,
                                       check_suite=suite, check_options=s.evaluation.model_copy(update={"screen": None}))
+    jobs = _model_jobs(s, run_dir, suite) if evaluate else None
     log = run_protocol(run_dir, pool, sampling, methods, sweeps, scorer=scorer, merge_device=s.merge_device,
                        merge_workers=s.merge_workers, allow_pickle=s.allow_pickle, keep_models=s.keep_models,
-                       after_each=evaluate_one if s.keep_models == "none" else None, resolved=resolved())
+                       after_each=evaluate_one if s.keep_models == "none" and not jobs else None,
+                       resolved=resolved(), model_jobs=jobs)
     folder = RunFolder(run_dir)
     if tuned:
         folder.write_manifest(folder.read_manifest().model_copy(update={"tuned": tuned}))
@@ -286,11 +303,13 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
 
 def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, scorer=None, merge_device="cpu",
                  allow_pickle=False, download=None, keep_models="all", after_each=None, merge_workers=None,
-                 resolved=None) -> dict:
+                 resolved=None, model_jobs=None) -> dict:
     """Draw (or reuse) the subsets, write the plan, merge what is not done yet; returns the run log.
 
     ``sampling`` is the draw (``wildmerge.sampling.settings.Sampling``); ``scorer`` scores subsets when a predictor
-    chooses them; ``resolved``: the pool as the command resolved it (else resolved here, at the manifest's pins)."""
+    chooses them; ``resolved``: the pool as the command resolved it (else resolved here, at the manifest's pins);
+    ``model_jobs(entries, models, methods, merge options)``, when given, runs the merges instead of this process
+    (``wildmerge.cluster``: each model a cluster job)."""
     from wildmerge.merging.runner import merge_options, run_plan
     from wildmerge.merging.workers import worker_count
     from wildmerge.run import Plan, RunFolder, merged_with_previous
@@ -318,6 +337,12 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, 
     for note in manifest.notes:
         print(f"  note: {note}")
     options = merge_options(models, device=merge_device, allow_pickle=allow_pickle, seed=sampling.seed)
+    if model_jobs is not None:
+        stats = model_jobs(entries, models, methods, options)
+        print(f"model jobs: {stats['models'] - stats['finished_before']} run, {stats['finished_before']} finished "
+              f"before, {stats['lost']} lost twice ({stats['seconds']:.1f} s)")
+        return {"command": "wildmerge sample", "settings": sampling.record(), "stats": stats,
+                "seconds": round(time.time() - started, 1)}
     workers = worker_count(merge_workers, merge_device, models.base.path, max((len(e.experts) for e in merges), default=1))
     if workers > 1:
         print(f"merging with {workers} workers")

@@ -202,6 +202,12 @@ class MergeInfo(Record):
     finished: str = ""
     weights_pruned: bool = False  # --keep-models none removed the weights after evaluation
     device: str = ""  # mergekit's math device for this merge (cpu, cuda)
+    # a cluster job (``wildmerge.cluster``): where it ran, and the content fingerprint of the weights it wrote (the
+    # evaluation's job id, kept once ``--keep-models none`` removed them)
+    executor: str = ""
+    host: str = ""
+    node: str = ""  # the engine's node: Ray's node id, Slurm's job and node
+    fingerprint: Optional[str] = None
 
 
 # --- eval/<suite>/index.json ----------------------------------------------------------------------------------
@@ -363,6 +369,10 @@ class RunFolder:
     def merge_claim(self, model_id: str) -> Path:
         """The lock file that claims the merge into ``models/<id>``."""
         return self.claims_dir / f"merge-{model_id}.lock"
+
+    def model_job_claim(self, model_id: str) -> Path:
+        """The lock file a driver holds while the cluster job of ``models/<id>`` (merge, score, prune) is out."""
+        return self.claims_dir / f"job-{model_id}.lock"
 
     def eval_dir(self, suite: str) -> Path:
         return self.eval_root / suite

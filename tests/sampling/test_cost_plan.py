@@ -325,7 +325,7 @@ def test_the_four_base_study_in_the_docs_is_what_the_dry_runs_print(tmp_path, ca
     rows = [line.strip("|").split("|") for line in section.splitlines()
             if line.startswith(("| llama-3", "| qwen3-"))]
     assert [r[0].strip() for r in rows] == ["llama-3.2-3b", "qwen3-4b", "llama-3.1-8b", "qwen3-8b"]
-    for base, params, disk, node, slurm in ([c.strip() for c in r] for r in rows):
+    for base, params, disk, node, slurm, jobs in ([c.strip() for c in r] for r in rows):
         assert main(["sample", "--base", base, "--evaluate", "--suite", "paper16", "--dry-run",
                      "--out", str(tmp_path / base)]) == 0
         out = capsys.readouterr().out
@@ -333,6 +333,8 @@ def test_the_four_base_study_in_the_docs_is_what_the_dry_runs_print(tmp_path, ca
         assert f"cost plan ({params.replace(' B', '')} B parameters" in out
         assert f"disk: {disk} of merged checkpoints" in out
         assert lines["a node, 8 GPUs (local)"] == node and lines["Slurm array, 64 tasks"] == slurm
+        wall, peak = jobs.rstrip(")").split(" (")  # merged models as Slurm jobs: their wall, their peak disk
+        assert lines["Slurm, 64 model jobs"].startswith(wall + ",") and f"at most 64 at once, {peak})" in out
 
 
 def test_the_guided_search_plan_in_the_docs_is_what_plan_search_gives():

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from wildmerge.atomic import write_text
 from wildmerge.errors import ConfigError, WildmergeError
-from wildmerge.eval.executors import run_jobs
+from wildmerge.eval.executors import check_cluster, run_jobs
 from wildmerge.eval.jobs import make_job
 from wildmerge.eval.local import check_workers
 from wildmerge.eval.fingerprint import FingerprintCache, check_model_dir, fingerprint_model
@@ -49,13 +49,19 @@ def apply_overrides(suite: Suite, overrides: Optional[Dict[str, Any]]) -> Suite:
     return suite.model_copy(update={"settings": settings})
 
 
-def resolve_device(suite: Suite, executor: str, cuda: Optional[bool] = None) -> Suite:
+def resolve_device(suite: Suite, executor: str, cuda: Optional[bool] = None,
+                   gpus_per_job: Optional[float] = None) -> Suite:
     """The suite with ``device: auto`` made concrete for jobs that run on this machine: the GPU when there is one,
     else the CPU. The device is part of a job's id, so ``wildmerge sample`` and a later ``wildmerge eval`` of the same
     run agree, and on a CPU the ids are those ``sample`` always gave (it used to pass ``device: cpu``). Ray and Slurm
-    workers have their own devices: there ``auto`` stays ``auto`` and each result records the device it ran on."""
-    if suite.settings.device != "auto" or executor not in ("local", "serial"):
+    workers have their own devices: there ``auto`` stays ``auto`` and each result records the device it ran on,
+    except where their jobs get no GPU (``--gpus-per-job 0``): that is the CPU, with the local run's ids."""
+    if suite.settings.device != "auto":
         return suite
+    if executor not in ("local", "serial"):
+        if gpus_per_job != 0:
+            return suite
+        cuda = False
     if cuda is None:
         cuda = cuda_available()
     settings = suite.settings.model_copy(update={"device": "cuda" if cuda else "cpu"})
@@ -79,16 +85,22 @@ def check_evaluation(suite, options: Optional[EvalOptions] = None) -> Suite:
     """The suite an evaluation will score (its overrides applied) and its device, checked before any other work: a
     protocol run or a dry run refuses an unknown suite or a missing GPU before its merges, not after them."""
     options = options or EvalOptions()
-    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor)
+    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor,
+                           gpus_per_job=options.gpus_per_job)
     _check_device(suite, options.executor)
     if options.executor == "local":
         check_workers(options.workers)  # cores and worker memory now; the models' share when evaluation starts
+    check_cluster(options)  # Ray's address, Slurm's partition: before anything is merged or submitted
     return suite
 
 
-def _invalid_record(job_id: str, suite: Suite, path: str, error: str) -> Dict[str, Any]:
-    return {"job_id": job_id, "status": FAILED, "error": error, "model_path": path, "fingerprint": None,
-            "suite": suite.name, "settings": suite.settings.model_dump(mode="json"), "finished": time.time()}
+def failed_model(store: ResultStore, suite: Suite, path, error: str, **extra) -> str:
+    """Record a model that cannot be scored (no folder, a broken one, a failed merge: ``stage``); its job id."""
+    job_id = invalid_job_id(suite, path)
+    write_result(store.result_path(job_id), {
+        "job_id": job_id, "status": FAILED, "error": error, "model_path": str(path), "fingerprint": None,
+        "suite": suite.name, "settings": suite.settings.model_dump(mode="json"), "finished": time.time(), **extra})
+    return job_id
 
 
 def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalOptions, strict: bool,
@@ -99,18 +111,26 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalO
     _check_device(suite, executor)
     if executor == "local":
         check_workers(options.workers)  # cores and memory, before any store, fingerprint or worker
+    check_cluster(options)
     include_path = suite.resolved_include_path()
     include_defaults = check_tasks(suite)  # unknown task names fail here, before any model is loaded
     store = ResultStore(store_root).prepare()
     write_text(store.suite_file, yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False))
     cache = FingerprintCache(store.fingerprints_file)
     jobs: Dict[str, Dict[str, Any]] = {}
+    pruned: Dict[str, Dict[str, Any]] = {}  # jobs of models scored before their weights were removed: not rerun
     fingerprints: Dict[str, Any] = {}  # model id -> (entry, fingerprint), for screening
     # Earlier evaluations stay in the index: a partial evaluation (``model_ids``) must not drop them, and a merged
     # model whose weights were deleted after scoring (``--keep-models none``) keeps its score.
     previous = store.index()
     index: Dict[str, str] = dict(previous.models)
     for e in tqdm(entries, desc="fingerprint models", unit="model"):
+        recorded = None if screen else pruned_fingerprint(e.path)
+        if recorded:  # a cluster job scored it, then removed its weights: its job id from its recorded content
+            job = job_of(e.path, recorded, suite, include_path, include_defaults, store, overridden)
+            pruned.setdefault(job["job_id"], job)["models"].append(e.model_id)
+            index[e.model_id] = job["job_id"]
+            continue
         try:
             fp = fingerprint_model(e.path, cache, options.allow_pickle)
         except WildmergeError as exc:
@@ -119,26 +139,25 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalO
             old = index.get(e.model_id)
             if old and store.load(old)["status"] == OK and weights_pruned(e.path):
                 continue
-            job_id = f"{suite.name}-invalid-{hashlib.sha256(str(e.path).encode()).hexdigest()[:12]}"
-            write_result(store.result_path(job_id), _invalid_record(job_id, suite, str(e.path), str(exc)))
+            job_id = invalid_job_id(suite, e.path)
+            if store.load(job_id).get("stage") != "merge":  # a cluster job's failed merge keeps its own error
+                failed_model(store, suite, e.path, str(exc))
             index[e.model_id] = job_id
             continue
         fingerprints[e.model_id] = (e, fp)
         if screen:
             index[e.model_id] = final_job_id(suite, fp, screen, SCREEN_SEED)
             continue
-        job = make_job(e.path, fp, suite, include_path, include_defaults)
-        job = jobs.setdefault(job.job_id, job.to_dict())
+        job = job_of(e.path, fp, suite, include_path, include_defaults, store, overridden)
+        job = jobs.setdefault(job["job_id"], job)
         job["models"].append(e.model_id)
-        job["overridden"] = overridden or {}  # settings other than the suite file's: the report states them
-        job["result_path"], job["log_path"] = str(store.result_path(job["job_id"])), str(store.log_path(job["job_id"]))
         index[e.model_id] = job["job_id"]
     cache.save()
     if overridden:
         print(f"note: settings overridden ({', '.join(f'{k}={v}' for k, v in overridden.items())}): the index of "
               f"{store.root} now points to these jobs, and its report says so at the top and in every CSV")
-    all_jobs = {**previous.jobs,
-                **{j: {k: v for k, v in job.items() if k not in ("tasks",)} for j, job in jobs.items()}}
+    all_jobs = {**previous.jobs, **{j: {k: v for k, v in job.items() if k not in ("tasks",)}
+                                    for j, job in {**pruned, **jobs}.items()}}
     write_eval_index(store.root, EvalIndex(suite=suite.name, suite_source=suite.source, models=index, jobs=all_jobs))
     if screen:
         summary = run_screened(fingerprints, suite, include_path, include_defaults, store, screen,
@@ -148,25 +167,57 @@ def _evaluate(entries: List[PlanEntry], suite: Suite, store_root, options: EvalO
         return _summary(entries, index, store, suite, len(summary["jobs"]), summary["ran"],
                         len(summary["jobs"]) - summary["ran"], screening=summary)
     todo, skipped = [], 0
-    for job_id, job in jobs.items():
-        status = store.load(job_id)
-        lacks_items = options.record_items and status["status"] == OK and "items" not in status  # asked for: rerun
-        if not needs_run(status, options.retry_failed) and not lacks_items:
+    for job in jobs.values():
+        runnable = to_run(job, store, options, run_config, run_name)
+        if runnable is None:
             skipped += 1
         else:
-            if status["status"] == "corrupt":
-                print(f"warning: {status['error']}")
-            if status.get("killed") is not None:
-                print(f"redoing {job_id}: {status['error'].splitlines()[0]}")
-            job["attempt"] = status.get("attempts", 1) + 1 if status["status"] == FAILED else 1
-            todo.append({**job, "record_items": options.record_items})
-            spec = wandb_spec(options.wandb_args, run_config or {}, job, run_name)
-            if spec:
-                todo[-1]["wandb"] = spec
+            todo.append(runnable)
     print(f"{len(entries)} model(s) -> {len(jobs)} distinct job(s): {skipped} already done, {len(todo)} to run "
           f"({executor})")
     _run_claimed(todo, store, options)
     return _summary(entries, index, store, suite, len(jobs), len(todo), skipped)
+
+
+def invalid_job_id(suite: Suite, path) -> str:
+    """The id under which a model that cannot be scored (no folder, a broken one, a failed merge) is recorded."""
+    return f"{suite.name}-invalid-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+
+
+def pruned_fingerprint(path) -> Optional[str]:
+    """The content fingerprint a cluster job recorded for a merge whose weights it removed afterwards, else None."""
+    from wildmerge.run import read_merge_info
+
+    info = read_merge_info(path) if Path(path).is_dir() else None
+    return info.fingerprint if info is not None and info.weights_pruned else None
+
+
+def job_of(path, fingerprint: str, suite: Suite, include_path, include_defaults: bool, store: ResultStore,
+           overridden: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The evaluation job of the model at ``path`` (its content ``fingerprint``) on ``suite``, in ``store``."""
+    job = make_job(path, fingerprint, suite, include_path, include_defaults).to_dict()
+    job["overridden"] = overridden or {}  # settings other than the suite file's: the report states them
+    job["result_path"], job["log_path"] = str(store.result_path(job["job_id"])), str(store.log_path(job["job_id"]))
+    return job
+
+
+def to_run(job: Dict[str, Any], store: ResultStore, options: EvalOptions, run_config=None,
+           run_name=None) -> Optional[Dict[str, Any]]:
+    """``job`` as a worker takes it (its attempt, items, W&B spec) when its record asks for a (re)run, else None."""
+    status = store.load(job["job_id"])
+    lacks_items = options.record_items and status["status"] == OK and "items" not in status  # asked for: rerun
+    if not needs_run(status, options.retry_failed) and not lacks_items:
+        return None
+    if status["status"] == "corrupt":
+        print(f"warning: {status['error']}")
+    if status.get("killed") is not None:
+        print(f"redoing {job['job_id']}: {status['error'].splitlines()[0]}")
+    job["attempt"] = status.get("attempts", 1) + 1 if status["status"] == FAILED else 1
+    runnable = {**job, "record_items": options.record_items}
+    spec = wandb_spec(options.wandb_args, run_config or {}, job, run_name)
+    if spec:
+        runnable["wandb"] = spec
+    return runnable
 
 
 def _summary(entries, index, store, suite, jobs: int, ran, skipped, **extra) -> Dict[str, Any]:
@@ -238,8 +289,9 @@ def evaluate_run(run_dir, suite, options: Optional[EvalOptions] = None, *,
     options = options or EvalOptions()
     screen = options.screen
     run = RunFolder(run_dir)
-    plain = resolve_device(load_suite(suite), options.executor)
-    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor)
+    plain = resolve_device(load_suite(suite), options.executor, gpus_per_job=options.gpus_per_job)
+    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor,
+                           gpus_per_job=options.gpus_per_job)
     entries = run.read_plan().entries
     if model_ids is not None:
         unknown = sorted(set(model_ids) - {e.model_id for e in entries})
@@ -258,8 +310,9 @@ def evaluate_models(models: List[str], suite, out_dir, options: Optional[EvalOpt
     options = options or EvalOptions()
     if options.screen is not None:
         raise ConfigError("--screen needs a run (a base and experts to compare with): give RUN_DIR, not --model")
-    plain = resolve_device(load_suite(suite), options.executor)
-    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor)
+    plain = resolve_device(load_suite(suite), options.executor, gpus_per_job=options.gpus_per_job)
+    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor,
+                           gpus_per_job=options.gpus_per_job)
     entries = []
     for ref in models:
         path = resolve_path(ref, download=False, allow_pickle=options.allow_pickle)

@@ -7,13 +7,14 @@ without a shared disk. The local executor (``local.py``) keeps its workers for m
 engine error for one job, is recorded and the others go on.
 """
 
+import contextlib
 import socket
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from tqdm.auto import tqdm
 
-from wildmerge.errors import WildmergeError
+from wildmerge.errors import WildmergeError, did_you_mean
 from wildmerge.eval.local import run_local
 from wildmerge.eval.options import EvalOptions
 from wildmerge.eval.store import FAILED, ResultStore, base_record, read_result, write_result
@@ -68,14 +69,86 @@ def run_ray(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback 
             claim: Claimer = None) -> List[Dict[str, Any]]:
     jobs, claims = _claimed_all(jobs, claim)
     try:
-        return _run_ray(jobs, options, on_done)
+        return _run_engine(ray_map(run_job, _on("ray", jobs), options, "eval jobs (ray)"), on_done)
     finally:
         for c in claims:
             c.release()
 
 
-def _run_ray(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
-    """One Ray task per job; with GPUs, ``gpus_per_job`` (default 1) each, so Ray queues jobs on free GPUs.
+def _on(executor: str, jobs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The jobs, each naming the executor that runs it (its result record says so)."""
+    return [{**job, "executor": executor} for job in jobs]
+
+
+def _run_engine(results: Iterator[Tuple[Dict[str, Any], Any]], on_done: Callback) -> List[Dict[str, Any]]:
+    records = []
+    for job, out in results:
+        record = _engine_failure(job, out) if isinstance(out, BaseException) else _keep(job, out)
+        records.append(record)
+        on_done and on_done(record)
+    return records
+
+
+def check_cluster(options: EvalOptions) -> None:
+    """The cluster options checked before anything is submitted: Ray's address answers, Slurm answers and has the
+    partition asked for; one line each, naming the flag."""
+    if options.executor == "ray" and options.ray_address not in (None, "auto", "local"):
+        _check_ray_address(options.ray_address)
+    if options.executor == "slurm" and options.slurm_cluster in (None, "slurm"):
+        _check_slurm_partition(options.slurm_partition)
+
+
+def _check_ray_address(address: str) -> None:
+    host, _, port = address.split("://")[-1].rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        raise WildmergeError(f"--ray-address {address}: no Ray cluster answers there ({exc}); start one "
+                             f"(ray start --head) or give its address as host:port or ray://host:10001") from None
+
+
+def _check_slurm_partition(partition: Optional[str]) -> None:
+    import subprocess
+
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WildmergeError(f"--executor slurm: Slurm does not answer here (sinfo: {exc}); run on a Slurm login "
+                             f"node, or use --executor ray or local") from None
+    if out.returncode != 0:
+        raise WildmergeError(f"--executor slurm: Slurm does not answer here (sinfo: {out.stderr.strip()}); run on a "
+                             f"Slurm login node, or use --executor ray or local")
+    names = [p.rstrip("*") for p in out.stdout.split()]
+    if partition is not None and partition not in names:
+        raise WildmergeError(f"--slurm-partition {partition}: no such partition; this cluster has "
+                             f"{', '.join(names) or 'none'}{did_you_mean(partition, names)}")
+
+
+@contextlib.contextmanager
+def engine(options: EvalOptions):
+    """The cluster engine held open for a driver: yields how many jobs it runs at once (Ray: its CPUs, or GPUs,
+    over each job's share; Slurm: ``--slurm-array-parallelism``)."""
+    if options.executor != "ray":
+        yield int(options.slurm_array_parallelism)
+        return
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=options.ray_address, include_dashboard=False, log_to_driver=False)
+    try:
+        resources = ray.cluster_resources()
+        gpus = options.gpus_per_job if options.gpus_per_job is not None else (1 if resources.get("GPU") else 0)
+        cpus = 1 if options.cpus_per_job is None else options.cpus_per_job
+        yield max(1, int(resources.get("GPU", 0) // gpus if gpus else resources.get("CPU", 1) // cpus))
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def ray_map(fn: Callable, items: List[Any], options: EvalOptions, desc: str) -> Iterator[Tuple[Any, Any]]:
+    """``fn(item)`` as one Ray task per item, yielding (item, result or the exception of a lost task) as they end;
+    with GPUs, ``gpus_per_job`` (default 1) each, so Ray queues them on free GPUs.
 
     ``ray_address``: ``auto`` or ``ray://host:10001`` joins a cluster; none starts (or reuses) a local one.
     """
@@ -88,27 +161,27 @@ def _run_ray(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+    pending = {}
     try:
         has_gpu = ray.cluster_resources().get("GPU", 0) > 0
         gpus = (1 if has_gpu else 0) if gpus_per_job is None else gpus_per_job
         if gpus and not has_gpu:
             raise WildmergeError(f"--gpus-per-job {gpus} but the Ray cluster has no GPU")
-        remote = ray.remote(num_cpus=cpus_per_job, num_gpus=gpus, max_retries=0)(run_job)
-        pending = {remote.remote(job): job for job in jobs}
-        records = []
-        with tqdm(total=len(jobs), desc="eval jobs (ray)", unit="job") as bar:
+        remote = ray.remote(num_cpus=cpus_per_job, num_gpus=gpus, max_retries=0)(fn)
+        pending = {remote.remote(item): item for item in items}
+        with tqdm(total=len(items), desc=desc, unit="job") as bar:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
-                job = pending.pop(done[0])
+                item = pending.pop(done[0])
                 try:
-                    record = _keep(job, ray.get(done[0]))
+                    out = ray.get(done[0])
                 except Exception as exc:  # the task died (node lost, worker crash)
-                    record = _engine_failure(job, exc)
-                records.append(record)
-                on_done and on_done(record)
+                    out = exc
                 bar.update()
-        return records
+                yield item, out
     finally:
+        for ref in pending:  # the caller stopped early (an error, a kill): no task left running
+            ray.cancel(ref, force=True)
         if started_here:
             ray.shutdown()
 
@@ -117,43 +190,51 @@ def run_slurm(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callbac
               claim: Claimer = None) -> List[Dict[str, Any]]:
     jobs, claims = _claimed_all(jobs, claim)
     try:
-        return _run_slurm(jobs, options, on_done)
+        if not jobs:
+            return []
+        folder = str(ResultStore.of_result(jobs[0]["result_path"]).slurm_dir)
+        return _run_engine(slurm_map(run_job, _on("slurm", jobs), options, folder, "wildmerge-eval"), on_done)
     finally:
         for c in claims:
             c.release()
 
 
-def _run_slurm(jobs: List[Dict[str, Any]], options: EvalOptions, on_done: Callback = None) -> List[Dict[str, Any]]:
-    """One Slurm array task per job via submitit (``slurm_cluster='local'`` runs them here, for tests); its logs go
-    to the result store's ``slurm/`` folder."""
+def slurm_map(fn: Callable, items: List[Any], options: EvalOptions, folder: str,
+              name: str) -> Iterator[Tuple[Any, Any]]:
+    """``fn(item)`` as one Slurm array task per item via submitit (``slurm_cluster='local'`` runs them here, for
+    tests), yielding (item, result or the exception of a lost task); its logs go to ``folder``."""
     try:
         import submitit
     except ImportError:
         raise WildmergeError("--executor slurm needs submitit: pip install 'wildmerge[slurm]'") from None
-    if not jobs:
-        return []
-    folder = str(ResultStore.of_result(jobs[0]["result_path"]).slurm_dir)
+    if not items:
+        return
     executor = submitit.AutoExecutor(folder=folder, cluster=options.slurm_cluster)
     cpus_per_job = 4 if options.cpus_per_job is None else options.cpus_per_job
     params = {"timeout_min": int(options.slurm_time), "cpus_per_task": int(cpus_per_job),
-              "slurm_array_parallelism": int(options.slurm_array_parallelism), "name": "wildmerge-eval"}
+              "slurm_array_parallelism": int(options.slurm_array_parallelism), "name": name}
     if executor.cluster == "slurm":
         params["gpus_per_node"] = int(1 if options.gpus_per_job is None else options.gpus_per_job)
         params["slurm_partition"] = options.slurm_partition
         if options.slurm_mem_gb:
             params["mem_gb"] = options.slurm_mem_gb
     executor.update_parameters(**{k: v for k, v in params.items() if v is not None})
-    submitted = executor.map_array(run_job, jobs)
+    submitted = executor.map_array(fn, items)
     print(f"submitted {len(submitted)} Slurm job(s) to {executor.cluster}; logs in {folder}")
-    records = []
-    for job, sub in tqdm(list(zip(jobs, submitted)), desc="eval jobs (slurm)", unit="job"):
-        try:
-            record = _keep(job, _slurm_result(sub) if executor.cluster == "slurm" else sub.result())
-        except Exception as exc:  # timeout, preemption, node failure, scancel
-            record = _engine_failure(job, exc)
-        records.append(record)
-        on_done and on_done(record)
-    return records
+    waiting = list(zip(items, submitted))
+    try:
+        with tqdm(total=len(items), desc=f"{name} (slurm)", unit="job") as bar:
+            while waiting:
+                item, sub = waiting.pop(0)
+                try:
+                    out = _slurm_result(sub) if executor.cluster == "slurm" else sub.result()
+                except Exception as exc:  # timeout, preemption, node failure, scancel
+                    out = exc
+                bar.update()
+                yield item, out
+    finally:
+        for _, sub in waiting:  # the caller stopped early: no task left queued or running
+            sub.cancel(check=False)
 
 
 def _slurm_result(sub, poll: float = 2.0):

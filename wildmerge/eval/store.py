@@ -66,9 +66,9 @@ def read_result(path) -> Dict[str, Any]:
 
 def base_record(job: Dict[str, Any]) -> Dict[str, Any]:
     """What every result record of ``job`` starts with: which job, model, fingerprint, suite, tasks and settings
-    (and ``command``, the pid and host of the command that claimed it, where one did)."""
+    (and ``command``, the pid and host of the command that claimed it, where one did; ``executor`` and ``node``, a cluster's)."""
     return {**{k: job[k] for k in ("job_id", "model_path", "fingerprint", "suite", "tasks", "settings")},
-            **({"command": job["command"]} if "command" in job else {})}
+            **{k: job[k] for k in ("command", "executor", "node") if k in job}}
 
 
 def needs_run(record: Dict[str, Any], retry_failed: bool) -> bool:

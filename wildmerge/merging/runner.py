@@ -98,6 +98,18 @@ def merge_one(entry: PlanEntry, recipe: dict, digest: str, text: str, options, m
     return seconds
 
 
+def merge_entry(entry: PlanEntry, merge: RenderedMerge, options, models: PoolModels, say=print):
+    """Merge one plan entry (rendered: ``render``) unless it is done; its merge's claim is held by the caller (this
+    process or, for a cluster job, the driver that submitted it). The seconds it took, None when it was done."""
+    if is_done(entry.path, merge.digest):
+        return None
+    _remove_leftovers(entry.path)  # a holder that died before us left them
+    if merge.note:
+        say(f"{entry.model_id}: {merge.note}")
+    recipe = merge.materialised()
+    return merge_one(entry, recipe, merge.digest, recipe_text(entry, recipe, models, merge.note), options, models)
+
+
 def _leftover_of(name: str):
     """The merge a temporary sibling belongs to, else None: ``.NAME.tmp-*`` / ``.NAME.old-*``, and
     ``..NAME.tmp-a.tmp-b`` (RegMean / CoM write atomically into the runner's own temporary folder)."""
@@ -145,6 +157,16 @@ def _cpu_share(workers: int, device: str):
         yield
 
 
+def render_all(merges: list[PlanEntry], models: PoolModels, methods: dict):
+    """(methods by name, every merge rendered once): its tokenizer handling decided (or refused) before any merge."""
+    from wildmerge.recipes.method import load_methods
+
+    # a recipe given by its file's path (``--methods my_com.yml``) names its merges by the recipe's name
+    methods = {**methods, **{m.name: m for m in methods.values()}}
+    methods = {**load_methods({e.method for e in merges} - set(methods)), **methods}
+    return methods, {e.model_id: render(e, models, methods[e.method]) for e in merges}
+
+
 def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, options, *, keep_models="all",
              after_each=None, progress=True, workers: int = 1) -> dict:
     """Merge every ``kind == "merge"`` entry not already done. ``after_each(entry)`` runs after each model is
@@ -155,16 +177,10 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
     per GPU, or a share of the cores each); this process stays worker 0 and runs ``after_each`` for every entry."""
     from tqdm.auto import tqdm
 
-    from wildmerge.recipes.method import load_methods
-
     merges = [e for e in entries if e.kind == "merge"]
     for parent in {str(Path(e.path).parent) for e in merges}:
         clean_leftovers(parent)
-    # a recipe given by its file's path (``--methods my_com.yml``) names its merges by the recipe's name
-    methods = {**methods, **{m.name: m for m in methods.values()}}
-    methods = {**load_methods({e.method for e in merges} - set(methods)), **methods}
-    # every merge rendered once, its tokenizer handling decided (or refused) before any merge
-    rendered = {e.model_id: render(e, models, methods[e.method]) for e in merges}
+    methods, rendered = render_all(merges, models, methods)
     stats = {"merged": 0, "skipped": 0, "redone": 0, "pruned": 0, "seconds": 0.0,
              "tokenizer": {k: r.note for k, r in rendered.items() if r.note}}
     helpers = []
@@ -177,20 +193,16 @@ def run_plan(entries: list[PlanEntry], models: PoolModels, methods: dict, option
 
     def handle(entry: PlanEntry) -> None:  # runs while this process holds the entry's claim
         bar.set_postfix_str(entry.model_id, refresh=False)
-        merge = rendered[entry.model_id]
-        if is_done(entry.path, merge.digest):
+        existed = Path(entry.path).exists()
+        seconds = merge_entry(entry, rendered[entry.model_id], options, models, say=bar.write)
+        if seconds is None:
             stats["skipped"] += 1
             if weights_pruned(entry.path):
                 bar.update()
                 return  # pruned only after after_each finished with it
         else:
-            _remove_leftovers(entry.path)  # a holder that died before us left them
-            stats["redone" if Path(entry.path).exists() else "merged"] += 1
-            if merge.note:
-                bar.write(f"{entry.model_id}: {merge.note}")
-            recipe = merge.materialised()
-            stats["seconds"] += merge_one(entry, recipe, merge.digest, recipe_text(entry, recipe, models, merge.note),
-                                          options, models)
+            stats["redone" if existed else "merged"] += 1
+            stats["seconds"] += seconds
         if after_each is not None:
             after_each(entry)
         if keep_models == "none" and not weights_pruned(entry.path):

@@ -296,6 +296,7 @@ class Executor:
     gpus: int
     slurm_tasks: int = 0
     eval_slowdown: float = 1.0  # each evaluation's time against the calibration's (cpu_eval_slowdown)
+    model_jobs: bool = False  # each merged model merged and scored in one job on the cluster (``wildmerge.cluster``)
 
 
 # On a CPU the evaluation rates are the machine's throughput with the default workers (one one-thread worker per
@@ -318,6 +319,8 @@ def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: flo
     merges = sum(merge_seconds(study.parameters, m.inputs, cal, m.method, m.texts, study.text_tokens)
                  for m in study.merges)
     per_model = eval_seconds(study.parameters, study.tokens_per_model, cal, study.eval_dtype) * ex.eval_slowdown
+    if ex.model_jobs:
+        return _model_jobs_time(study, cal, ex, merges, per_model, job_start_s if ex.slurm_tasks else 0.0)
     if ex.slurm_tasks:
         evals = study.models_evaluated * (per_model + job_start_s)
         eval_wall = math.ceil(study.models_evaluated / ex.slurm_tasks) * (per_model + job_start_s)
@@ -326,6 +329,17 @@ def executor_time(study: Study, cal: Calibration, ex: Executor, job_start_s: flo
     evals = study.models_evaluated * per_model
     wall = cal.run_start_s + merges / ex.gpus + math.ceil(study.models_evaluated / ex.gpus) * per_model
     return {"wall_s": wall, "gpu_hours": wall * ex.gpus / HOUR, "merge_s": merges, "eval_s": evals}
+
+
+def _model_jobs_time(study: Study, cal: Calibration, ex: Executor, merges: float, per_model: float,
+                     job_start_s: float) -> Dict[str, float]:
+    """Merged models as cluster jobs (merge, then score, each job on its own GPU, ``ex.gpus`` at once), then the
+    base and experts as evaluation jobs: the merges leave the submitting node."""
+    n, others = len(study.merges), max(study.models_evaluated - len(study.merges), 0)
+    one = (merges / n if n else 0.0) + (per_model if study.models_evaluated else 0.0) + job_start_s
+    wall = cal.run_start_s + math.ceil(n / ex.gpus) * one + math.ceil(others / ex.gpus) * (per_model + job_start_s)
+    busy = n * one + others * (per_model + job_start_s)
+    return {"wall_s": wall, "gpu_hours": busy / HOUR, "merge_s": merges, "eval_s": study.models_evaluated * per_model}
 
 
 def fit_merges(points: Sequence[Tuple[str, float, float]], default_start: float) -> Tuple[float, Dict[str, float]]:

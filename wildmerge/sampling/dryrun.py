@@ -107,12 +107,17 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     else:
         print("    evaluations: none (not evaluated)")
     kept = model_bytes * (min(len(merges), 1) if keep_models == "none" else len(merges))
-    print(f"    disk: {kept / cost.GB:.4g} GB of merged checkpoints (--keep-models {keep_models}), "
-          f"~{study.models_evaluated * cost.record_bytes(len(tasks)) / 1e6:.3g} MB of evaluation records")
     gpus = max(len(visible_gpus()), 8)
+    in_flight = min(len(merges), scoring.slurm_tasks)  # model jobs with --keep-models none: one checkpoint each
+    print(f"    disk: {kept / cost.GB:.4g} GB of merged checkpoints (--keep-models {keep_models}; Slurm model jobs "
+          f"with none: at most {in_flight} at once, {model_bytes * in_flight / cost.GB:.4g} GB), "
+          f"~{study.models_evaluated * cost.record_bytes(len(tasks)) / 1e6:.3g} MB of evaluation records")
     executors = [cost.Executor("one GPU", 1), cost.Executor(f"a node, {gpus} GPUs (local)", gpus),
                  cost.Executor(f"Ray, {gpus} GPUs", gpus),
-                 cost.Executor(f"Slurm array, {scoring.slurm_tasks} tasks", scoring.slurm_tasks, scoring.slurm_tasks)]
+                 cost.Executor(f"Slurm array, {scoring.slurm_tasks} tasks", scoring.slurm_tasks, scoring.slurm_tasks),
+                 cost.Executor(f"Ray, {gpus} GPUs, model jobs", gpus, model_jobs=True),
+                 cost.Executor(f"Slurm, {scoring.slurm_tasks} model jobs", scoring.slurm_tasks, scoring.slurm_tasks,
+                               model_jobs=True)]
     for ex in executors:
         t = cost.executor_time(study, gpu_cal, ex)
         print(f"    {ex.name + ':':<32} {_duration(t['wall_s']):>10} wall, {t['gpu_hours']:,.1f} GPU-hours")
