@@ -204,6 +204,17 @@ def _evaluation_of(s: SampleSettings, pool):
     return evaluate, suite
 
 
+def _check_calibrate_from(s: SampleSettings) -> None:
+    """``--calibrate-from`` checked whenever it is given (a damaged or empty folder said now); a dry run's only."""
+    if s.calibrate_from:
+        from wildmerge.sampling.cost import calibrate_from
+
+        calibrate_from(s.calibrate_from)
+        if not s.dry_run:
+            raise ConfigError(f"--calibrate-from {s.calibrate_from} prices the cost plan of a dry run (a real run "
+                              f"measures its own): add --dry-run, or drop --calibrate-from")
+
+
 def _model_jobs(s: SampleSettings, run_dir: Path, suite: str):
     """On Ray or Slurm, each merged model merged, scored and pruned as one job on the cluster (``wildmerge.cluster``);
     None for the local executors."""
@@ -229,13 +240,7 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
 
     if s.evaluation.executor not in CLUSTER:  # a cluster's merges run on its nodes' devices
         checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
-    if s.calibrate_from:  # the folder checked whenever it is given: a damaged or empty one said now
-        from wildmerge.sampling.cost import calibrate_from
-
-        calibrate_from(s.calibrate_from)
-        if not s.dry_run:
-            raise ConfigError(f"--calibrate-from {s.calibrate_from} prices the cost plan of a dry run (a real run "
-                              f"measures its own): add --dry-run, or drop --calibrate-from")
+    _check_calibrate_from(s)
     pool = load_pool(s.pool, s.exclude)
     run_dir = Path(s.out or default_out("sample", pool=pool.name, seed=s.seed)).resolve()
     resolved = _resolver(s, pool, run_dir)
