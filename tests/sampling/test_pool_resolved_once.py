@@ -81,3 +81,15 @@ def test_a_resumed_tune_uses_the_pinned_commits_resolved_once(hub_pool, tmp_path
     assert sorted(hub_calls) == [("org/e1", OLD, False), ("org/e2", OLD, False)]
     resumed = json.loads((out / "manifest.json").read_text())["tuned"]["ta"]
     assert resumed["tas"] == tuned["tas"] and resumed["hparams"] == tuned["hparams"]  # the same weights tuned
+
+
+def test_tune_resolves_its_pool_once_and_no_download_reaches_it(hub_pool, tmp_path, monkeypatch):
+    pool, _ = hub_pool
+    grid = tmp_path / "grid.yml"
+    grid.write_text(yaml.safe_dump({"ta_lambda": {"method": "ta", "grid": {"lambda": [0.5, 1.0]}}}))
+    calls = _spy(monkeypatch)
+    assert main(["tune", "--pool", str(pool), "--grid", str(grid), "--samples", "4", "--out", str(tmp_path / "t"),
+                 "--no-download"]) == 0
+    hub_calls = [c for c in calls if c[0].startswith("org/")]
+    assert sorted(c[0] for c in hub_calls) == ["org/e1", "org/e2"]  # once each
+    assert all(download is False for _, _, download in calls)

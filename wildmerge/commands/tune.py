@@ -32,6 +32,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int,
                    help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     p.add_argument("--allow-pickle", action="store_true", help="accept pickle-only checkpoints")
+    p.add_argument("--no-download", action="store_true", help="use only the local hub cache, even when online")
     p.add_argument("--select", default="tas", choices=("tas", "adamms"),
                    help="selection rule: tas (lowest mean TAS) or adamms (AdaMMS*: the most stable point of a "
                         "one-hyperparameter grid; the reality-check paper, App. D)")
@@ -54,7 +55,8 @@ def _check_pool_weights(args):
     from wildmerge.pools import resolve
     from wildmerge.sampling.preflight import require_tokenizer
 
-    pool = resolve(args.pool, exclude=args.exclude, allow_pickle=args.allow_pickle)
+    pool = resolve(args.pool, exclude=args.exclude, allow_pickle=args.allow_pickle,
+                   download=False if args.no_download else None)
     pool.check_weights()
     require_tokenizer(pool.base_path, "the base", "the task alignment score (tune)")
     return pool
