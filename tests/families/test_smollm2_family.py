@@ -57,11 +57,11 @@ def test_the_shipped_pool_and_suites_name_every_expert_and_task():
     data = {e.label: pool.data_for(e) for e in pool.experts}  # through the per-expert data contract
     assert {n: d.labelled.demo if d.labelled else None for n, d in data.items()} == {
         e.name: f"smollm2:labelled/{e.name}" if e.has_data else None for e in S.EXPERTS}
-    assert {n: d.text.demo for n, d in data.items() if d.labelled} == {
+    assert {n: d.text.demo for n, d in data.items() if d.labelled and d.labelled.kind == "demo"} == {
         e.name: f"smollm2:text/{e.name}" for e in S.EXPERTS if e.has_data}
-    # the generalist, published without data, inherits the pool's `data: generate`
-    assert {n: d.text.kind for n, d in data.items() if not d.labelled} == {
-        e.name: "generate" for e in S.EXPERTS if not e.has_data}
+    # the generalist, published without data, inherits the pool's default: its own text, split into labelled items
+    assert {n: (d.text.kind, d.labelled.kind) for n, d in data.items() if d.labelled.kind != "demo"} == {
+        e.name: ("generate", "generate") for e in S.EXPERTS if not e.has_data}
     assert len(S.EXPERTS) in range(8, 13) and {e.shape for e in S.EXPERTS} == set(S.SHAPES)
     from wildmerge.families.smollm2.tasks import task_names
 

@@ -247,7 +247,9 @@ def test_weight_mergeability_metrics_read_a_resized_expert_on_the_base_tokens(lm
         tables[label] = {p.name: pd.read_csv(p) for p in sorted(out.glob("*.csv"))}
     assert tables["aligned"] and tables["aligned"].keys() == tables["by_hand"].keys()
     for name, frame in tables["aligned"].items():
-        pd.testing.assert_frame_equal(frame, tables["by_hand"][name], rtol=1e-6)
+        timed = [c for c in frame.columns if c == "seconds"]  # category_cost.csv: wall time, never equal twice
+        pd.testing.assert_frame_equal(frame.drop(columns=timed), tables["by_hand"][name].drop(columns=timed),
+                                      rtol=1e-6)
 
 
 def test_in_memory_candidates_hold_a_resized_expert_on_the_base_tokens(lm_family, odd_experts,  # noqa: F811

@@ -129,6 +129,7 @@ def draw_balance(table, out_dir, title: str) -> Dict[str, Path]:
             ax.annotate(f"{ratio:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
                         va="bottom", fontsize=7)
     ax.set_xticks(list(xs), [f"{m}\nn = {n}" for m, n in zip(table["method"], table["n"])], fontsize=8)
+    ax.set_xlabel("method and number of merged experts n")
     ax.set_ylabel("mean accuracy (%) of the merges")
     ax.set_title(f"{title}: norm-balanced against norm-unbalanced subsets (bar label: mean max/min norm)",
                  fontsize=10)
