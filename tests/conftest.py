@@ -11,7 +11,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # dry runs plan at the built-in CPU rates (their planned seconds are checked by hand) and never fill the user's
-# ~/.cache with this host's measured ones; tests/sampling/test_host_rates.py turns the measurement on, in a folder of its own
+# ~/.cache with this host's measured ones; tests/planning/test_host_rates.py turns the measurement on, in a folder of its own
 os.environ.setdefault("WILDMERGE_HOST_RATES", "defaults")
 
 

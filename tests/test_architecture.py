@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1] / "wildmerge"
 # Lower numbers sit lower. A module may import its own package and anything strictly lower; bottom modules (0)
 # may import each other as long as there is no cycle.
 LEVELS = {"bottom": 0, "plugins": 1, "pools": 1,
-          "recipes": 2,  # method recipes: read by sampling, merging, eval and analysis; the merge methods need none
-          "sampling": 3, "merging": 3, "eval": 3, "analysis": 4, "protocol": 5,
+          "recipes": 2,  # method recipes: read by planning, merging, eval and analysis; the merge methods need none
+          "planning": 3, "merging": 3, "eval": 3, "analysis": 4, "protocol": 5,
           "cluster": 4,  # a merged model as one cluster job: merging and eval together, below the protocol
           "search": 5,  # the guided search drives tuning, merging and evaluation like the protocol does
           "families": 1,  # the embedded model families (demo/, smollm2/) and what they share
@@ -77,7 +77,7 @@ def _group(module: str) -> str:
 def test_the_layer_table_covers_every_module():
     groups = {_group(m) for m in _graph()}
     assert groups <= set(LEVELS), groups - set(LEVELS)
-    assert {"families", "plugins", "pools", "recipes", "sampling", "merging", "eval", "analysis", "protocol", "commands"} <= groups
+    assert {"families", "plugins", "pools", "recipes", "planning", "merging", "eval", "analysis", "protocol", "commands"} <= groups
 
 
 def _excepted(module: str, target: str) -> bool:
@@ -96,9 +96,9 @@ def upward_imports(graph) -> list:
 
 def test_no_import_runs_upwards_or_sideways():
     graph = _graph()
-    assert "wildmerge.sampling.plan" in graph["wildmerge.protocol"]  # the graph sees function-level imports
+    assert "wildmerge.planning.plan" in graph["wildmerge.protocol"]  # the graph sees function-level imports
     assert upward_imports({"wildmerge.eval.evaluate": {"wildmerge.analysis.report.write"}})  # and the rule bites
-    assert upward_imports({"wildmerge.sampling.plan": {"wildmerge.eval.store"}})
+    assert upward_imports({"wildmerge.planning.plan": {"wildmerge.eval.store"}})
     wrong = upward_imports(graph)
     assert not wrong, "\n".join(wrong)
 

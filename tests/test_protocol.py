@@ -12,7 +12,7 @@ from wildmerge.commands import sample
 from wildmerge.errors import ConfigError
 from wildmerge.protocol import PAPER_K, PAPER_SIZES, SampleSettings, run_sample
 from wildmerge.pools import load_pool
-from wildmerge.sampling.settings import Sampling
+from wildmerge.planning.settings import Sampling
 
 V0 = Path(__file__).parent / "fixtures" / "run_v0" / "manifest.json"
 

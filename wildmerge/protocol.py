@@ -81,7 +81,7 @@ class SampleSettings(BaseModel):
 
     def sampling(self, pool, select: Optional[dict] = None):
         """The draw on ``pool`` (a loaded pool, experts already excluded)."""
-        from wildmerge.sampling.settings import Sampling
+        from wildmerge.planning.settings import Sampling
 
         own = pool.protocol
         default = [n for n in (own.sizes or PAPER_SIZES) if n < len(pool.experts)]  # n = N is added anyway
@@ -135,7 +135,7 @@ def _scoring(suite: str, options: EvalOptions):
     weights' dtype, the CPU workers asked for and the default."""
     from wildmerge.eval.local import default_workers
     from wildmerge.eval.suites import load_suite
-    from wildmerge.sampling.cost import Scoring
+    from wildmerge.planning.cost import Scoring
 
     loaded = load_suite(suite)
     limit = options.limit if options.limit is not None else loaded.settings.limit
@@ -150,7 +150,7 @@ def _resolver(s: SampleSettings, pool, run_dir: Path):
     from functools import cache
 
     from wildmerge.pools import resolve
-    from wildmerge.sampling.manifest import pinned_commits
+    from wildmerge.planning.manifest import pinned_commits
 
     @cache
     def resolved():
@@ -207,7 +207,7 @@ def _evaluation_of(s: SampleSettings, pool):
 def _check_calibrate_from(s: SampleSettings) -> None:
     """``--calibrate-from`` checked whenever it is given (a damaged or empty folder said now); a dry run's only."""
     if s.calibrate_from:
-        from wildmerge.sampling.cost import calibrate_from
+        from wildmerge.planning.cost import calibrate_from
 
         calibrate_from(s.calibrate_from)
         if not s.dry_run:
@@ -236,7 +236,7 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
     from wildmerge.pools import load_pool
     from wildmerge.recipes.sweeps import load_sweeps
     from wildmerge.resources import checked_device
-    from wildmerge.sampling.preflight import check_base_tokenizer, data_features
+    from wildmerge.planning.preflight import check_base_tokenizer, data_features
 
     if s.evaluation.executor not in CLUSTER:  # a cluster's merges run on its nodes' devices
         checked_device(s.merge_device, "--merge-device")  # a missing GPU said before anything is loaded
@@ -249,7 +249,7 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
     methods = load_methods(_method_names(pool.protocol.methods, pool) if s.methods is None else
                            _method_names(s.methods))
     sweeps = load_sweeps(s.ablations, s.grid)  # each with its method's recipe loaded
-    from wildmerge.sampling.sample_cap import cap_sample_sweeps
+    from wildmerge.planning.sample_cap import cap_sample_sweeps
 
     sweeps, capped = cap_sample_sweeps(pool, sweeps)  # com_samples: no point asks more texts than an expert has
     from wildmerge.merging.workers import worker_count
@@ -259,7 +259,7 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
     check_base_tokenizer(pool, (["the evaluation"] if evaluate else []) + data_features(methods, sweeps, s.tune))
     if s.dry_run:
         from wildmerge.pools.resolved import check_local
-        from wildmerge.sampling.dryrun import print_dry_run
+        from wildmerge.planning.dryrun import print_dry_run
 
         check_local(pool, s.allow_pickle)  # the local checkpoints as a real run's resolve checks them
         return SampleOutcome(run_dir, print_dry_run(
@@ -268,7 +268,7 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
             calibrate_from=s.calibrate_from, capped=capped))
     for note in capped:
         print(f"note: {note}", file=sys.stderr)
-    from wildmerge.sampling.preflight import check_expert_data
+    from wildmerge.planning.preflight import check_expert_data
 
     check_expert_data(pool, methods, sweeps, s.tune)  # RegMean / CoM / --tune data, before any model is resolved
     if s.keep_models == "none" and not evaluate:
@@ -311,15 +311,15 @@ def run_protocol(run_dir: Path, pool, sampling, methods: dict, sweeps: dict, *, 
                  resolved=None, model_jobs=None) -> dict:
     """Draw (or reuse) the subsets, write the plan, merge what is not done yet; returns the run log.
 
-    ``sampling`` is the draw (``wildmerge.sampling.settings.Sampling``); ``scorer`` scores subsets when a predictor
+    ``sampling`` is the draw (``wildmerge.planning.settings.Sampling``); ``scorer`` scores subsets when a predictor
     chooses them; ``resolved``: the pool as the command resolved it (else resolved here, at the manifest's pins);
     ``model_jobs(entries, models, methods, merge options)``, when given, runs the merges instead of this process
     (``wildmerge.cluster``: each model a cluster job)."""
     from wildmerge.merging.runner import merge_options, run_plan
     from wildmerge.merging.workers import worker_count
     from wildmerge.run import Plan, RunFolder, merged_with_previous
-    from wildmerge.sampling.manifest import prepare
-    from wildmerge.sampling.plan import build_entries
+    from wildmerge.planning.manifest import prepare
+    from wildmerge.planning.plan import build_entries
 
     started = time.time()
     run = RunFolder(run_dir)
@@ -404,7 +404,7 @@ def family_report(info: dict, out_dir=None, limit=None) -> dict:
     from wildmerge.eval.suites import load_suite
     from wildmerge.recipes.method import load_methods
     from wildmerge.pools import load_pool
-    from wildmerge.sampling.settings import Sampling
+    from wildmerge.planning.settings import Sampling
 
     run_dir = Path(out_dir) if out_dir else default_report_dir(info)
     pool = load_pool(info["pool_file"])

@@ -11,7 +11,7 @@ from wildmerge.analysis.mergeability import predictor as PR
 from wildmerge.analysis.mergeability.fitting import choose_metrics, fit_methods
 from wildmerge.analysis.mergeability.registry import METRICS, REDUCED
 from wildmerge.errors import WildmergeError
-from wildmerge.sampling.sampler import top_subsets
+from wildmerge.planning.sampler import top_subsets
 
 EXPERTS = [f"x{i:02d}" for i in range(10)]
 PAIRS = list(itertools.combinations(EXPERTS, 2))

@@ -87,7 +87,7 @@ def test_balanced_and_unbalanced_subsets_and_their_comparison(unequal):
     import pandas as pd
 
     from wildmerge.analysis.pool.balance import balance_scorer, balance_table, expert_norms, subset_imbalance
-    from wildmerge.sampling.sampler import top_subsets
+    from wildmerge.planning.sampler import top_subsets
 
     base, experts = unequal
     norms = expert_norms(base, experts, progress=False)

@@ -3,7 +3,7 @@ follow as evaluation jobs; checked against the rates written out by hand."""
 
 import math
 
-from wildmerge.sampling import cost
+from wildmerge.planning import cost
 
 
 def test_model_jobs_are_priced_with_their_merges_on_the_cluster():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from wildmerge.eval.screening.stats import screen_items
-from wildmerge.sampling import cost
+from wildmerge.planning import cost
 from wildmerge.search.bandit import Space, search
 from wildmerge.search.plan import plan_search, search_seconds, search_space
 

@@ -33,14 +33,14 @@ def _prepared(run_dir, suite, options: EvalOptions):
 
 
 def check_time_limit(merges, models, merge_options, options: EvalOptions) -> None:
-    """A Slurm time limit shorter than the longest merge the cost plan prices (``sampling.cost``, the built-in rates
+    """A Slurm time limit shorter than the longest merge the cost plan prices (``planning.cost``, the built-in rates
     of the merge device) is refused before anything is submitted."""
     import json
     import math
     from pathlib import Path
 
     from wildmerge.errors import ConfigError
-    from wildmerge.sampling import cost
+    from wildmerge.planning import cost
 
     config = Path(models.base.path) / "config.json"
     if options.executor != "slurm" or not merges or not config.is_file():
@@ -51,7 +51,7 @@ def check_time_limit(merges, models, merge_options, options: EvalOptions) -> Non
     worst = max(priced, key=priced.get)
     if priced[worst] > 60 * options.slurm_time:
         raise ConfigError(f"--slurm-time {options.slurm_time}: the merge {worst} alone is priced at "
-                          f"{priced[worst] / 60:.1f} min ({cal.device} rates, wildmerge/sampling/cost.py); give "
+                          f"{priced[worst] / 60:.1f} min ({cal.device} rates, wildmerge/planning/cost.py); give "
                           f"--slurm-time {math.ceil(priced[worst] / 60) * 2} or more (minutes; the job also scores it)")
 
 

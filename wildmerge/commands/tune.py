@@ -53,7 +53,7 @@ def _check_pool_weights(args):
     """The pool resolved, once for the command; its checkpoints complete and free of NaN / Inf, and the base's
     tokenizer there, before any merge is built (as the sampler checks)."""
     from wildmerge.pools import resolve
-    from wildmerge.sampling.preflight import require_tokenizer
+    from wildmerge.planning.preflight import require_tokenizer
 
     pool = resolve(args.pool, exclude=args.exclude, allow_pickle=args.allow_pickle,
                    download=False if args.no_download else None)

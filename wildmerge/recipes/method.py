@@ -31,7 +31,7 @@ PAPER_METHODS = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_s
 
 class CostFactor(BaseModel):
     """The method's merge seconds per parameter read as a multiple of task arithmetic's on one device, and where it
-    was measured (the dry run's cost plan, ``sampling/cost.py``)."""
+    was measured (the dry run's cost plan, ``planning/cost.py``)."""
 
     model_config = ConfigDict(extra="forbid")
 

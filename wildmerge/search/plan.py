@@ -1,5 +1,5 @@
 """What a guided search will cost before it runs (``wildmerge search --dry-run``), in the units of the protocol's
-cost plan (``sampling/cost.py``), so the two can be read side by side.
+cost plan (``planning/cost.py``), so the two can be read side by side.
 
 The search spends at most ``budget`` full evaluations of the suite: the base's, the experts' screening at the first
 rung (the Thompson search's, where it fits), then brackets of successive halving for as long as a bracket's worst
@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence
 
-from wildmerge.sampling import cost
+from wildmerge.planning import cost
 from wildmerge.search.bandit import SCREEN_SHARE, default_bracket, fitting_bracket
 from wildmerge.search.halving import bracket_cost, fractions, rung_costs
 
@@ -118,7 +118,7 @@ def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", l
     from wildmerge.eval.suites import load_suite
     from wildmerge.hub import FAMILY_PREFIXES
     from wildmerge.pools import load_pool
-    from wildmerge.sampling.dryrun import base_parameters, merge_pricing
+    from wildmerge.planning.dryrun import base_parameters, merge_pricing
 
     pool = load_pool(pool_name, exclude)
     scored = cost.suite_tokens([t.task for t in load_suite(suite_name).tasks], limit)

@@ -4,7 +4,7 @@ from collections import Counter
 from pathlib import Path
 
 from wildmerge.run import PoolModels, ResolvedModel, SubsetRecord, read_merge_info
-from wildmerge.sampling.manifest import check_same, draw_for
+from wildmerge.planning.manifest import check_same, draw_for
 
 BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 FAMILY_BYTES_PER_PARAMETER = 4  # the embedded families' checkpoints and their merges are float32 on disk
@@ -51,7 +51,7 @@ def _base_config(pool) -> dict | None:
 def base_parameters(pool, config: dict | None = None) -> int | None:
     """The base's parameter count: the pool's declared ``base.parameters``, else from its config.json when the base
     is on this machine (``config``: that config, already read); None when neither is known."""
-    from wildmerge.sampling import cost
+    from wildmerge.planning import cost
 
     if pool.base.parameters:
         return pool.base.parameters
@@ -67,7 +67,7 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     from wildmerge import checkpoints
     from wildmerge.hub import FAMILY_PREFIXES
     from wildmerge.resources import visible_gpus
-    from wildmerge.sampling import cost
+    from wildmerge.planning import cost
 
     config = _base_config(pool)
     params = base_parameters(pool, config)
@@ -139,7 +139,7 @@ def _host_cpu_calibration(workers: int):
     (``WILDMERGE_HOST_RATES=defaults``, or a measurement that failed: said, a dry run does not stop on it).
     ``workers``: the default evaluation workers (1 when the run is not evaluated: its data passes run in one
     merge process)."""
-    from wildmerge.sampling import cost, host_rates
+    from wildmerge.planning import cost, host_rates
 
     try:
         return host_rates.host_calibration(workers) or cost.DEFAULTS["cpu"]
@@ -152,7 +152,7 @@ def merge_pricing(cal, methods, text_tokens: int) -> str:
     """How the merges of ``methods`` are priced on ``cal``'s device: the start, the rate, each method's factor or
     fitted rate, the data-based methods' passes, and the methods counted as task arithmetic for want of a
     measurement."""
-    from wildmerge.sampling import cost
+    from wildmerge.planning import cost
 
     fitted, methods = dict(cal.method_rates), list(dict.fromkeys(methods))
     parts = [f"{m} {fitted[m]:.3g} s per G read (fitted)" if m in fitted
@@ -182,8 +182,8 @@ def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "
                   tune: bool = False, scoring=None, merge_device: str = "cpu", calibrate_from=None,
                   capped=()) -> int:
     """``capped``: the notes of sweeps whose calibration-sample points were capped (``sample_cap.py``)."""
-    from wildmerge.sampling.plan import build_entries
-    from wildmerge.sampling.preflight import missing_expert_data
+    from wildmerge.planning.plan import build_entries
+    from wildmerge.planning.preflight import missing_expert_data
 
     existing = check_same(run_dir, sampling)
     draw = None if existing else draw_for(pool, sampling, scorer)

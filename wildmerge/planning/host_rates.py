@@ -46,7 +46,7 @@ from typing import List, Optional, Tuple
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from wildmerge.errors import WildmergeError
-from wildmerge.sampling import cost
+from wildmerge.planning import cost
 
 VERSION = 1  # of what is measured and how: a change makes every host measure again
 ENV, CACHE_ENV = "WILDMERGE_HOST_RATES", "WILDMERGE_HOST_RATES_CACHE"
@@ -217,7 +217,7 @@ def host_calibration(workers: int) -> Optional[cost.Calibration]:
 
 
 def _measure_in_child() -> Measured:
-    """Run the measurement in a fresh Python process (``python -m wildmerge.sampling.host_rates OUT``) tied to this
+    """Run the measurement in a fresh Python process (``python -m wildmerge.planning.host_rates OUT``) tied to this
     one (``lifeline``); a failure is a ``MeasureError`` in one line with the end of its output."""
     from wildmerge import lifeline
 
@@ -225,7 +225,7 @@ def _measure_in_child() -> Measured:
         out, log, rc = Path(tmp) / "measured.json", Path(tmp) / "log.txt", None
         try:
             with open(log, "w") as f:
-                rc = lifeline.run([sys.executable, "-m", "wildmerge.sampling.host_rates", str(out)], stdout=f,
+                rc = lifeline.run([sys.executable, "-m", "wildmerge.planning.host_rates", str(out)], stdout=f,
                                   stderr=f, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
             return Measured.model_validate_json(out.read_text())
         except (OSError, ValueError, ValidationError) as exc:

@@ -1,4 +1,4 @@
-"""This machine's CPU rates for the cost plan (wildmerge/sampling/host_rates.py): real micro-work in a fresh process,
+"""This machine's CPU rates for the cost plan (wildmerge/planning/host_rates.py): real micro-work in a fresh process,
 fitted into the plan's ``Calibration`` fields and cached per host; and the plan names where its rates come from."""
 
 import json
@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from wildmerge.cli import main
-from wildmerge.sampling import cost, host_rates
+from wildmerge.planning import cost, host_rates
 
 
 @pytest.fixture(scope="module")

@@ -195,13 +195,13 @@ def test_grid_overrides_reach_the_recipe(pool, tmp_path):
 
 
 def test_keep_models_none_prunes_after_each(pool, tmp_path):
-    from wildmerge.sampling.manifest import prepare
-    from wildmerge.sampling.plan import build_entries
+    from wildmerge.planning.manifest import prepare
+    from wildmerge.planning.plan import build_entries
     from wildmerge.recipes.method import load_methods
     from wildmerge.pools import load_pool
     from wildmerge.run import read_merge_info
     from wildmerge.merging.runner import merge_options, run_plan
-    from wildmerge.sampling.settings import Sampling
+    from wildmerge.planning.settings import Sampling
 
     run = tmp_path / "run"
     loaded = load_pool(pool)

@@ -1,4 +1,4 @@
-"""The cost plan of a dry run (wildmerge/sampling/cost.py) against numbers computed by hand."""
+"""The cost plan of a dry run (wildmerge/planning/cost.py) against numbers computed by hand."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 from dataclasses import replace
 
 from wildmerge.cli import main
-from wildmerge.sampling import cost
+from wildmerge.planning import cost
 
 QWEN3_4B = {"model_type": "qwen3", "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
@@ -271,7 +271,7 @@ def test_the_cpu_plan_follows_the_evaluation_workers_asked_for(tmp_path, capsys)
     import re
 
     from wildmerge.eval.local import default_workers
-    from wildmerge.sampling.dryrun import _duration
+    from wildmerge.planning.dryrun import _duration
 
     lines = {}
     for workers in (None, 1):

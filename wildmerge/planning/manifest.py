@@ -14,9 +14,9 @@ from wildmerge.atomic import write_text
 from wildmerge.errors import ConfigError
 from wildmerge.pools import resolve
 from wildmerge.run import Manifest, PoolModels, RunFolder
-from wildmerge.sampling.preflight import check_finite
-from wildmerge.sampling.sampler import PREDICTOR_NOTE, domain_subsets, draw_subsets, top_subsets
-from wildmerge.sampling.settings import Sampling
+from wildmerge.planning.preflight import check_finite
+from wildmerge.planning.sampler import PREDICTOR_NOTE, domain_subsets, draw_subsets, top_subsets
+from wildmerge.planning.settings import Sampling
 
 
 def selection_note(select) -> str:

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from wildmerge.errors import ConfigError
-from wildmerge.sampling.sampler import domain_subsets, draw_subsets
+from wildmerge.planning.sampler import domain_subsets, draw_subsets
 
 NAMES = [f"e{i:02d}" for i in range(1, 13)]
 

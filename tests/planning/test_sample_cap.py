@@ -9,7 +9,7 @@ from wildmerge.cli import main
 from wildmerge.errors import ConfigError
 from wildmerge.pools import load_pool
 from wildmerge.recipes.sweeps import load_sweeps
-from wildmerge.sampling.sample_cap import cap_sample_sweeps
+from wildmerge.planning.sample_cap import cap_sample_sweeps
 
 
 def _pool(root, tiny_family, counts=(12, 7), generate=6):
