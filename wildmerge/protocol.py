@@ -397,6 +397,8 @@ def _print_scores(summary) -> None:
 def family_report(info: dict, out_dir=None, limit=None) -> dict:
     """``wildmerge demo report``: the base, every expert and their average (the ``ta`` recipe: with normalised
     weights, the plain mean) merged, scored and tabulated as an ordinary run; resumable like any run."""
+    from wildmerge.analysis.report.environment import environment
+    from wildmerge.analysis.report.run_data import RunData
     from wildmerge.analysis.report.scores import collect_scores
     from wildmerge.atomic import write_text
     from wildmerge.families.demo.report import AVERAGE, default_report_dir, family_table, format_table, table_csv
@@ -423,5 +425,6 @@ def family_report(info: dict, out_dir=None, limit=None) -> dict:
     folder = RunFolder(run_dir)
     write_json(folder.demo_report_json, table)
     write_text(folder.demo_report_csv, table_csv(table, info["task_names"]))
+    write_json(folder.demo_report_environment, environment(RunData.read(run_dir)))
     print(format_table(table, info["task_names"]))
     return table

@@ -357,6 +357,7 @@ class RunFolder:
         self.report_claim = self.claims_dir / "report.lock"  # held while a report of the run is written
         self.demo_report_json = self.root / "report.json"  # the demo family's table (``wildmerge demo report``)
         self.demo_report_csv = self.root / "report.csv"
+        self.demo_report_environment = self.root / "environment.json"  # versions and family build behind it
 
     @classmethod
     def of_model(cls, model_dir) -> "RunFolder":

@@ -4,6 +4,7 @@ with chosen scores. Each figure's numbers are checked against the report's own t
 ``norms.csv``) and against a float64 computation written here from the papers' definitions.
 """
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 
 from report_fixtures import STUDY_SCORES, fabricate_results, sample_study
+from wildmerge import versions
 from wildmerge.analysis.report.write import write_report
 from wildmerge.cli import main
 
@@ -115,6 +117,10 @@ def test_combine_writes_figs_3_4_6_across_bases(study, tmp_path):
     assert (out / "combined_vs_n.png").stat().st_size > 0
     assert "tiny (other) (Fig. 4)" in svg and "tiny (Figs. 3 / 6)" in svg
     assert "combined_vs_n.png" in (out / "combined.md").read_text()
+    env = json.loads((out / "environment.json").read_text())  # the versions once, and each run's families
+    assert [r["path"] for r in env["runs"]] == [str(Path(run_a).resolve()), str(Path(run_b).resolve())]
+    assert env["packages"]["torch"] == versions.installed()["torch"]
+    assert "details in `environment.json`" in (out / "combined.md").read_text()
 
 
 def test_combine_tables_the_hyperparameters_each_run_chose(study, tmp_path):

@@ -269,6 +269,11 @@ def test_report_scores_every_model_and_resumes(family, tmp_path, capsys):
     assert csv[0].startswith("model,domain,skills,demo_add") and len(csv) == 6
     assert json.loads((tmp_path / "report.json").read_text()) == json.loads(json.dumps(table))
     assert "| expert_01 | math |" in capsys.readouterr().out
+    from wildmerge.analysis.report.environment import files_digest  # what the table was made with, as a report says
+
+    (built,) = json.loads((tmp_path / "environment.json").read_text())["families"]
+    files = json.loads(Path(family["manifest"]).read_text())["files"]
+    assert built["key"] == Path(family["root"]).name and built["files_sha256"] == files_digest(files)
 
     run = RunFolder(tmp_path)
     (merge,) = run.read_plan().merges

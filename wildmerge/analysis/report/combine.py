@@ -7,6 +7,7 @@ unweighted mean over the bases of the reference accuracy, of P and of D (e.g. TA
 25). A cell some base lacks is averaged over the bases that have it, and the Average cell says over how many.
 """
 
+import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -14,6 +15,7 @@ from wildmerge.analysis.report import leaderboard
 from wildmerge.analysis.markdown import markdown_table
 from wildmerge.analysis.report.choices import choice_tables, choices_markdown
 from wildmerge.analysis.report.combine_plots import curve_table, draw_combined
+from wildmerge.analysis.report.environment import ENVIRONMENT, combined_environment, lock_note, summary
 from wildmerge.analysis.report.norms import add_norms
 from wildmerge.analysis.report.run_data import RunData
 from wildmerge.analysis.report.scores import collect_scores, protocol_rows
@@ -108,6 +110,8 @@ def write_combined(run_dirs, out_dir, suite: Optional[str] = None) -> Dict[str, 
     notes: List[str] = []
     for data, protocol in zip(runs, protocols.values()):  # from each run's norm cache (its report filled it)
         add_norms(data, protocol, notes)
+    env = combined_environment(runs)
+    notes += [lock_note(env)] if lock_note(env) else []
     for note in notes:
         print(f"note: {note}")
     target = Path(out_dir).resolve()
@@ -115,7 +119,9 @@ def write_combined(run_dirs, out_dir, suite: Optional[str] = None) -> Dict[str, 
     with atomic_dir(target) as tmp:
         md = [f"# Tables 1-3 and Figs. 3 / 4 / 6 across {len(runs)} runs\n",
               "Cells `P / D` per base model as in each run's report; Average = unweighted mean over the bases of "
-              "the reference accuracy, P and D.\n"]
+              "the reference accuracy, P and D.\n", f"{summary(env)}\n"]
+        write_text(tmp / ENVIRONMENT, json.dumps(env, indent=2) + "\n")
+        written["environment_json"] = target / ENVIRONMENT
         for key, title, ref in (("vs_base", "Merges vs the base (Tables 1 and 3)", "Base"),
                                 ("vs_best", "Merges vs the best single expert (Table 2)", "Best FT")):
             if key not in tables:

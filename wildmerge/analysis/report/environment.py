@@ -75,6 +75,20 @@ def environment(data: RunData, lock_text: Optional[str] = None) -> dict:
     return {"wildmerge": __version__, **versions.record(lock_text), "families": families(data)}
 
 
+def combined_environment(runs: List[RunData], lock_text: Optional[str] = None) -> dict:
+    """The record of a report over several runs: the versions once, each run's families, and every family once
+    (``families``, so :func:`summary` says them as for one run)."""
+    from wildmerge import __version__
+
+    per_run = [{"run": data.run.name, "path": str(data.root), "families": families(data)} for data in runs]
+    seen, union = set(), []
+    for family in (f for r in per_run for f in r["families"]):
+        if (family["key"], family["files_sha256"]) not in seen:
+            seen.add((family["key"], family["files_sha256"]))
+            union.append(family)
+    return {"wildmerge": __version__, **versions.record(lock_text), "families": union, "runs": per_run}
+
+
 def summary(env: dict) -> str:
     """The record in one line for ``leaderboard.md`` and the page."""
     fams = "".join(f"; {f['family'] or 'model'} family `{f['key']}` (files sha256 {(f['files_sha256'] or '?')[:12]}, "
