@@ -278,3 +278,28 @@ def test_a_slurm_job_lost_twice_is_recorded_failed_and_nothing_is_left(slurm, tm
             break
         time.sleep(1)
     assert not queue()
+
+
+def test_a_slurm_job_lost_once_is_submitted_again_and_the_run_is_the_local_one(local_run, slurm, tmp_path):
+    """The first model job to run is cancelled as soon as it runs (scancel, mid-merge): the driver submits it once
+    more, and the run finishes with the local executor's scores and tables, nothing left behind."""
+    run = tmp_path / "once"
+    proc = sample(run, *SLURM, wait=False)
+    cancelled = None
+    while proc.poll() is None and cancelled is None:
+        out = subprocess.run(["squeue", "-h", "-n", "wildmerge-model", "-o", "%i %T"], capture_output=True,
+                             text=True).stdout
+        running = [line.split()[0] for line in out.splitlines() if line.endswith("RUNNING")]
+        if running:
+            subprocess.run(["scancel", running[0]])
+            cancelled = running[0]
+        time.sleep(0.1)
+    text = proc.communicate(timeout=1500)[0]
+    assert proc.returncode == 0 and cancelled and "submitting them once more" in text, text[-3000:]
+    assert scores(run) == scores(local_run) and tables(run) == tables(local_run)
+    no_leftovers(run)
+    for _ in range(30):
+        if not queue():
+            break
+        time.sleep(1)
+    assert not queue()
