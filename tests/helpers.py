@@ -8,6 +8,8 @@ each model. The two tasks (one multiple_choice, one generate_until) read absolut
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -306,3 +308,14 @@ def run_mergekit_yaml(recipe: dict, tmp_path, *flags, **env) -> dict:
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((tmp_path / "out" / DIAGNOSTICS_FILE).read_text())
+
+
+def python_output(code: str, **env) -> str:
+    """``code`` run in a fresh interpreter (its own affinity, environment, imports and memory high-water mark), this
+    process's import path passed on; ``env`` values set variables, None removes one. Its stdout, stripped."""
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env}
+    for key, value in env.items():
+        if value is None:
+            full.pop(key)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
+                          check=True).stdout.strip()

@@ -1,4 +1,4 @@
-"""The README's benchmark commands say what they need instead of crashing (issue 27, item 8): the reproducibility
+"""The README's benchmark commands say what they need instead of crashing: the reproducibility
 experiment reads the demo cache wildmerge uses; the screening replay on a run scored without per-item scores."""
 
 import json

@@ -1,5 +1,5 @@
-"""Damaged or mismatched checkpoints fail with one line naming what and where, before any heavy work
-(issue 27, items 3, 4 and 9): sharded indexes, missing shards, NaN experts in every analysis, a pickle-only expert
+"""Damaged or mismatched checkpoints fail with one line naming what and where, before any heavy work:
+sharded indexes, missing shards, NaN experts in every analysis, a pickle-only expert
 next to a mismatched one."""
 
 import json

@@ -1,4 +1,4 @@
-"""A report never mixes settings silently and never crashes on a suite that failed (issue 27, items 2 and 8)."""
+"""A report never mixes settings silently and never crashes on a suite that failed."""
 
 import csv
 import shutil

@@ -1,4 +1,4 @@
-"""benchmarks/paired.py, the one way the benchmarks time things (issue 32): runs interleaved, each run's own peak
+"""benchmarks/paired.py, the one way the benchmarks time things: runs interleaved, each run's own peak
 memory and timings, cut runs killed, and a figure taken under other processes' load printed as LOADED."""
 
 import importlib.util

@@ -64,7 +64,7 @@ def test_arguments_become_settings_with_the_defaults_of_the_pool(pool):
                   "ta_lambda,sb_beta", "--no-download", "--eval-device", "cuda", "--limit", "3")
     assert s.pool == "x.yml" and s.sizes == [2] and s.exclude == ["a", "b", "c"]
     assert s.ablations == ["ta_lambda", "sb_beta"] and s.download is False and s.evaluate is None
-    # --merge-device (merging) and --eval-device (evaluation) are two settings (issues 27, 31)
+    # --merge-device (merging) and --eval-device (evaluation) are two settings
     assert s.merge_device == "cpu" and s.evaluation.suite_overrides() == {"device": "cuda", "limit": 3}
     json.dumps(s.model_dump(mode="json"))  # the settings are plain data: the predictor's scorer travels apart
     paper = _settings().sampling(pool)

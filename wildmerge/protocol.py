@@ -130,17 +130,20 @@ def _predicted(s: SampleSettings, resolved=None):
     return record, scorer
 
 
-def _scoring(suite: str, options: EvalOptions):
+def _scoring(suite: Optional[str], options: EvalOptions):
     """What the dry run's cost plan needs of the evaluation: the suite's tasks, its items per task, the array, the
-    weights' dtype, the CPU workers asked for and the default."""
+    weights' dtype, the CPU workers asked for and the default, and the tasks' sizes (the suites'); a run not
+    evaluated (``suite`` None) has no tasks, and the shipped suites' sizes price ``--calibrate-from``'s records."""
     from wildmerge.eval.local import default_workers
-    from wildmerge.eval.suites import load_suite
+    from wildmerge.eval.suites import load_suite, task_sizes
     from wildmerge.planning.cost import Scoring
 
+    if suite is None:
+        return Scoring([], sizes=task_sizes())
     loaded = load_suite(suite)
     limit = options.limit if options.limit is not None else loaded.settings.limit
     return Scoring([t.task for t in loaded.tasks], limit, options.slurm_array_parallelism,
-                   options.dtype or loaded.settings.dtype, options.workers, default_workers())
+                   options.dtype or loaded.settings.dtype, options.workers, default_workers(), task_sizes(loaded))
 
 
 def _resolver(s: SampleSettings, pool, run_dir: Path):
@@ -264,7 +267,7 @@ def run_sample(s: SampleSettings) -> SampleOutcome:
         check_local(pool, s.allow_pickle)  # the local checkpoints as a real run's resolve checks them
         return SampleOutcome(run_dir, print_dry_run(
             run_dir, pool, sampling, methods, sweeps, s.keep_models, scorer, tune=s.tune,
-            scoring=_scoring(suite, s.evaluation) if evaluate else None, merge_device=s.merge_device,
+            scoring=_scoring(suite if evaluate else None, s.evaluation), merge_device=s.merge_device,
             calibrate_from=s.calibrate_from, capped=capped))
     for note in capped:
         print(f"note: {note}", file=sys.stderr)

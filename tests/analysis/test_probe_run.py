@@ -142,7 +142,8 @@ def test_composition_model_scores_like_its_experts(family, tmp_path):
     from lm_eval.api.instance import Instance
     from lm_eval.api.registry import get_model
 
-    from wildmerge.eval.composition import MODEL_NAME, CompositionSpec, register, write_composition
+    from wildmerge.eval.composition import MODEL_NAME, CompositionSpec, write_composition
+    from wildmerge.eval.composition_lm import register
     from wildmerge.eval.features import continuation_loglikelihoods
 
     info, probe, _ = family

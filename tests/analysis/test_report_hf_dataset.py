@@ -32,7 +32,7 @@ def test_the_leaderboard_loads_back_as_a_dataset(tiny_family, tmp_path, monkeypa
 
 def test_a_target_that_would_mix_files_is_refused_in_one_line_before_the_report(tiny_family, tmp_path, capsys):
     """The run folder, a non-empty folder, a file, another run's dataset folder: refused before the report is
-    written; the same run's earlier dataset folder is written again (issue 53)."""
+    written; the same run's earlier dataset folder is written again."""
     from helpers import one_error_line
 
     run = fabricate_run(tmp_path / "run", tiny_family)

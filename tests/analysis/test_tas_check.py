@@ -29,7 +29,7 @@ def test_spearman_sign_and_regret_in_points():
 
 
 def test_fewer_than_three_points_never_track():
-    """Issue 34: one or two evaluated points (a grid smaller than K) conclude nothing, and the verdict says so."""
+    """One or two evaluated points (a grid smaller than K) conclude nothing, and the verdict says so."""
     for n in (1, 2):
         s = summarize(_records([1.0, 2.0][:n], acc=[0.7, 0.5][:n]))
         assert s["points"] == n and not s["tracks"]

@@ -1,5 +1,5 @@
 """Bad inputs and a hostile environment through `wildmerge` commands: one line naming what and where, before heavy
-work (issue 27, items 5-9): adapters, disk full, read-only run folders, a bad dtype, circular advice, excluding every
+work: adapters, disk full, read-only run folders, a bad dtype, circular advice, excluding every
 expert, --screen without evaluation, a killed worker's message, a GPU merge of an uncached hub base."""
 
 import json

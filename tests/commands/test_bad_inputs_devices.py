@@ -1,4 +1,4 @@
-"""Devices kept apart, job ids stable, overrides validated (issue 27, items 1-2; issue 31): the merge device
+"""Devices kept apart, job ids stable, overrides validated: the merge device
 (``--merge-device``) and the evaluation device (``--device`` of ``eval``, ``--eval-device`` of ``sample``) are two
 settings, evaluation defaults to the suite's device, and a job's id does not change between ``wildmerge sample`` and
 a later ``wildmerge eval`` of the same run."""

@@ -1,4 +1,4 @@
-"""Bad inputs over every command, as a table (issue 34): each row is an argv, the substring its one-line error must
+"""Bad inputs over every command, as a table: each row is an argv, the substring its one-line error must
 hold, and the folders that must not exist afterwards (no run folder, no model: the heavy work never started).
 
 The numeric options are not listed by hand: they are read from the parsers themselves, so a new option is tried with
@@ -128,7 +128,7 @@ TEXT_ROWS = [pytest.param(prefix, action.option_strings, value, required,
 
 
 def test_every_checked_text_option_has_a_checking_type():
-    """A new device / batch-size / W&B / calibration / dataset-folder option cannot skip the rules (issue 53)."""
+    """A new device / batch-size / W&B / calibration / dataset-folder option cannot skip the rules."""
     plain = [f"{' '.join(prefix)} {action.option_strings[0]}" for prefix, action, values, _ in TEXT if not values]
     assert not plain, f"options without a type of wildmerge.commands.options (checked_text): {plain}"
     flags = {action.option_strings[0] for _, action, _, _ in TEXT}
@@ -158,7 +158,7 @@ def test_the_number_rules_accept_their_own_bounds_and_read_the_same_in_the_libra
         float_at_least(2).check("--budget", math.nan)
 
 
-# --- the table: one row per case of issues 34 -----------------------------------------------------------------------
+# --- the table: one row per bad input --------------------------------------------------------------------------------
 
 @pytest.fixture
 def tiny(lm_family, tmp_path):  # noqa: F811
@@ -182,7 +182,7 @@ def tiny(lm_family, tmp_path):  # noqa: F811
 
 
 def _cases(t):
-    """(argv, expected substring of the one error line) for the cases of issue 34 that need a pool."""
+    """(argv, expected substring of the one error line) for the bad inputs that need a pool."""
     ties = t["grid"]({"bad": {"method": "ties", "grid": {"density": [0, 2.0]}}})
     sample = ["sample", "--base", t["pool"], "--out", t["run"], "--sizes", "2", "--k", "1", "--methods", "ta"]
     rows = [
@@ -248,7 +248,7 @@ def _issue_53_cases(t, tmp_path):
 
     from wildmerge.run import MergeInfo, write_merge_info
 
-    """(argv, substrings of the one error line) for the pre-checks of issue 53 that need a pool."""
+    """(argv, substrings of the one error line) for the pre-checks (claims, devices, damaged runs) that need a pool."""
     sample = ["sample", "--base", t["pool"], "--out", t["run"], "--sizes", "2", "--k", "1", "--methods", "ta"]
     damaged = tmp_path / "damaged_run"
     (damaged / "models" / "ta__n02_s00").mkdir(parents=True)

@@ -4,11 +4,10 @@ thread policy: tests/core/test_threads.py."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from helpers import python_output
 from wildmerge import resources, threads
 from wildmerge.errors import ConfigError
 
@@ -16,18 +15,8 @@ GPU = pytest.mark.skipif(not resources.cuda_available(), reason="needs a CUDA GP
 NO_GPU = pytest.mark.skipif(resources.cuda_available(), reason="a CUDA GPU is present")
 
 
-def _python(code: str, **env) -> str:
-    """``code`` run in a fresh interpreter (its own affinity, environment and memory high-water mark)."""
-    full = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env}
-    for key, value in env.items():
-        if value is None:
-            full.pop(key)
-    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
-                          check=True).stdout.strip()
-
-
 def test_importing_it_does_not_import_torch():
-    assert _python("import sys, wildmerge.resources; print('torch' in sys.modules)") == "False"
+    assert python_output("import sys, wildmerge.resources; print('torch' in sys.modules)") == "False"
 
 
 # ---------------------------------------------------------------- cores and the run queue
@@ -59,7 +48,7 @@ def test_the_affinity_mask_caps_the_usable_cores_and_the_shares(tmp_path):
             "os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})\n"
             "after = [r.usable_cores(root), t.thread_share(1, root), t.thread_share(2, root)]\n"
             "print(json.dumps([all, before, after]))")
-    cores, before, pinned = json.loads(_python(code.format(root=str(tmp_path))))
+    cores, before, pinned = json.loads(python_output(code.format(root=str(tmp_path))))
     assert before == [cores, cores, max(1, cores // 2), 1]
     assert pinned == [1, 1, 1]
 
@@ -138,7 +127,7 @@ def test_peak_rss_is_this_process_own():
             "child = subprocess.run([sys.executable, '-c', 'from wildmerge.resources import peak_rss_mib; "
             "print(peak_rss_mib())'], capture_output=True, text=True, check=True).stdout\n"
             "del big; print(peak_rss_mib(), float(child))")
-    parent, child = map(float, _python(code).split())
+    parent, child = map(float, python_output(code).split())
     assert parent >= 256 and child < 200
 
 
@@ -154,7 +143,7 @@ def test_visible_gpus_are_the_names_cuda_visible_devices_gives(monkeypatch, list
 
 def test_reading_the_visible_gpus_starts_neither_torch_nor_cuda():
     code = "import sys; from wildmerge.resources import visible_gpus as v; print(v(), 'torch' in sys.modules)"
-    assert _python(code, CUDA_VISIBLE_DEVICES="0,1") == "['0', '1'] False"
+    assert python_output(code, CUDA_VISIBLE_DEVICES="0,1") == "['0', '1'] False"
 
 
 def test_without_the_variable_torch_counts_the_gpus(monkeypatch):
@@ -188,7 +177,7 @@ def test_a_missing_gpu_is_one_clear_error():
             "for ask in (lambda: checked_device('cuda:1', 'evaluation device'), lambda: free_device_memory('cuda')):\n"
             "    try:\n        ask()\n    except Exception as exc:\n        print(type(exc).__name__, exc)\n"
             "print(checked_device('auto'))")
-    lines = _python(code, CUDA_VISIBLE_DEVICES="").splitlines()  # hides any GPU from torch
+    lines = python_output(code, CUDA_VISIBLE_DEVICES="").splitlines()  # hides any GPU from torch
     assert lines[0] == ("ConfigError evaluation device 'cuda:1' asked for, but this machine has no CUDA GPU that "
                         "torch can use; ask for cpu instead, or run on a GPU machine")
     assert lines[1].startswith("ConfigError device 'cuda' asked for, but this machine has no CUDA GPU")

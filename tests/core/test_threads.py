@@ -4,26 +4,16 @@ count set only here, through ``torch_threads``, and given back when a call retur
 import ast
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import python_output
 from wildmerge import resources, threads
 from wildmerge.errors import ConfigError
 
 PACKAGE = Path(threads.__file__).parent
-
-
-def _python(code: str, **env) -> str:
-    full = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env}
-    for key, value in env.items():
-        if value is None:
-            full.pop(key)
-    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
-                          check=True).stdout.strip()
 
 
 def _other_count() -> int:
@@ -31,7 +21,7 @@ def _other_count() -> int:
 
 
 def test_importing_it_does_not_import_torch():
-    assert _python("import sys, wildmerge.threads; print('torch' in sys.modules)") == "False"
+    assert python_output("import sys, wildmerge.threads; print('torch' in sys.modules)") == "False"
 
 
 def test_torch_threads_is_the_only_place_torchs_count_is_set():
@@ -142,6 +132,6 @@ def test_threads_follow_the_run_queue_now(monkeypatch):
 def test_passive_wait_only_before_torch_and_never_over_the_users_choice():
     code = ("import os; from wildmerge.threads import prefer_passive_wait as p; "
             "{before}print(p(), os.environ['OMP_WAIT_POLICY'])")
-    assert _python(code.format(before=""), OMP_WAIT_POLICY=None) == "True PASSIVE"
-    assert _python(code.format(before="import torch; "), OMP_WAIT_POLICY=None) == "False PASSIVE"
-    assert _python(code.format(before=""), OMP_WAIT_POLICY="ACTIVE") == "True ACTIVE"
+    assert python_output(code.format(before=""), OMP_WAIT_POLICY=None) == "True PASSIVE"
+    assert python_output(code.format(before="import torch; "), OMP_WAIT_POLICY=None) == "False PASSIVE"
+    assert python_output(code.format(before=""), OMP_WAIT_POLICY="ACTIVE") == "True ACTIVE"

@@ -40,8 +40,7 @@ def test_two_concurrent_evaluations_run_each_job_once(lm_family, tmp_path, monke
 def test_two_eval_commands_on_one_run_split_its_jobs(tmp_path):
     """Two real ``wildmerge eval`` processes started together on one run folder of the quick demo family: each
     claims a job only as one of its workers takes it, so both score some jobs (each record names the command that
-    claimed it), every job is scored once, and the scores are those of one command evaluating alone (issue 53,
-    case 11)."""
+    claimed it), every job is scored once, and the scores are those of one command evaluating alone."""
     import json
     import os
     import subprocess

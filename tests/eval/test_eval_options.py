@@ -1,4 +1,4 @@
-"""The evaluation options are one typed value from the command line to the executors (issue 31): a bad value is
+"""The evaluation options are one typed value from the command line to the executors: a bad value is
 refused once, when the options are made, in one line that names its flag, and ``wildmerge eval`` and
 ``wildmerge sample`` say exactly that; the suite overrides follow the suite file's own rules."""
 

@@ -126,7 +126,7 @@ def test_killed_or_hanging_worker_fails_only_its_job_and_is_replaced(lm_family, 
 
 def test_a_worker_killed_while_it_starts_costs_no_score(lm_family, tmp_path):  # noqa: F811
     """SIGKILL as soon as the worker exists (long before it is ready): its job is recorded as killed, not failed,
-    and the same command run again scores it (issue 53)."""
+    and the same command run again scores it."""
     close_idle_workers()  # a parked worker would take the job without starting
     run = write_plan(tmp_path / "run", [{"model_id": "base", "kind": "base", "path": lm_family["base"]}])
     out = {}

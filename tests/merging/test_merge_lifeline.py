@@ -50,7 +50,7 @@ def test_sigkill_of_sample_ends_its_merge_helpers_and_the_rerun_finishes(tiny_fa
 @pytest.mark.skipif(usable_cores() < 2, reason="two merge workers need two usable cores")
 def test_a_merge_helper_killed_while_it_starts_costs_no_merge(tiny_family, tmp_path):
     """SIGKILL the helper as soon as it exists (before its imports are done): the command itself merges the whole
-    plan, exits 0, and its models are those of a run with one worker (issue 53)."""
+    plan, exits 0, and its models are those of a run with one worker."""
     pool = write_pool(tmp_path, tiny_family)
     reference, run = tmp_path / "reference", tmp_path / "run"
     assert sample(pool, reference) == 0

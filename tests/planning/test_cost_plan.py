@@ -22,9 +22,12 @@ def test_parameters_from_config_match_the_published_counts():
 
 
 def test_suite_tokens_apply_the_limit():
-    assert cost.suite_tokens(["arc_easy", "my_task"]) == {"arc_easy": (2376, 2376 * 160), "my_task": (100, 10_000)}
-    assert cost.suite_tokens(["arc_easy"], 0.5) == {"arc_easy": (1188, 1188 * 160)}
-    assert cost.suite_tokens(["arc_easy", "my_task"], 10) == {"arc_easy": (10, 1600), "my_task": (10, 1000)}
+    sizes = {"arc_easy": (2376, 160)}  # as a suite declares it; my_task declares none: 100 items of 100 tokens
+    assert cost.suite_tokens(["arc_easy", "my_task"], sizes=sizes) == {"arc_easy": (2376, 2376 * 160),
+                                                                       "my_task": (100, 10_000)}
+    assert cost.suite_tokens(["arc_easy"], 0.5, sizes) == {"arc_easy": (1188, 1188 * 160)}
+    assert cost.suite_tokens(["arc_easy", "my_task"], 10, sizes) == {"arc_easy": (10, 1600), "my_task": (10, 1000)}
+    assert cost.suite_tokens(["arc_easy"]) == {"arc_easy": (100, 10_000)}  # no sizes handed down: the default
 
 
 def test_unit_costs():
@@ -344,6 +347,7 @@ def test_the_guided_search_plan_in_the_docs_is_what_plan_search_gives():
 
     import yaml
 
+    from wildmerge.eval.suites import task_sizes
     from wildmerge.search.plan import plan_search, search_seconds
 
     root = Path(__file__).resolve().parents[2]
@@ -353,7 +357,7 @@ def test_the_guided_search_plan_in_the_docs_is_what_plan_search_gives():
     assert [r[0] for r in rows] == ["llama-3.2-3b", "qwen3-4b", "llama-3.1-8b", "qwen3-8b"]
     tasks = [t["task"] if isinstance(t, dict) else t for t in yaml.safe_load((root / "merge_recipes" / "suites" /
                                                                             "paper16.yml").read_text())["tasks"]]
-    scored = cost.suite_tokens(tasks)
+    scored = cost.suite_tokens(tasks, sizes=task_sizes("paper16"))
     items, tokens = {t: i for t, (i, _) in scored.items()}, sum(t for _, t in scored.values())
     seven = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")
     merges = [cost.Merge(m, n + 1) for m in seven for n in (2, 4, 6, 8, 10) for _ in range(15)]

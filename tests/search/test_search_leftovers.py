@@ -1,5 +1,5 @@
-"""A search killed while it wrote a candidate leaves a temporary folder under search/models/; the rerun removes it
-(issue 34, case 11), and keeps the one a live search on the same folder is writing."""
+"""A search killed while it wrote a candidate leaves a temporary folder under search/models/; the rerun removes it,
+and keeps the one a live search on the same folder is writing."""
 
 from process_tree import killed_writer
 from wildmerge.atomic import atomic_dir

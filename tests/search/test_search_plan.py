@@ -56,7 +56,7 @@ def test_the_plan_is_what_the_search_spends_without_early_stops(budget, first, e
 
 @pytest.mark.parametrize("screen", [False, True])
 def test_the_plan_ends_where_the_pools_candidates_run_out_as_the_search_does(screen):
-    """Three experts, two methods: 11 candidates. A budget of 1000 (or 1e12) buys them all and no more (issue 53)."""
+    """Three experts, two methods: 11 candidates. A budget of 1000 (or 1e12) buys them all and no more."""
     calls = []
     names, methods = ["e0", "e1", "e2"], ["ta", "ties"]
     result = search(Space.every(names, methods, range(2, 4)), (_zero_experts if screen else _same_scores)(calls),

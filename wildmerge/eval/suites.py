@@ -6,17 +6,20 @@
     description: the 16 tasks of the in-the-wild study
     include_path: null        # folder of custom lm-eval task YAMLs: absolute, relative to this file, or demo:tasks
     tasks:
-      - {task: arc_easy, num_fewshot: 0, metric: "acc,none", label: ARC-e}
+      - {task: arc_easy, num_fewshot: 0, metric: "acc,none", label: ARC-e, items: 2376, tokens_per_item: 160}
       - {task: demo_probe_add, num_fewshot: 0, label: add, validation_split: validation}  # also scored there
     settings: {dtype: float16, batch_size: auto, apply_chat_template: false, limit: null, backend: hf}
 
 A suite may start from another suite's settings (``extends: paper16``) and give only what differs under its own
 ``settings:``.
+A task's ``items`` and ``tokens_per_item`` (its size, for the dry run's cost plan only: never part of a job's identity)
+are optional; ``task_sizes`` gathers them for the planners.
 Unknown keys are errors that list the valid ones (lm-eval and mergekit would silently ignore them).
 """
 
+from functools import cache
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
                       model_validator)
@@ -24,7 +27,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
 from wildmerge import numbers
 from wildmerge.errors import ConfigError, did_you_mean
 from wildmerge.eval.splits import check_validation_splits
-from wildmerge.named_files import find_named_file, read_yaml
+from wildmerge.named_files import find_named_file, list_names, read_yaml
 
 
 class SuiteTask(BaseModel):
@@ -37,6 +40,22 @@ class SuiteTask(BaseModel):
     validation_split: Optional[str] = Field(default=None, min_length=1)  # held-out split for choosing (splits.py)
     # the metric's direction where lm-eval's metric registry does not know it (a custom metric); see higher_is_better
     higher_is_better: Optional[bool] = None
+    # the task's size for the cost plan (planning/cost.py): documents lm-eval scores and tokens each one scores
+    # (context and every choice); planning facts only, so never dumped (job ids and stored suites stay as they were)
+    items: Optional[int] = Field(default=None, ge=1, exclude=True)
+    tokens_per_item: Optional[int] = Field(default=None, ge=1, exclude=True)
+
+    @model_validator(mode="after")
+    def _whole_size(self):
+        if (self.items is None) != (self.tokens_per_item is None):
+            raise ValueError(f"task {self.task!r} gives only one of items and tokens_per_item: give both (its size "
+                             f"in the cost plan) or neither (then it counts as 100 items of 100 tokens)")
+        return self
+
+    @property
+    def size(self) -> Optional[Tuple[int, int]]:
+        """(items, tokens per item) where the suite declares them."""
+        return None if self.items is None else (self.items, self.tokens_per_item)
 
     @field_validator("label")
     @classmethod
@@ -248,6 +267,22 @@ def load_suite(name_or_path: Union[str, Path, Suite]) -> Suite:
     suite = suite_from_dict(data, where=f"suite file {path}")
     suite.source = str(path.resolve())
     return suite
+
+
+@cache
+def _shipped_sizes() -> Dict[str, Tuple[int, int]]:
+    sizes: Dict[str, Tuple[int, int]] = {}
+    for name in list_names("suites"):
+        sizes.update({t.task: t.size for t in load_suite(name).tasks if t.size})
+    return sizes
+
+
+def task_sizes(suite: Union[str, Path, Suite, None] = None) -> Dict[str, Tuple[int, int]]:
+    """Task -> (items, tokens per item) for the cost plan: what every shipped suite declares, with ``suite``'s own
+    over it (so a record of an earlier run, or a suite file that lists a shipped task without its size, is priced
+    as the shipped suites price it). A task in none counts the planner's default."""
+    own = {t.task: t.size for t in load_suite(suite).tasks if t.size} if suite is not None else {}
+    return {**_shipped_sizes(), **own}
 
 
 def check_tasks(suite: Suite) -> bool:

@@ -71,9 +71,11 @@ def build_lm(job: Dict[str, Any]):
     from lm_eval.api.registry import get_model
 
     s = job["settings"]
-    from wildmerge.eval.composition import MODEL_NAME, is_composition, register
+    from wildmerge.eval.composition import MODEL_NAME, is_composition
 
     if is_composition(job["model_path"]):  # ensemble / composer baselines: our registered lm-eval model
+        from wildmerge.eval.composition_lm import register
+
         register()
         device = checked_device(s["device"], "evaluation device")
         return get_model(MODEL_NAME).create_from_arg_obj({"pretrained": job["model_path"]},

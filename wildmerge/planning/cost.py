@@ -15,24 +15,15 @@ here, in small functions; ``dryrun.py`` and ``search/plan.py`` print it.
 import functools
 import json
 import math
-from dataclasses import dataclass, replace
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 GB, HOUR = 1e9, 3600.0
 
-# Items (documents) and scored tokens per item (context and every choice, as lm-eval sends them) of the paper16
-# tasks in lm-eval 0.4: item counts are the test / validation splits lm-eval scores; tokens per item are estimates
-# (prompt length x choices, few-shot examples included; one context for single-letter choices, which lm-eval's HF
-# backend scores in one pass: mmlu, mmlu_pro), good to about a factor of 2. A task not listed counts
-# DEFAULT_ITEMS x DEFAULT_TOKENS (the SmolLM2 family's tasks, counted: 100 items of 59-157 tokens, 103 on average).
-TASK_ITEMS = {"arc_easy": (2376, 160), "arc_challenge": (1172, 180), "boolq": (3270, 300),
-              "commonsense_qa": (1221, 200), "hellaswag": (10042, 440), "winogrande": (1267, 60),
-              "piqa": (1838, 100), "openbookqa": (500, 100), "headqa": (5484, 250), "prost": (18736, 160),
-              "truthfulqa_mc1": (817, 1500), "medmcqa": (4183, 240), "leaderboard_gpqa": (1192, 1000),
-              "leaderboard_bbh": (5761, 2400), "mmlu": (14042, 150), "leaderboard_mmlu_pro": (12032, 1600),
-              # the demo family's tasks, counted with its tokenizer (prompt x choices + choices, 100 items each):
-              "demo_add": (100, 42), "demo_compare": (100, 21), "demo_count": (100, 68), "demo_facts": (80, 45),
-              "demo_reverse": (100, 64), "demo_add_gen": (100, 42)}
+# A task's size (items lm-eval scores, tokens each one scores) is its suite's fact (``items`` and ``tokens_per_item`` in
+# ``merge_recipes/suites/<name>.yml``); the caller reads the suite and hands the sizes down (``Scoring.sizes``,
+# ``calibrate_from``'s ``sizes``). A task whose size no suite declares counts DEFAULT_ITEMS x DEFAULT_TOKENS (the
+# SmolLM2 family's tasks, counted: 100 items of 59-157 tokens, 103 on average).
 DEFAULT_ITEMS, DEFAULT_TOKENS = 100, 100
 
 
@@ -168,11 +159,15 @@ def parameters_from_config(config: dict) -> int:
     return layers * layer + embeddings + h
 
 
-def suite_tokens(tasks: Iterable[str], limit=None) -> Dict[str, tuple]:
-    """Task -> (items, tokens) one model scores; ``limit``: the suite's items per task (a number or a fraction)."""
+Sizes = Mapping[str, Tuple[int, int]]  # task -> (items, tokens per item), as the suites declare them
+
+
+def suite_tokens(tasks: Iterable[str], limit=None, sizes: Optional[Sizes] = None) -> Dict[str, tuple]:
+    """Task -> (items, tokens) one model scores; ``limit``: the suite's items per task (a number or a fraction);
+    ``sizes``: the suites' declared sizes (a task not in them counts DEFAULT_ITEMS x DEFAULT_TOKENS)."""
     out = {}
     for task in tasks:
-        items, per_item = TASK_ITEMS.get(task, (DEFAULT_ITEMS, DEFAULT_TOKENS))
+        items, per_item = (sizes or {}).get(task, (DEFAULT_ITEMS, DEFAULT_TOKENS))
         if limit is not None:
             items = min(items, int(limit)) if limit >= 1 else math.ceil(items * limit)
         out[task] = (items, items * per_item)
@@ -264,6 +259,7 @@ class Scoring:
     dtype: Optional[str] = None  # the weights' dtype of the evaluation (the suite's, or --dtype); None: float32
     cpu_workers: Optional[int] = None  # --workers on a CPU (None: the default, one per core up to four)
     cpu_default_workers: int = 1  # what the default is on this machine
+    sizes: Sizes = field(default_factory=dict)  # task -> (items, tokens per item): the suites' (eval.suites.task_sizes)
 
 
 @dataclass(frozen=True)
@@ -388,12 +384,13 @@ def _damaged_or(path, run_dir) -> dict:
     return record
 
 
-def calibrate_from(run_dir) -> Calibration:
+def calibrate_from(run_dir, sizes: Optional[Sizes] = None) -> Calibration:
     """Rates from an earlier run: a start per merge and a rate per method (``fit_merges``) from its merges' records
     (``models/*/merge_info.json``: method, experts, seconds, device) on the device its evaluations ran on; task
     arithmetic's rate (the table's factors multiply it for methods the run lacks) from its own TA merges, else the
     default's. Its result records give the evaluations' start (the fastest job less reading the model) and rate per
-    parameter-token (what the others took beyond the fastest, spread by tokens)."""
+    parameter-token (what the others took beyond the fastest, spread by tokens: each record's tasks at ``sizes``,
+    the suites' declared sizes, a task not in them at DEFAULT_ITEMS x DEFAULT_TOKENS)."""
     from wildmerge.errors import ConfigError
     from wildmerge.run import RunFolder, read_merge_info
 
@@ -424,7 +421,7 @@ def calibrate_from(run_dir) -> Calibration:
         eval_dtype = (results[0].get("settings") or {}).get("dtype") or "float32"
         seconds = sorted(float(r["seconds"]) for r in results)
         eval_start = max(seconds[0] - merge_rate * params / GB, 0.0)  # the fastest job, less reading the model
-        tokens = sum(t for r in results for t in _record_tokens(r))
+        tokens = sum(t for r in results for t in _record_tokens(r, sizes))
         left = sum(seconds) - seconds[0] * len(seconds)
         if tokens and left > 0:
             token_rate = left / (params * tokens / 1e12)
@@ -438,6 +435,6 @@ def calibrate_from(run_dir) -> Calibration:
                           f"{f'; {other} on another device left out' if other else ''})", error=1.5)
 
 
-def _record_tokens(record: dict) -> List[int]:
+def _record_tokens(record: dict, sizes: Optional[Sizes]) -> List[int]:
     tasks = [t["task"] for t in record.get("tasks") or []]
-    return [tokens for _, tokens in suite_tokens(tasks, (record.get("settings") or {}).get("limit")).values()]
+    return [tokens for _, tokens in suite_tokens(tasks, (record.get("settings") or {}).get("limit"), sizes).values()]

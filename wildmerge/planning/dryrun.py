@@ -62,7 +62,8 @@ def base_parameters(pool, config: dict | None = None) -> int | None:
 def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: str = "cpu",
                keep_models: str = "all", calibrate_from=None, model_bytes=None) -> None:
     """The cost plan: merges, evaluations, disk, and wall time / GPU-hours per executor (``cost.py``);
-    ``scoring``: the suite's tasks and limit (``cost.Scoring``), None when the run is not evaluated;
+    ``scoring``: the suite's tasks, limit and task sizes (``cost.Scoring``; no tasks, or None, when the run is not
+    evaluated: its sizes still price ``calibrate_from``'s records);
     ``model_bytes``: one merged model's size (``_one_model_bytes``), else from the parameters."""
     from wildmerge import checkpoints
     from wildmerge.hub import FAMILY_PREFIXES
@@ -80,14 +81,14 @@ def print_cost(merges, models_evaluated: int, pool, scoring=None, merge_device: 
     largest = config["vocab_size"] * config["hidden_size"] if config else params // 10
     scoring = scoring or cost.Scoring([])
     tasks = scoring.tasks
-    scored = cost.suite_tokens(tasks, scoring.limit)
+    scored = cost.suite_tokens(tasks, scoring.limit, scoring.sizes)
     items, tokens = sum(i for i, _ in scored.values()), sum(t for _, t in scored.values())
     inputs = [len(e.experts) + 1 for e in merges]
     family = pool.base.model.startswith(FAMILY_PREFIXES)  # their texts are short: priced at their measured length
     study = cost.Study(params, [cost.Merge(e.method, len(e.experts) + 1, e.hparams.get("n_samples")) for e in merges],
                        models_evaluated if tasks else 0, tokens,
                        cost.FAMILY_TEXT_TOKENS if family else cost.TEXT_TOKENS, scoring.dtype)
-    own = cost.calibrate_from(calibrate_from) if calibrate_from else None
+    own = cost.calibrate_from(calibrate_from, scoring.sizes) if calibrate_from else None
     gpu_cal = own if own is not None and own.device == "cuda" else cost.DEFAULTS["cuda"]
     cpu_plan = params < 1e9  # a billion-parameter study on a CPU: tens of thousands of hours, not a plan
     cpu_cal = own if own is not None and own.device == "cpu" else (

@@ -71,7 +71,7 @@ CHANGES = (
                "the ensemble / composer baselines scored as an lm-eval model (wildmerge-composition)",
                "registered only when wildmerge scores a composition",
                "tests/analysis/test_probe_run.py::test_composition_model_scores_like_its_experts",
-               "wildmerge.eval.composition:register", "registry"),
+               "wildmerge.eval.composition_lm:register", "registry"),
 )
 _BY_TARGET = {c.target: c for c in CHANGES}
 _originals: Dict[str, Any] = {}

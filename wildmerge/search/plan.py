@@ -115,13 +115,14 @@ def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", l
     """``wildmerge search --dry-run``: the plan's counts and its time at the cost plan's rates (one GPU with the
     default H100 rates, and this machine's CPU), its merges priced per method as the protocol's dry run prices them,
     without resolving a model or writing anything."""
-    from wildmerge.eval.suites import load_suite
+    from wildmerge.eval.suites import load_suite, task_sizes
     from wildmerge.hub import FAMILY_PREFIXES
     from wildmerge.pools import load_pool
     from wildmerge.planning.dryrun import base_parameters, merge_pricing
 
     pool = load_pool(pool_name, exclude)
-    scored = cost.suite_tokens([t.task for t in load_suite(suite_name).tasks], limit)
+    suite = load_suite(suite_name)
+    scored = cost.suite_tokens([t.task for t in suite.tasks], limit, task_sizes(suite))
     items, tokens = {t: i for t, (i, _) in scored.items()}, sum(t for _, t in scored.values())
     space = search_space(len(pool.experts), len(set(methods)), experts)
     plan = plan_search(items, budget, first, eta, screen=len(pool.experts) if screen else 0, space=space)

@@ -106,8 +106,10 @@ def svd_sketch(delta, k: int, k_sv: int, device: str = "cpu") -> dict:
     """Top-k left/right and bottom-k right singular vectors, the normalised spectrum (over the *full* sum, then
     truncated to k_sv, as the authors' code) and the numerical rank of one task-vector matrix.
 
-    CPU SVDs run on ``WILDMERGE_LAPACK_THREADS`` threads (default 1): on this shared 2-core machine 12 SVDs of
-    512 x 192 took 91.6 s on two threads and 1.4 s on one."""
+    A CPU SVD runs on one thread, whatever the cores or ``WILDMERGE_LAPACK_THREADS`` (``kernel_pool.lapack_threads``;
+    that variable sets how many matrices the merge kernels work on side by side, ``threads.py``): on several threads
+    LAPACK rounds otherwise and waits at barriers (on this shared 2-core machine 12 SVDs of 512 x 192 took 91.6 s on
+    two threads and 1.4 s on one)."""
     import torch
 
     from wildmerge.plugins.kernel_pool import lapack_threads
