@@ -46,6 +46,7 @@ SCHEMA_VERSION = 1
 PLAN, MANIFEST, SUBSETS_CSV, SAMPLE_LOG = "plan.json", "manifest.json", "subsets.csv", "sample_log.json"
 MERGE_INFO, RECIPE = "merge_info.json", "recipe.yml"
 EVAL_INDEX = "index.json"
+ENVIRONMENT = "environment.json"  # a report's versions and family builds (analysis/report/environment.py)
 CLAIMS, WEIGHT_CHECKS = "claims", "weight_checks.json"
 SEARCH, SEARCH_LOG = "search.json", "search_log.jsonl"
 
@@ -357,7 +358,7 @@ class RunFolder:
         self.report_claim = self.claims_dir / "report.lock"  # held while a report of the run is written
         self.demo_report_json = self.root / "report.json"  # the demo family's table (``wildmerge demo report``)
         self.demo_report_csv = self.root / "report.csv"
-        self.demo_report_environment = self.root / "environment.json"  # versions and family build behind it
+        self.demo_report_environment = self.root / ENVIRONMENT  # versions and family build behind it
 
     @classmethod
     def of_model(cls, model_dir) -> "RunFolder":

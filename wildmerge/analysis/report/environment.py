@@ -14,8 +14,8 @@ from wildmerge import versions
 from wildmerge.analysis.report.run_data import RunData
 from wildmerge.families.cache import MANIFEST
 from wildmerge.hub import FAMILY_PREFIXES
+from wildmerge.run import ENVIRONMENT
 
-ENVIRONMENT = "environment.json"
 
 
 def family_root(model_path) -> Optional[Path]:
