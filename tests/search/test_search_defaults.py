@@ -49,6 +49,33 @@ def test_one_expert_without_data_is_enough_to_leave_them_out_and_is_named(tmp_pa
     assert "none for expert_02;" in note and "expert_01" not in note
 
 
+def test_experts_with_fewer_texts_than_the_data_methods_read_leave_them_out_of_the_live_arms(tmp_path, capsys):
+    """RegMean and CoM read 64 texts of each expert (their recipes' n_samples): an expert with 10 keeps them out of
+    the live search's default arms (said in one line), and asked for by name they fail before any model is read.
+    The dry run, which reads the pool file only, does not count."""
+    import json
+
+    from wildmerge.errors import ConfigError
+    from wildmerge.search.defaults import methods_for
+    from wildmerge.search.guided import search_pool
+
+    texts = tmp_path / "few.jsonl"
+    texts.write_text("".join(json.dumps({"text": f"a short text number {i}"}) + "\n" for i in range(10)))
+    path = tmp_path / "few.yml"
+    path.write_text(yaml.safe_dump({"name": "few", "base": {"model": "demo:base"}, "data": {"text": str(texts)},
+                                    "experts": [{"model": "demo:expert_01"}, {"model": "demo:expert_02"}]}))
+    pool = load_pool(str(path))
+    assert methods_for(pool) == list(WITH_DATA)  # present: the dry run's decision
+    capsys.readouterr()
+    assert methods_for(pool, count=True) == list(WITHOUT_DATA)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "regmean and com read 64 texts of each expert, and expert_01 has 10" in out
+    assert methods_for(pool, ["ta", "com"], count=True) == ["ta", "com"]  # --methods: not second-guessed here
+    with pytest.raises(ConfigError, match="com read 64 texts of each expert, and expert_01 has 10: give every expert"):
+        search_pool(str(path), 3, out=tmp_path / "run", methods=["ta", "com"], tune=False)
+    assert not (tmp_path / "run" / "search").exists()
+
+
 def test_the_dry_run_prints_the_default_arms_and_methods_overrides_them(tmp_path, monkeypatch, capsys):
     from wildmerge.cli import main
 

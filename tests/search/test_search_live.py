@@ -76,10 +76,12 @@ def _killed_after_the_first_rung(pool_file: str, budget: float, out: Path, args:
     assert log.is_file() and len(log.read_text().splitlines()) < 3
 
 
-def test_a_killed_search_with_the_default_arms_resumes_to_the_same_result(pool_file, tmp_path):
-    """The quick family's pool gives every expert its text, so the default arms are TA, TIES, RegMean and CoM; the
-    first bracket holds one candidate of each (RegMean and CoM merged through mergekit with the experts' data). A
-    search killed after that rung and rerun ends where an uninterrupted one does."""
+def test_a_killed_search_with_the_default_arms_resumes_to_the_same_result(tmp_path, monkeypatch):
+    """The shipped demo pool (the quick family) gives every expert its text, so the default arms are TA, TIES,
+    RegMean and CoM; the first bracket holds one candidate of each (RegMean and CoM merged through mergekit with the
+    experts' data). A search killed after that rung and rerun ends where an uninterrupted one does."""
+    monkeypatch.setenv("WILDMERGE_DEMO_QUICK", "1")  # the killed search's process inherits it
+    pool_file = "demo"
     expected = search_pool(pool_file, DEFAULT_BUDGET, out=tmp_path / "whole", **DEFAULT_ARMS)
     record = json.loads(RunFolder(tmp_path / "whole").search_json.read_text())
     assert record["settings"]["methods"] == ["ta", "ties", "regmean", "com"]

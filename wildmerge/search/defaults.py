@@ -45,12 +45,43 @@ def _line() -> str:
 
 
 
-def methods_for(pool, methods=None) -> List[str]:
+def methods_for(pool, methods=None, count: bool = False) -> List[str]:
     """``methods`` as given (``--methods``), else the pool's default arms, printing the line that says why the data
-    methods are left out where they are."""
+    methods are left out where they are. ``count``: also count each expert's texts (``expert_data``: read, or the
+    number ``generate`` will sample) and leave the data methods out where an expert has fewer than they read; the
+    live search counts, a dry run (offline, reading the pool file only) does not."""
+    from wildmerge.recipes.method import load_methods
+
     if methods is not None:
         return list(methods)
     methods, note = default_methods(pool)
+    short = short_of_texts(pool, load_methods(DATA_METHODS)) if count and note is None else None
+    if short:
+        methods, note = list(WITHOUT_DATA), (
+            f"note: default arms {', '.join(WITHOUT_DATA)}: {short}; give every expert at least that many texts in "
+            f"{pool.source or 'the pool file'} (`data: generate` samples 64 of each), or give --methods")
     if note:
         print(note)
     return methods
+
+
+def short_of_texts(pool, recipes: dict) -> Optional[str]:
+    """Where a layer-wise method of ``recipes`` reads more calibration texts per expert (its ``n_samples``) than
+    some expert has: one line naming the methods and that expert, else None. Counted through ``expert_data``."""
+    from wildmerge.expert_data.read import text_count
+    from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
+
+    asks = {name: int((r.calibration or {}).get("n_samples") or 0) for name, r in recipes.items()
+            if r.recipe.get("merge_method") in LAYERWISE_METHODS}
+    if not asks:
+        return None
+    counts = {e.label: text_count(pool.data_for(e), e.label, relative_to=pool.folder) for e in pool.experts
+              if pool.data_for(e) is not None}
+    if not counts:
+        return None
+    fewest = min(counts, key=counts.get)
+    over = [name for name, n in asks.items() if n > counts[fewest]]
+    if not over:
+        return None
+    return (f"{' and '.join(over)} read {max(asks[n] for n in over)} texts of each expert, and {fewest} has "
+            f"{counts[fewest]}")

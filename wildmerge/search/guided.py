@@ -48,6 +48,23 @@ def check_settings(budget: float, first: float, eta: float, methods: Optional[Li
         raise ConfigError(f"--rule {rule!r}: give one of {', '.join(RULES)}")
 
 
+def check_data(pool, recipes: dict) -> List[str]:
+    """The layer-wise merge methods among ``recipes`` (RegMean, CoM), once every expert's data for them is checked:
+    present, readable, and as many texts as they read (not at their first merge)."""
+    from wildmerge.expert_data.check import require_data
+    from wildmerge.search.defaults import short_of_texts
+
+    layerwise = sorted({r.recipe["merge_method"] for r in recipes.values()} & set(LAYERWISE_METHODS))
+    if not layerwise:
+        return []
+    require_data(pool.all_data(), layerwise, pool.name)
+    short = short_of_texts(pool, recipes)
+    if short:
+        raise ConfigError(f"{short}: give every expert at least that many texts in {pool.source or 'the pool file'}, "
+                          f"or a recipe of your own with a lower calibration n_samples (--methods PATH)")
+    return layerwise
+
+
 def tunable(methods) -> bool:
     """Whether TAS has a grid for any of ``methods`` (RegMean and CoM alone keep their recipes' settings)."""
     from wildmerge.analysis.tas.tune import TUNE_GRIDS
@@ -84,7 +101,7 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     checked_device(merge_device, "--merge-device")  # a missing GPU said before any model is read
     check_settings(budget, first, eta, methods, merge_device, rule, seed, tune_samples, limit)
     pool = load_pool(pool_name, exclude)
-    methods = methods_for(pool, methods)
+    methods = methods_for(pool, methods, count=True)  # the default arms: with RegMean / CoM where data allows
     recipes = load_methods(methods)
     suite = apply_overrides(load_suite(suite_name), {"limit": limit})
     check_tasks(suite)
@@ -92,11 +109,7 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
         raise ConfigError(f"pool {pool.name!r} has {len(pool.experts)} expert(s); a merge needs at least 2")
     folder = RunFolder(out or default_out("search", pool=pool.name))
     folder.root.mkdir(parents=True, exist_ok=True)
-    layerwise = sorted({r.recipe["merge_method"] for r in recipes.values()} & set(LAYERWISE_METHODS))
-    if layerwise:  # RegMean / CoM are candidates only where every expert has its data
-        from wildmerge.expert_data.check import require_data
-
-        require_data(pool.all_data(), layerwise, pool.name)
+    layerwise = check_data(pool, recipes)  # RegMean / CoM are candidates only where every expert has its data
     resolved = resolve(pool)  # the search's one resolution: merged in memory, LoRA adapters folded into the base
     base, paths = resolved.base_path, resolved.experts
     tuned = {}
