@@ -116,3 +116,13 @@ def test_the_defaults_are_written_in_one_place():
         text = path.read_text()
         assert not re.search(r"""\(\s*["']ta["'],\s*["']ties["']""", text), path
         assert 'default="ta' not in text, path
+
+
+def test_data_methods_alone_skip_the_tas_step():
+    """RegMean and CoM have no TAS grid (a TAS sweep merges in memory): ``--methods regmean,com`` runs them at their
+    recipes' settings instead of failing in the tuning step for want of a grid; with TA or TIES beside them, TAS
+    tunes those."""
+    from wildmerge.search.guided import tunable
+
+    assert not tunable(["regmean", "com"]) and not tunable(list(DATA_METHODS))
+    assert tunable(list(WITH_DATA)) and tunable(["com", "ties"])

@@ -44,7 +44,6 @@ def _line() -> str:
     return f"`{code}` {why}"
 
 
-
 def methods_for(pool, methods=None, count: bool = False) -> List[str]:
     """``methods`` as given (``--methods``), else the pool's default arms, printing the line that says why the data
     methods are left out where they are. ``count``: also count each expert's texts (``expert_data``: read, or the
