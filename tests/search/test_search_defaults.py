@@ -95,6 +95,10 @@ def test_the_dry_run_prints_the_default_arms_and_methods_overrides_them(tmp_path
     assert "note:" not in out and "  methods: ta, regmean\n" in out
     assert main(["search", "--base", "demo", "--budget", "4", "--methods", "ties", "--dry-run"]) == 0
     assert "  methods: ties\n" in capsys.readouterr().out
+    from wildmerge.api import guided_search
+
+    assert guided_search("demo", 4, dry_run=True) is None  # the Python API: the same default arms
+    assert "  methods: ta, ties, regmean, com\n" in capsys.readouterr().out
     assert not (tmp_path / "runs").exists()
 
 
