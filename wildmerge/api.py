@@ -37,7 +37,7 @@ def sample(pool: str = "demo", **options) -> Optional["Run"]:
 
 
 def guided_search(pool: str, budget: float, *, out=None, suite: str = "demo", limit: Optional[int] = None,
-                  methods: Union[str, Sequence[str]] = ("ta", "ties"), first_fraction: float = 0.125, eta: float = 2.0,
+                  methods: Union[str, Sequence[str], None] = None, first_fraction: float = 0.125, eta: float = 2.0,
                   seed: int = 0, rule: str = "thompson", experts: bool = True, tune: bool = True,
                   tune_samples: int = 32, exclude: Union[str, Sequence[str]] = (), merge_device: str = "cpu",
                   dry_run: bool = False) -> Optional[dict]:
@@ -46,7 +46,7 @@ def guided_search(pool: str, budget: float, *, out=None, suite: str = "demo", li
     base, its model folder); a rerun resumes. With ``dry_run=True`` the cost is printed and nothing is returned."""
     from wildmerge.search.guided import dry_run as print_cost, search_pool
 
-    methods, exclude = _names(methods), _names(exclude)
+    methods, exclude = None if methods is None else _names(methods), _names(exclude)  # None: the pool's arms
     settings = dict(suite_name=suite, methods=methods, first=first_fraction, limit=limit, eta=eta, exclude=exclude,
                     rule=rule, experts=experts)
     if dry_run:

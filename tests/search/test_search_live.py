@@ -53,19 +53,49 @@ def test_search_reports_a_full_evaluation_within_budget(finished):
 def test_a_killed_search_resumes_to_the_same_result(finished, pool_file, tmp_path):
     _, expected = finished
     out = tmp_path / "run"
-    code = (f"from wildmerge.search.guided import search_pool; search_pool({pool_file!r}, {BUDGET}, out={str(out)!r}, "
-            f"**{ARGS!r})")
+    _killed_after_the_first_rung(pool_file, BUDGET, out, ARGS)
+    again = search_pool(pool_file, BUDGET, out=out, **ARGS)
+    assert {k: v for k, v in again.items() if k != "model"} == {k: v for k, v in expected.items() if k != "model"}
+
+
+DEFAULT_ARMS = dict(suite_name="demo", methods=None, first=0.25, eta=2.0, tune=False, limit=8, experts=False)
+DEFAULT_BUDGET = 5.0  # a first bracket of four: one candidate of every method
+
+
+def _killed_after_the_first_rung(pool_file: str, budget: float, out: Path, args: dict) -> None:
+    code = (f"from wildmerge.search.guided import search_pool; search_pool({pool_file!r}, {budget}, out={str(out)!r}, "
+            f"**{args!r})")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = RunFolder(out).search_log
-    deadline = time.time() + 600
+    deadline = time.time() + 900
     while not log.is_file() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     proc.kill()  # after the first rung is logged: the rest of the search is lost
     proc.wait()
     assert log.is_file() and len(log.read_text().splitlines()) < 3
-    again = search_pool(pool_file, BUDGET, out=out, **ARGS)
+
+
+def test_a_killed_search_with_the_default_arms_resumes_to_the_same_result(tmp_path, monkeypatch):
+    """The shipped demo pool (the quick family) gives every expert its text, so the default arms are TA, TIES,
+    RegMean and CoM; the first bracket holds one candidate of each (RegMean and CoM merged through mergekit with the
+    experts' data). A search killed after that rung and rerun ends where an uninterrupted one does."""
+    monkeypatch.setenv("WILDMERGE_DEMO_QUICK", "1")  # the killed search's process inherits it
+    pool_file = "demo"
+    expected = search_pool(pool_file, DEFAULT_BUDGET, out=tmp_path / "whole", **DEFAULT_ARMS)
+    record = json.loads(RunFolder(tmp_path / "whole").search_json.read_text())
+    assert record["settings"]["methods"] == ["ta", "ties", "regmean", "com"]
+    drawn = {c["method"] for c in record["candidates"]}
+    assert {"regmean", "com"} <= drawn
+    for c in record["candidates"]:
+        if c["method"] in ("regmean", "com"):
+            info = json.loads((RunFolder(tmp_path / "whole").search_model_dir(c["id"]) / "merge_info.json").read_text())
+            assert info["method"] == c["method"] and info["experts"] == c["experts"]
+    out = tmp_path / "run"
+    _killed_after_the_first_rung(pool_file, DEFAULT_BUDGET, out, DEFAULT_ARMS)
+    again = search_pool(pool_file, DEFAULT_BUDGET, out=out, **DEFAULT_ARMS)
     assert {k: v for k, v in again.items() if k != "model"} == {k: v for k, v in expected.items() if k != "model"}
+    assert json.loads(RunFolder(out).search_json.read_text())["candidates"] == record["candidates"]
 
 
 def test_bad_settings_fail_before_any_model_is_loaded(pool_file, tmp_path):

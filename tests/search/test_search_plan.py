@@ -7,6 +7,7 @@ import pytest
 from wildmerge.eval.screening.stats import screen_items
 from wildmerge.planning import cost
 from wildmerge.search.bandit import Space, search
+from wildmerge.search.defaults import WITH_DATA
 from wildmerge.search.plan import plan_search, search_seconds, search_space
 
 SIZES = {"a": 300, "b": 120, "c": 80}
@@ -88,8 +89,9 @@ def test_search_dry_run_says_when_the_budget_buys_every_candidate(capsys):
     n = len(load_pool("demo").experts)
     assert main(["search", "--base", "demo", "--budget", "1e12", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    space = search_space(n, 2)
-    assert f"that is every candidate of the pool, {space} ({n} experts alone and 2 method(s)" in out
+    arms = len(WITH_DATA)  # the demo pool gives every expert its text: the default arms include RegMean and CoM
+    space = search_space(n, arms)
+    assert f"that is every candidate of the pool, {space} ({n} experts alone and {arms} method(s)" in out
     assert "buys nothing more" in out and f"{space - n} candidates merged at most" in out
     assert main(["search", "--base", "demo", "--budget", "4", "--dry-run"]) == 0
     assert "buys nothing more" not in capsys.readouterr().out
@@ -128,7 +130,7 @@ def test_search_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys, mon
     items = {"add": 100, "add_gen": 100, "compare": 100, "count": 100, "facts": 80, "reverse": 100}  # cost.py's
     n = len(load_pool("demo").experts)
     plan = plan_search(items, 10, screen=n,  # the Thompson search screens the experts first
-                       space=search_space(n, 2))  # and draws each of the pool's candidates once at most
+                       space=search_space(n, len(WITH_DATA)))  # each of the pool's candidates once at most
     assert plan.screened == len(load_pool("demo").experts) and plan.merges == plan.candidates - plan.screened
     assert (f"{plan.screened} experts screened at the first rung, then {plan.brackets} bracket(s), "
             f"{plan.merges} candidates merged at most") in out

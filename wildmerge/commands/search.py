@@ -13,7 +13,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    required=True, help="evaluations to spend, in full evaluations of the suite")
     p.add_argument("--suite", default="demo")
     p.add_argument("--limit", type=positive_int, help="items per task (a cheaper suite)")
-    p.add_argument("--methods", default="ta,ties", help="comma-separated merge methods (default ta,ties)")
+    p.add_argument("--methods", help="comma-separated merge methods (default: ta,ties, and regmean,com where every "
+                                     "expert of the pool has data; wildmerge/search/defaults.py)")
     p.add_argument("--first-fraction", type=number_type(Range(low=0, high=1, low_open=True), "first_fraction"),
                    default=0.125, help="items per task at the first rung")
     p.add_argument("--eta", type=float_above(1),
@@ -35,7 +36,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from wildmerge.search.guided import dry_run, search_pool
 
-    methods = [m for m in args.methods.split(",") if m]
+    methods = None if args.methods is None else [m for m in args.methods.split(",") if m]
     settings = dict(suite_name=args.suite, methods=methods, first=args.first_fraction, limit=args.limit, eta=args.eta,
                     exclude=args.exclude, rule=args.rule, experts=not args.no_experts)
     if args.dry_run:

@@ -20,15 +20,15 @@ from wildmerge.resources import device_problem
 from wildmerge.run import RunFolder, Search, SearchCandidate, SearchResult, SearchSettings, default_out
 from wildmerge.search.bandit import EXPERT, RULES, Space, search
 from wildmerge.search.candidates import candidate_id
+from wildmerge.search.defaults import methods_for
 from wildmerge.search.halving import fractions
 from wildmerge.search.live import LiveEvaluator, subset_recipe
 from wildmerge.search.log import SearchLog
 
-DEFAULT_METHODS = ("ta", "ties")
 RANKING = "a Thompson-sampling bandit over (method, subset size) arms on their first-rung scores"
 
 
-def check_settings(budget: float, first: float, eta: float, methods: List[str], merge_device: str = "cpu",
+def check_settings(budget: float, first: float, eta: float, methods: Optional[List[str]], merge_device: str = "cpu",
                    rule: str = "thompson", seed: int = 0, tune_samples: int = 32, limit: Optional[int] = None) -> None:
     """Every setting, in the command line's words (a library caller gets the flags' messages)."""
     float_at_least(2).check("--budget", budget)  # the winner and the base are each scored on every item
@@ -40,7 +40,7 @@ def check_settings(budget: float, first: float, eta: float, methods: List[str], 
         fractions(first, eta)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if not methods:
+    if methods is not None and not list(methods):  # None: the pool's default arms
         raise ConfigError("--methods is empty: give at least one merge method (e.g. ta,ties)")
     if device_problem(merge_device, kinds=("cpu", "cuda")):  # the one device rule; no auto / mps here
         raise ConfigError(f"--merge-device {merge_device!r}: give cpu, cuda or cuda:N")
@@ -48,23 +48,49 @@ def check_settings(budget: float, first: float, eta: float, methods: List[str], 
         raise ConfigError(f"--rule {rule!r}: give one of {', '.join(RULES)}")
 
 
-def dry_run(pool_name: str, budget: float, suite_name: str = "demo", methods=DEFAULT_METHODS, first: float = 0.125,
+def check_data(pool, recipes: dict) -> List[str]:
+    """The layer-wise merge methods among ``recipes`` (RegMean, CoM), once every expert's data for them is checked:
+    present, readable, and as many texts as they read (not at their first merge)."""
+    from wildmerge.expert_data.check import require_data
+    from wildmerge.search.defaults import short_of_texts
+
+    layerwise = sorted({r.recipe["merge_method"] for r in recipes.values()} & set(LAYERWISE_METHODS))
+    if not layerwise:
+        return []
+    require_data(pool.all_data(), layerwise, pool.name)
+    short = short_of_texts(pool, recipes)
+    if short:
+        raise ConfigError(f"{short}: give every expert at least that many texts in {pool.source or 'the pool file'}, "
+                          f"or a recipe of your own with a lower calibration n_samples (--methods PATH)")
+    return layerwise
+
+
+def tunable(methods) -> bool:
+    """Whether TAS has a grid for any of ``methods`` (RegMean and CoM alone keep their recipes' settings)."""
+    from wildmerge.analysis.tas.tune import TUNE_GRIDS
+
+    return any(m in TUNE_GRIDS for m in methods)
+
+
+def dry_run(pool_name: str, budget: float, suite_name: str = "demo", methods=None, first: float = 0.125,
             limit: Optional[int] = None, eta: float = 2.0, exclude=(), rule: str = "thompson",
             experts: bool = True) -> None:
-    """``search --dry-run``: what ``search_pool`` with these settings will cost, printed; nothing runs."""
+    """``search --dry-run``: what ``search_pool`` with these settings will cost, printed; nothing runs.
+    ``methods``: None for the pool's default arms (``defaults.py``)."""
     from wildmerge.search.plan import print_search_plan
 
     print_search_plan(pool_name, budget, suite_name, limit, first, eta, exclude, screen=rule == "thompson" and experts,
-                      methods=list(methods), experts=experts)
+                      methods=None if methods is None else list(methods), experts=experts)
 
 
-def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo", methods=DEFAULT_METHODS,
+def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo", methods=None,
                 first: float = 0.125, eta: float = 2.0, seed: int = 0, tune: bool = True, tune_samples: int = 32,
                 limit: Optional[int] = None, exclude=(), merge_device: str = "cpu", rule: str = "thompson",
                 experts: bool = True, evaluation: Optional[EvalOptions] = None) -> dict:
-    """Run (or resume) the search; returns the result ``search.json`` records. ``merge_device``: where candidates
-    are merged; ``evaluation``: how they are scored (default: one local worker); ``experts``: the experts alone
-    are candidates too."""
+    """Run (or resume) the search; returns the result ``search.json`` records. ``methods``: None for the pool's
+    default arms (``defaults.py``: with RegMean and CoM where every expert has data); ``merge_device``: where
+    candidates are merged; ``evaluation``: how they are scored (default: one local worker); ``experts``: the experts
+    alone are candidates too."""
     from wildmerge.eval.evaluate import apply_overrides
     from wildmerge.eval.suites import check_tasks, load_suite
     from wildmerge.pools import load_pool, resolve
@@ -72,26 +98,22 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
 
     from wildmerge.resources import checked_device
 
-    methods = list(methods)
     checked_device(merge_device, "--merge-device")  # a missing GPU said before any model is read
     check_settings(budget, first, eta, methods, merge_device, rule, seed, tune_samples, limit)
+    pool = load_pool(pool_name, exclude)
+    methods = methods_for(pool, methods, count=True)  # the default arms: with RegMean / CoM where data allows
     recipes = load_methods(methods)
     suite = apply_overrides(load_suite(suite_name), {"limit": limit})
     check_tasks(suite)
-    pool = load_pool(pool_name, exclude)
     if len(pool.experts) < 2:
         raise ConfigError(f"pool {pool.name!r} has {len(pool.experts)} expert(s); a merge needs at least 2")
     folder = RunFolder(out or default_out("search", pool=pool.name))
     folder.root.mkdir(parents=True, exist_ok=True)
-    layerwise = sorted({r.recipe["merge_method"] for r in recipes.values()} & set(LAYERWISE_METHODS))
-    if layerwise:  # RegMean / CoM are candidates only where every expert has its data
-        from wildmerge.expert_data.check import require_data
-
-        require_data(pool.all_data(), layerwise, pool.name)
+    layerwise = check_data(pool, recipes)  # RegMean / CoM are candidates only where every expert has its data
     resolved = resolve(pool)  # the search's one resolution: merged in memory, LoRA adapters folded into the base
     base, paths = resolved.base_path, resolved.experts
     tuned = {}
-    if tune:
+    if tune and tunable(methods):
         from wildmerge.analysis.tas.tune import tune_methods
 
         recipes, tuned = tune_methods(resolved, recipes, folder.tune_dir, samples=tune_samples)

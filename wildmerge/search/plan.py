@@ -17,6 +17,7 @@ from typing import Dict, Optional, Sequence
 
 from wildmerge.planning import cost
 from wildmerge.search.bandit import SCREEN_SHARE, default_bracket, fitting_bracket
+from wildmerge.search.defaults import WITHOUT_DATA, methods_for
 from wildmerge.search.halving import bracket_cost, fractions, rung_costs
 
 
@@ -95,11 +96,11 @@ def _jobs(n: int, rungs, eta: float) -> int:
 
 
 def search_seconds(plan: SearchPlan, parameters: int, tokens_per_model: int, mean_inputs: float,
-                   cal: cost.Calibration, methods: Sequence[str] = ("ta", "ties"),
+                   cal: cost.Calibration, methods: Sequence[str] = WITHOUT_DATA,
                    text_tokens: int = cost.TEXT_TOKENS) -> Dict[str, float]:
     """Seconds on one device, priced as the protocol's plan prices them (``cost.merge_seconds``,
     ``cost.eval_seconds``): the merges (each reading ``mean_inputs`` models, its method's cost the mean over
-    ``methods``, the search's own default unless told: it tries every method), then the jobs (each paying the start
+    ``methods``, the search's arms: it tries every method), then the jobs (each paying the start
     and the model's read) and the tokens of the item evaluations."""
     per_merge = sum(cost.merge_seconds(parameters, mean_inputs, cal, m, text_tokens=text_tokens)
                     for m in methods) / len(methods)
@@ -111,7 +112,7 @@ def search_seconds(plan: SearchPlan, parameters: int, tokens_per_model: int, mea
 
 def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", limit: Optional[int] = None,
                       first: float = 0.125, eta: float = 2.0, exclude=(), screen: bool = True,
-                      methods: Sequence[str] = ("ta", "ties"), experts: bool = True) -> SearchPlan:
+                      methods: Optional[Sequence[str]] = None, experts: bool = True) -> SearchPlan:
     """``wildmerge search --dry-run``: the plan's counts and its time at the cost plan's rates (one GPU with the
     default H100 rates, and this machine's CPU), its merges priced per method as the protocol's dry run prices them,
     without resolving a model or writing anything."""
@@ -121,6 +122,7 @@ def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", l
     from wildmerge.planning.dryrun import base_parameters, merge_pricing
 
     pool = load_pool(pool_name, exclude)
+    methods = methods_for(pool, methods)  # None: the pool's default arms (defaults.py)
     suite = load_suite(suite_name)
     scored = cost.suite_tokens([t.task for t in suite.tasks], limit, task_sizes(suite))
     items, tokens = {t: i for t, (i, _) in scored.items()}, sum(t for _, t in scored.values())
@@ -128,6 +130,7 @@ def print_search_plan(pool_name: str, budget: float, suite_name: str = "demo", l
     plan = plan_search(items, budget, first, eta, screen=len(pool.experts) if screen else 0, space=space)
     print(f"search plan: {budget:g} full evaluations of {plan.per_model} items (suite {suite_name}"
           f"{f', limit {limit}' if limit else ''}), rungs {', '.join(f'{f:g}' for f in fractions(first, eta))}")
+    print(f"  methods: {', '.join(methods)}")
     screened = f"{plan.screened} experts screened at the first rung, then " if plan.screened else ""
     print(f"  {screened}{plan.brackets} bracket(s), {plan.merges} candidates merged at most (experts alone included), "
           f"{plan.jobs} evaluation jobs, <= {plan.item_evaluations:,} item evaluations "
