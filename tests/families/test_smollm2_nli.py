@@ -194,3 +194,22 @@ def test_the_protocol_runs_com_and_ta_on_the_quick_nli_pool(quick_nli, tmp_path)
     merges = scores[scores["kind"] == "merge"]
     assert set(merges["method"]) == {"com", "ta"} and (merges["status"] == "ok").all()
     assert set(merges["n"]) == {2} and {"fiction", "travel"} <= set(scores.columns)
+
+
+@needs_gguf
+def test_a_build_reuses_a_siblings_checked_base_and_refuses_one_made_otherwise(quick_nli, tmp_path):
+    import shutil
+
+    from wildmerge.families.cache import sha256
+    from wildmerge.families.smollm2.nli_build import reused_base
+
+    built = json.loads(Path(quick_nli["manifest"]).read_text())
+    sibling = tmp_path / "sibling"
+    sibling.mkdir()
+    shutil.copyfile(quick_nli["manifest"], sibling / "family.json")
+    (sibling / "base").symlink_to(quick_nli["base"])
+    other = {**built["kernels"], "aten": "SOMETHING_ELSE"}
+    assert not reused_base(tmp_path / "new", built["source"], other) and not (tmp_path / "new").exists()
+    assert reused_base(tmp_path / "new", built["source"], built["kernels"])
+    assert {rel: sha256(tmp_path / "new" / rel) for rel in built["files"] if rel.startswith("base/")} == {
+        rel: digest for rel, digest in built["files"].items() if rel.startswith("base/")}
