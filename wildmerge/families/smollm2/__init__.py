@@ -3,6 +3,8 @@
 
 Importing this package is cheap (no torch): the functions below load their modules on first use.
 ``resolve_smollm2_ref("smollm2:facts")`` gives a checkpoint path, building and caching the family if needed.
+The LoRA NLI experts of Chain of Merges' LLM column (``nli.py`` items, ``nli_spec.py``, ``nli_build.py``,
+``nli_family.py``) are a folder of their own beside the family, reached by ``smollm2:nli_...`` references.
 """
 
 from wildmerge.families import lazy_exports

@@ -103,8 +103,9 @@ def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: i
 def resolve_smollm2_ref(ref: str, build: bool = True) -> str | None:
     """Absolute path for ``smollm2:base``, ``smollm2:<expert>``, ``smollm2:tasks``, ``smollm2:pool``, an expert's
     data ``smollm2:text/<expert>`` / ``smollm2:labelled/<expert>``, the large suite's tasks ``smollm2:large_tasks``
-    (``large.py``), or the probe's ``smollm2:probe_tasks`` and
-    ``smollm2:joint`` (the joint multi-skill reference model).
+    (``large.py``), the probe's ``smollm2:probe_tasks`` and
+    ``smollm2:joint`` (the joint multi-skill reference model), or the LoRA NLI experts' ``smollm2:nli_...``
+    (``nli_family.py``).
 
     Builds the family on first use (seed from ``$WILDMERGE_SMOLLM2_SEED``, default 0; the quick family when
     ``$WILDMERGE_SMOLLM2_QUICK=1``; the probe's splits and joint model from ``$WILDMERGE_SMOLLM2_PROBE_SEED``).
@@ -112,6 +113,10 @@ def resolve_smollm2_ref(ref: str, build: bool = True) -> str | None:
     """
     if not isinstance(ref, str) or not ref.startswith(PREFIX):
         raise ConfigError(f"{ref!r} is not a SmolLM2 family reference; write smollm2:base or smollm2:arithmetic")
+    from wildmerge.families.smollm2.nli_family import is_nli_ref, resolve_nli_ref
+
+    if is_nli_ref(ref):  # the LoRA NLI experts, a folder of their own (nli_family.py)
+        return resolve_nli_ref(ref, build)
     name, quick = ref[len(PREFIX):], quick_forced()
     experts = [e.name for e in S.experts_for(quick)]
     kind, _, expert = name.partition("/")
@@ -138,6 +143,7 @@ def resolve_smollm2_ref(ref: str, build: bool = True) -> str | None:
 def task_names_of(ref: str) -> list | None:
     """The lm-eval task names of a family task folder (``smollm2:tasks``), known without building; None for the
     folders written with the family (``smollm2:large_tasks``, ``smollm2:probe_tasks``): checked when read."""
+    from wildmerge.families.smollm2 import nli_spec
     from wildmerge.families.smollm2.tasks import task_names
 
-    return task_names() if ref == "smollm2:tasks" else None
+    return {"smollm2:tasks": task_names(), "smollm2:nli_tasks": nli_spec.task_names()}.get(ref)
