@@ -78,7 +78,8 @@ def per_seed_rows(run: str, family: dict, record: dict) -> List[dict]:
             continue
         joint = r.get("joint") if _finite(r.get("joint")) else None
         recovered = gap_metrics(r["native"], r["fresh_head_mean"], joint)["recovered"]
-        out.append({"partition": family.get("partition") or "", "model_seed": family.get("seed", ""), "run": str(run),
+        out.append({"partition": family.get("partition") or "", "run": str(run),
+                    "model_seed": family["seed"] if family.get("seed") is not None else Path(run).name,
                     **{k: r.get(k) for k in ("model_id", "kind", "method", "task", "readout")},
                     "native": r["native"], "fresh_head": r["fresh_head_mean"], "joint": joint,
                     "recovered": recovered if math.isfinite(recovered) else None, "reference": record["reference"]})
