@@ -159,3 +159,12 @@ def test_the_tables_over_families_from_real_runs_each_with_its_own_joint(familie
                  "--seeds", "0", "--models", "ta__n03_full"]) == 0
     with pytest.raises(ConfigError, match="share one joint reference"):
         probe_over_families([str(runs["seed0"]), str(again)], "probe_mini")
+
+
+def test_demo_build_names_the_partition_family_and_refuses_it_for_smollm2(families, capsys):
+    part, _ = families["p100"]
+    assert main(["demo", "build", "--quick", "--partition", P100]) == 0
+    out = capsys.readouterr().out
+    assert part["root"] in out and part["pool_file"] in out and f"random task 1 of {P100}" in out
+    assert main(["demo", "build", "--quick", "--partition", P100, "--family", "smollm2"]) != 0
+    assert "demo family only" in capsys.readouterr().err
