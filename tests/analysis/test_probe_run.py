@@ -199,9 +199,9 @@ def test_a_lora_adapter_is_probed_folded_into_its_base(family, tmp_path, monkeyp
     assert torch.allclose(weights[key].double(), expected, atol=1e-5)
 
 
-def test_probe_over_model_seeds_and_class_partitions_on_real_runs(family, tmp_path):
-    """Two runs sampled with different seeds (two model seeds), probed in one command with Ward and random class
-    partitions: the tables over model seeds equal float64 numpy over the runs' own tables; the Ward partition equals
+def test_probe_over_subset_draws_and_class_partitions_on_real_runs(family, tmp_path):
+    """Two runs sampled with different seeds (two subset draws), probed in one command with Ward and random class
+    partitions: the tables over the draws equal float64 numpy over the runs' own tables; the Ward partition equals
     scipy's Ward on the router's class means; one composer cell equals a float64 loop over the same heads."""
     import numpy as np
     from scipy.cluster.hierarchy import fcluster, linkage
@@ -215,7 +215,7 @@ def test_probe_over_model_seeds_and_class_partitions_on_real_runs(family, tmp_pa
         assert main(["sample", "--base", info["pool_file"], "--out", str(run), "--seed", str(seed), "--methods", "ta",
                      "--sizes", "2", "--k", "1", "--no-full", "--no-evaluate"]) == 0
     subsets = [json.loads((r / "manifest.json").read_text())["subsets"][0]["experts"] for r in runs]
-    assert subsets[0] != subsets[1]  # the model seeds merge different experts
+    assert subsets[0] != subsets[1]  # the draws merge different experts
     out = tmp_path / "seeds"
     assert main(["analyze", "probe", *map(str, runs), "--suite", suite, "--reference", probe["joint"], "--seeds", "0,1",
                  "--models", "base,ta__n02_s00", "--partitions", "ward,random:100", "--partition-tasks", "2",
@@ -296,7 +296,7 @@ def test_probe_over_model_seeds_and_class_partitions_on_real_runs(family, tmp_pa
         correct += int(np.argmax(z) == int(d["test"]["labels"][b]))
     assert json.loads(row["composer_per_seed"])[0] == pytest.approx(correct / len(d["test"]["labels"]), abs=1e-6)
     text = (out / "geometry.md").read_text()
-    assert "Tables 2 and 7" in text and "2 model seeds" in text and "Tables 5-6" in (out / "seeds.md").read_text()
+    assert "Tables 2 and 7" in text and "2 subset draws" in text and "Tables 5-6" in (out / "seeds.md").read_text()
     assert (out / "geometry_fig2.png").stat().st_size > 0 and (out / "geometry_fig2.svg").stat().st_size > 0
     assert main(["analyze", "probe", str(runs[0]), str(runs[0]), "--suite", suite]) == 2  # one model seed twice
     assert main(["analyze", "probe", str(runs[0]), "--suite", suite, "--partitions", "wrd"]) == 2

@@ -13,6 +13,7 @@
 - ``flops.py``: every data-based method's FLOPs and memory counted from the config.
 - ``probe/``: the fresh-head probe over a run's models (``probe_models.py``, run as a job by ``job.py``), over
   several runs, one per subset draw (``seeds.py``), Ward / random class partitions (``partitions.py``), composer
-  minus ensemble (``geometry.py``).
+  minus ensemble (``geometry.py``), over families trained from different seeds, each with its own joint reference
+  (``families.py``: Tables 5 and 6).
 - ``tas/``: the task alignment score, sweeps, tuning; ``check.py``: ``tune --check``, TAS and AdaMMS* against
   accuracy; ``figures.py``: Figs. 9-11 and 14 from tune's outputs."""

@@ -13,6 +13,7 @@ ANALYSES = {
     "mergeability": "wildmerge.commands.analyze_mergeability",
     "predictor": "wildmerge.commands.analyze_predictor",
     "probe": "wildmerge.commands.analyze_probe",
+    "probe-families": "wildmerge.commands.analyze_probe_families",
     "tas": "wildmerge.commands.analyze_tas",
     "importance": "wildmerge.commands.analyze_importance",
 }

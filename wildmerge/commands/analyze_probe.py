@@ -14,13 +14,14 @@ DESCRIPTION = ("For every model of a run (or --model), on the suite's tasks with
                "epochs, best validation epoch), FH - N and, with --reference J, R = (FH - N) / (J - N) and U = J - FH "
                "(the fresh-head probe paper, 'A Fresh-Head Probe for Parameter-Space Model Merging'). --composition adds the "
                "ensemble and the centroid-routed composer of every subset as lm-eval-scored baselines. Several runs "
-               "(model seeds: runs sampled with different --seed) add mean ± SD over them (Tables 5-6); "
+               "(subset draws: runs sampled with different --seed) add mean ± SD over them (Tables 5-6 over draws; "
+               "over model seeds, families of their own seeds: analyze probe-families); "
                "--partitions ward,random:100 adds the composer-minus-ensemble table over class partitions "
                "(Tables 2 and 7, Fig. 2).")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", nargs="*", help="run folder(s), one per model seed (omit with --model)")
+    p.add_argument("run", nargs="*", help="run folder(s), one per subset draw (omit with --model)")
     p.add_argument("--suite", required=True, help="suite name or YAML (demo family: demo_probe)")
     p.add_argument("--model", action="append", default=[], help="probe this model instead of a run (repeatable)")
     p.add_argument("--models", help="comma-separated model ids of the run to probe (default: all)")

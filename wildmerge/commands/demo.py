@@ -22,6 +22,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--quick", action="store_true", help="the reduced family: tiny model, 3 experts, seconds")
         p.add_argument("--threads", type=positive_int, default=1, help="torch threads for training (default 1: "
                                                               "deterministic and fastest for this size)")
+        p.add_argument("--partition", metavar="random:SEED:T",
+                       help="the partition family: the five skills split at random by SEED into T tasks, one expert "
+                            "each, with its own joint reference (demo family only; WILDMERGE_DEMO_PARTITION for "
+                            "demo: references)")
         if name == "build":
             p.add_argument("--rebuild", action="store_true", help="rebuild even if the cache is intact")
             p.add_argument("--family", choices=("demo", "smollm2"), default="demo",
@@ -36,10 +40,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from wildmerge.families.demo.family import ensure_family
 
+    extra = {"partition": args.partition} if args.partition else {}
     if getattr(args, "family", "demo") == "smollm2":
+        from wildmerge.errors import ConfigError
         from wildmerge.families.smollm2.family import ensure_family
+
+        if args.partition:
+            raise ConfigError("--partition makes a partition family of the demo family only; leave out --family "
+                              "smollm2")
     info = ensure_family(args.out, seed=args.seed, quick=args.quick, threads=args.threads,
-                         rebuild=getattr(args, "rebuild", False))
+                         rebuild=getattr(args, "rebuild", False), **extra)
     if args.demo_command == "build":
         print(f"{getattr(args, 'family', 'demo')} family: {info['root']}")
         print(f"  base      {info['base']}")

@@ -3,7 +3,8 @@ references) and the SmolLM2 family (``smollm2/``, ``smollm2:`` references), two 
 
 Shared: items and their JSONL files (``items.py``), lm-eval task YAMLs (``tasks.py``), the fine-tuning loop
 (``train.py``), the checksummed build cache (``cache.py``: claim, signature then checksums, atomic rebuild), the probe's
-folder beside a family (``probe_cache.py``), the pinned ATen / MKL kernels a build runs with, in a child process
+folder beside a family (``probe_cache.py``), the fresh-head probe paper's random class-to-task partition
+(``partitions.py``, shared with the probe's geometry tables), the pinned ATen / MKL kernels a build runs with, in a child process
 (``kernels.py``), and each build checked against the shipped SHA-256 of the published families (``published.py``).
 Importing a family is cheap (no torch): its package loads its modules on first use (``lazy_exports``).
 """

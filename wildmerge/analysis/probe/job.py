@@ -155,7 +155,7 @@ def _probe_job(args: ProbeJob) -> int:
         out = Path(args.out or default_out("probe", suite=suite.name))
         paths = write_seeds(aggregate_probe(per_run), out, args.run)
         if partitions:
-            paths += write_geometry(aggregate_geometry(geometry), out, f"{len(args.run)} model seeds (runs)",
+            paths += write_geometry(aggregate_geometry(geometry), out, f"{len(args.run)} subset draws (runs)",
                                     {"runs": list(args.run), "partitions": partitions,
                                      "partition_tasks": args.partition_tasks})
         for path in paths:
@@ -190,9 +190,9 @@ def _probe(args, run_dir, models, out: Path, suite, tasks, skipped, reference, p
     rows = run_probe(probed, tasks, skipped, out / "features", reference=reference, seeds=args.seeds,
                      device=args.device, batch_size=args.batch_size, max_memory_gib=args.max_memory_gib)
     if run_dir and any(m.kind == "composition" for m in models):
-        write_outputs(rows, out, args.seeds)  # the probe's table first: the compositions' lm-eval jobs take longer
+        write_outputs(rows, out, args.seeds, reference)  # the probe's table first: the compositions' lm-eval jobs take longer
         rows += _composition_rows(args, run_dir, suite, models, tasks)
-    for path in write_outputs(rows, out, args.seeds):
+    for path in write_outputs(rows, out, args.seeds, reference):
         print(f"wrote {path}")
     geometry = []
     if partitions:

@@ -15,6 +15,7 @@ expert could learn it.
 from typing import List, Sequence, Tuple
 
 from wildmerge.errors import ConfigError
+from wildmerge.families.partitions import random_partition  # shared with the demo family's partition families
 
 DEFAULT_TASKS = 5  # T = 5 in every experiment of the paper
 
@@ -47,20 +48,6 @@ def ward_partition(means, classes: Sequence[int], n_tasks: int) -> List[List[int
 
     cluster = fcluster(linkage(np.asarray(means, dtype=np.float64), method="ward"), t=n_tasks, criterion="maxclust")
     return [sorted(int(classes[i]) for i in np.flatnonzero(cluster == k)) for k in sorted(set(cluster.tolist()))]
-
-
-def random_partition(classes: Sequence[int], n_tasks: int, seed: int) -> List[List[int]]:
-    """The paper's random split: a seeded ``torch.randperm`` cut into ``n_tasks`` contiguous blocks."""
-    import torch
-
-    perm = torch.randperm(len(classes), generator=torch.Generator().manual_seed(seed)).tolist()
-    size, extra = divmod(len(classes), n_tasks)
-    blocks, start = [], 0
-    for t in range(n_tasks):
-        end = start + size + (t < extra)
-        blocks.append(sorted(int(classes[i]) for i in perm[start:end]))
-        start = end
-    return blocks
 
 
 def make_partition(name: str, router_features, labels, n_tasks: int) -> Tuple[List[List[int]], str]:

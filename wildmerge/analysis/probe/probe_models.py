@@ -207,13 +207,16 @@ def plot(rows: List[dict], out_base: Path) -> List[Path]:
     return paths
 
 
-def write_outputs(rows: List[dict], out_dir, seeds) -> List[Path]:
+def write_outputs(rows: List[dict], out_dir, seeds, reference: Optional[str] = None) -> List[Path]:
+    """``probe.csv / .md / .json`` (the JSON names the joint reference J the rows were scored against) and the
+    Fig. 1 plot."""
     from wildmerge.atomic import write_json, write_text
 
     out_dir = Path(out_dir)
     clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
     paths = [write_text(out_dir / "probe.csv", to_csv(rows)), write_text(out_dir / "probe.md", to_markdown(rows, seeds)),
-             write_json(out_dir / "probe.json", {"seeds": list(seeds), "estimands": ESTIMANDS, "rows": clean})]
+             write_json(out_dir / "probe.json", {"seeds": list(seeds), "reference": reference, "estimands": ESTIMANDS,
+                                                       "rows": clean})]
     return paths + plot(rows, out_dir / "probe_fig1")
 
 

@@ -1,7 +1,8 @@
-"""The probe's tables over model seeds (the fresh-head probe paper, Sec. 4: mean ± sample SD, ddof = 1, deltas per
-seed before aggregation) and the geometry table and figure (Tables 2 and 7, Fig. 2).
+"""The probe's tables over runs (the fresh-head probe paper, Sec. 4: mean ± sample SD, ddof = 1, deltas per seed
+before aggregation) and the geometry table and figure (Tables 2 and 7, Fig. 2).
 
-A model seed is one run: the same command on runs sampled with different ``--seed`` values. A row is the same model
+Here a run is a subset draw: the same command on runs sampled with different ``--seed`` values, one joint reference
+for all (model seeds, families trained from their own seeds each with its own joint reference, are ``families.py``). A row is the same model
 id and task in every run (``ta__n02_s00`` is the first TA subset of size 2, whichever experts its seed drew); each
 run's value is its mean over head seeds. The headline R is the ratio of the means over model seeds.
 """
@@ -193,7 +194,7 @@ def write_seeds(rows: List[dict], out_dir, runs: Sequence[str]) -> List[Path]:
     """``seeds.csv / .md / .json``: the probe over model seeds (one run each)."""
     from wildmerge.atomic import write_json, write_text
 
-    out_dir, over = Path(out_dir), f"{len(runs)} model seeds (runs)"
+    out_dir, over = Path(out_dir), f"{len(runs)} subset draws (runs)"
     return [write_text(out_dir / "seeds.csv", _csv(rows, SEED_COLUMNS)),
             write_text(out_dir / "seeds.md", probe_markdown(rows, over)),
             write_json(out_dir / "seeds.json", {"runs": list(runs), "rows": _clean(rows)})]

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from wildmerge.families.demo import spec as S
+from wildmerge.families.demo.partition import experts_of, task_skills
 from wildmerge.families.demo.skills import SKILLS, Mixture, conflict_world, eval_items, known_part, make_world
 from wildmerge.families import cache as C
 from wildmerge.families.kernels import record as record_kernels
@@ -25,9 +26,10 @@ def _tokenizer_corpus(world, conflict, held_out, seed) -> list:
 
 
 def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, progress: bool = True,
-                 kernels_level: str = "native") -> dict:
+                 kernels_level: str = "native", partition: str | None = None) -> dict:
     """Train and save everything into ``out_dir`` (the caller makes it atomic); returns the manifest.
-    ``kernels_level``: the pins this process runs with (``families/kernels.py``), checked and recorded."""
+    ``kernels_level``: the pins this process runs with (``families/kernels.py``), checked and recorded;
+    ``partition`` (``random:SEED:T``, ``partition.py``): one expert per random task of skills instead of the 12."""
     from tqdm.auto import tqdm
 
     from wildmerge.families.demo.model import new_model
@@ -39,7 +41,7 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
     start = time.time()
     kernels = record_kernels(kernels_level)
     out, bs = Path(out_dir), S.build_spec(quick)
-    experts = S.experts_for(quick)
+    experts = experts_of(quick, partition)
     world = make_world(seed, bs.n_entities)
     conflict = conflict_world(world, seed)
     evals = {skill: eval_items(skill, bs.eval_items, seed, world) for skill in SKILLS}
@@ -56,6 +58,8 @@ def build_family(out_dir, seed: int = 0, quick: bool = False, threads: int = 1, 
         "world": {"entities": len(world), "facts_changed_in_conflict_world":
                   sum(world[e][a] != conflict[e][a] for e in world for a in world[e])},
     }
+    if partition is not None:  # recorded only here: the family's own family.json stays as it was
+        manifest["partition"] = {"name": partition, "tasks": task_skills(partition)}
     with deterministic(threads), tqdm(total=total, desc="demo family", unit="step", disable=not progress) as bar:
         tokenizer = train_tokenizer(_tokenizer_corpus(world, conflict, held_out, seed), bs.vocab)
         base = new_model(bs, tokenizer, seed)
@@ -94,5 +98,6 @@ if __name__ == "__main__":  # the child process of a pinned-kernel build (demo.f
     hold()  # dies with the process that started it
 
     _out, _seed, _size, _threads, _progress = sys.argv[1:6]
+    _partition = sys.argv[6] if len(sys.argv) > 6 else None
     build_family(_out, seed=int(_seed), quick=_size == "quick", threads=int(_threads), progress=_progress == "progress",
-                 kernels_level=os.environ["WILDMERGE_DEMO_KERNELS"])
+                 kernels_level=os.environ["WILDMERGE_DEMO_KERNELS"], partition=_partition)

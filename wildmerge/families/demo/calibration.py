@@ -11,6 +11,7 @@ build: writing them is cheap and idempotent.
 from pathlib import Path
 
 from wildmerge.families.demo import spec as S
+from wildmerge.families.demo.partition import experts_of
 from wildmerge.families.demo.skills import SKILLS, Mixture, conflict_world, eval_items, make_world
 from wildmerge.families.cache import write_if_changed
 from wildmerge.families.items import jsonl
@@ -18,9 +19,9 @@ from wildmerge.families.items import jsonl
 N_ITEMS = 32
 
 
-def expert_items(name: str, seed: int, quick: bool, n: int = N_ITEMS) -> list:
+def expert_items(name: str, seed: int, quick: bool, n: int = N_ITEMS, partition: str | None = None) -> list:
     """``n`` items of expert ``name``'s own mixture and conventions (calibration seed, disjoint from evaluation)."""
-    spec = {e.name: e for e in S.experts_for(quick)}[name]
+    spec = {e.name: e for e in experts_of(quick, partition)}[name]
     bs = S.build_spec(quick)
     world = make_world(seed, bs.n_entities)
     held_out = {i.prompt for skill in SKILLS for i in eval_items(skill, bs.eval_items, seed, world)}
@@ -29,12 +30,13 @@ def expert_items(name: str, seed: int, quick: bool, n: int = N_ITEMS) -> list:
     return [next(stream) for _ in range(n)]
 
 
-def write_calibration(root, seed: int, quick: bool) -> dict:
-    """Write (only when changed) one JSONL file per expert; returns {expert name: path}."""
+def write_calibration(root, seed: int, quick: bool, partition: str | None = None) -> dict:
+    """Write (only when changed) one JSONL file per expert (of ``partition``'s family when given); returns
+    {expert name: path}."""
     paths = {}
-    for e in S.experts_for(quick):
+    for e in experts_of(quick, partition):
         records = ({"skill": i.skill, "prompt": i.prompt, "answer": i.answer, "text": i.text()}
-                   for i in expert_items(e.name, seed, quick))
+                   for i in expert_items(e.name, seed, quick, partition=partition))
         paths[e.name] = str(write_if_changed(Path(root) / "calibration" / f"{e.name}.jsonl", jsonl(records)))
     return paths
 
@@ -43,5 +45,5 @@ def calibration_file(info: dict, expert: str) -> Path:
     """The file behind ``demo:calibration/<expert>`` (written with the family; rewritten if it went missing)."""
     path = Path(info["root"]) / "calibration" / f"{expert}.jsonl"
     if not path.is_file():
-        write_calibration(info["root"], info["seed"], info["quick"])
+        write_calibration(info["root"], info["seed"], info["quick"], info.get("partition"))
     return path

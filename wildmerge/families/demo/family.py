@@ -1,6 +1,7 @@
 """The cached demo family: build once, validate every time, resolve ``demo:<name>`` references.
 
-A family lives in ``<cache>/v<builder version>-seed<seed>[-default|-native][-quick]/`` and is used only if its
+A family lives in ``<cache>/v<builder version>-seed<seed>[-default|-native][-quick][-random<S>t<T>]/`` (the last part:
+a partition family, ``partition.py``) and is used only if its
 ``family.json`` and every file's SHA-256 check out; a partial, corrupted or stale folder is rebuilt, never used
 (``families/cache.py``: the claim, the checks and the atomic rebuild, shared with the SmolLM2 family).
 """
@@ -10,6 +11,7 @@ import os
 from pathlib import Path
 
 from wildmerge.families.demo import spec as S
+from wildmerge.families.demo.partition import canonical, env_partition, experts_of, key_suffix
 from wildmerge.errors import ConfigError
 from wildmerge.families import cache as C, kernels
 
@@ -26,22 +28,23 @@ def quick_forced() -> bool:
     return FAMILY.quick_forced()
 
 
-def family_key(seed: int, quick: bool) -> str:
-    """``v<builder>-seed<seed>[-default|-native][-quick]``: the kernels are part of the family (``families/kernels.py``)."""
+def family_key(seed: int, quick: bool, partition: str | None = None) -> str:
+    """``v<builder>-seed<seed>[-default|-native][-quick][-random<S>t<T>]``: the kernels are part of the family
+    (``families/kernels.py``), and so is a partition (``partition.py``)."""
     suffix = kernels.key_suffix(kernels.level(FAMILY.env))
-    return f"v{S.BUILDER_VERSION}-seed{seed}{suffix}" + ("-quick" if quick else "")
+    return f"v{S.BUILDER_VERSION}-seed{seed}{suffix}" + ("-quick" if quick else "") + key_suffix(partition)
 
 
-def _build(out, seed: int, quick: bool, threads: int, progress: bool) -> None:
+def _build(out, seed: int, quick: bool, threads: int, progress: bool, partition: str | None = None) -> None:
     """Train the family into ``out``: with pinned kernels in a child process (ATen reads its kernel level once per
     process, at start-up), or here with this machine's native ones."""
     from wildmerge.families.demo.build import build_family
 
     size = "quick" if quick else "full"
     kernels.build("demo", FAMILY.env, "wildmerge.families.demo.build",
-                  [out, seed, size, threads, "progress" if progress else "quiet"],
+                  [out, seed, size, threads, "progress" if progress else "quiet"] + ([partition] if partition else []),
                   lambda level: build_family(out, seed=seed, quick=quick, threads=threads, progress=progress,
-                                             kernels_level=level))
+                                             kernels_level=level, partition=partition))
 
 
 def problem(root) -> str | None:
@@ -55,9 +58,11 @@ def _needed(manifest: dict) -> list:
 
 
 def _describe(root: Path, manifest: dict) -> dict:
-    size = f"{'quick, ' if manifest['quick'] else ''}seed {manifest['seed']}"
-    return FAMILY.describe(root, manifest, f"wildmerge synthetic demo family ({size}): a Qwen3 base and "
+    partition = (manifest.get("partition") or {}).get("name")
+    size = f"{'quick, ' if manifest['quick'] else ''}seed {manifest['seed']}" + (f", {partition}" if partition else "")
+    info = FAMILY.describe(root, manifest, f"wildmerge synthetic demo family ({size}): a Qwen3 base and "
                                            f"{len(manifest['experts'])} experts fine-tuned on synthetic skills")
+    return {**info, "partition": partition}
 
 
 def _write_derived(root: Path, info: dict) -> None:
@@ -67,23 +72,25 @@ def _write_derived(root: Path, info: dict) -> None:
     from wildmerge.families.demo.tasks import write_task_yamls
 
     write_task_yamls(root / "tasks")
-    calibration = write_calibration(root, info["seed"], info["quick"])
+    calibration = write_calibration(root, info["seed"], info["quick"], info.get("partition"))
     C.write_pool_file(info, [{"model": info["experts"][e["name"]], "name": e["name"], "domain": e["domain"],
                               "calibration": calibration[e["name"]]} for e in info["pool"]["experts"]])
 
 
 def ensure_family(cache_dir=None, seed: int = 0, quick: bool = False, threads: int = 1,
-                  progress: bool = True, rebuild: bool = False) -> dict:
-    """The demo family for ``seed``: reused when the cache is intact, built (or rebuilt) otherwise.
+                  progress: bool = True, rebuild: bool = False, partition: str | None = None) -> dict:
+    """The demo family for ``seed`` (and ``partition``, ``random:SEED:T``: its partition family, ``partition.py``):
+    reused when the cache is intact, built (or rebuilt) otherwise.
 
     ``WILDMERGE_DEMO_QUICK=1`` forces the quick family (3 experts, tiny, seconds). Returns paths: ``root``,
     ``base``, ``experts`` ({name: path}), ``tasks`` (lm-eval include path), ``task_names``, ``pool`` (pool entries
     with ``demo:`` references, domains and descriptions), ``pool_file`` (a pool YAML with absolute paths), and
     ``manifest`` (``family.json``: how it was built, losses, versions, checksums).
     """
-    quick = bool(quick) or quick_forced()
-    build = functools.partial(_build, threads=threads, progress=progress)
-    return C.ensure(FAMILY, cache_dir, seed, quick, family_key=family_key, check=problem, build=build,
+    quick, partition = bool(quick) or quick_forced(), canonical(partition)
+    build = functools.partial(_build, threads=threads, progress=progress, partition=partition)
+    key = functools.partial(family_key, partition=partition)
+    return C.ensure(FAMILY, cache_dir, seed, quick, family_key=key, check=problem, build=build,
                     describe=_describe, write_derived=_write_derived, rebuild=rebuild)
 
 
@@ -94,14 +101,16 @@ def resolve_demo_ref(ref: str, build: bool = True) -> str | None:
     ``demo:probe_tasks`` and ``demo:joint`` (the joint multi-skill reference model).
 
     Builds the family on first use (seed from ``$WILDMERGE_DEMO_SEED``, default 0; the quick family when
-    ``$WILDMERGE_DEMO_QUICK=1``; the probe's splits and joint model from ``$WILDMERGE_DEMO_PROBE_SEED``, default 0).
+    ``$WILDMERGE_DEMO_QUICK=1``; the partition family of ``$WILDMERGE_DEMO_PARTITION=random:SEED:T`` when set,
+    ``partition.py``; the probe's splits and joint model from ``$WILDMERGE_DEMO_PROBE_SEED``, default 0).
     ``build=False``: the reference's name checked only (an unknown one refused), nothing built, None returned.
     """
     if not isinstance(ref, str) or not ref.startswith("demo:"):
         raise ConfigError(f"{ref!r} is not a demo reference; write demo:base, demo:expert_01 or demo:tasks")
     name = ref[len("demo:"):]
-    quick = quick_forced()
-    experts = [e.name for e in S.experts_for(quick)]
+    quick, partition = quick_forced(), env_partition()
+    experts = [e.name for e in experts_of(quick, partition)]
+    family = functools.partial(ensure_family, partition=partition)
     kind, _, expert = name.partition("/")
     if expert and kind in ("unlabelled", "calibration"):  # an expert's own data (demo/unlabelled.py, calibration.py)
         from wildmerge.families.demo.calibration import calibration_file
@@ -111,17 +120,18 @@ def resolve_demo_ref(ref: str, build: bool = True) -> str | None:
             raise FAMILY.unknown(ref, expert, experts, "demo data")
         if not build:
             return None
-        info = ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick)
+        info = family(seed=FAMILY.env_seed("SEED"), quick=quick)
         return str((calibration_file if kind == "calibration" else unlabelled_file)(info, expert))
     if name == "large_tasks" and not build:
         return None
     if name == "large_tasks":  # the demo suite's larger variant (demo/large.py), written next to the family
         from wildmerge.families.demo.large import write_large_tasks
 
-        return write_large_tasks(ensure_family(seed=FAMILY.env_seed("SEED"), quick=quick))
+        return write_large_tasks(family(seed=FAMILY.env_seed("SEED"), quick=quick))
     from wildmerge.families.demo.probe_data import ensure_probe_data
 
-    return FAMILY.resolve(ref, experts, [e.name for e in S.EXPERTS], ensure_family, ensure_probe_data, build)
+    every = experts if partition else [e.name for e in S.EXPERTS]
+    return FAMILY.resolve(ref, experts, every, family, ensure_probe_data, build)
 
 
 def task_names_of(ref: str) -> list | None:

@@ -9,7 +9,8 @@ writes a sibling folder ``<family>-probe-seed<S>/`` with
   ``add``: every sum 0-38; ``facts``: the 8 colours and 8 pets; ``union``: all three together, one union label
   space as in the paper's class-incremental setting). Test splits are the family's held-out items where a skill
   has them (count, add), so no model was trained on them;
-- ``joint/``: the joint multi-skill reference model J (fine-tuned from the base on all five skills, one more run);
+- ``joint/``: the joint multi-skill reference model J (fine-tuned from the base on all five skills, one more run;
+  a partition family's own, its data stream and torch seed keyed by the partition as well, ``partition.py``);
 - ``calibration/<expert>.jsonl``: prompts from each expert's own training mixture (centroids of the composer);
 - ``probe.json``: how it was made and the SHA-256 of every file, written last (the completion marker).
 
@@ -23,6 +24,7 @@ import random
 from pathlib import Path
 
 from wildmerge.families.demo import spec as S
+from wildmerge.families.demo.partition import experts_of, parse_partition
 from wildmerge.families.demo.skills import (ATTRIBUTES, SKILLS, Item, Mixture, conflict_world, eval_items, make_world,
                                    sample_item)
 from wildmerge.families import probe_cache as P
@@ -88,7 +90,9 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool, kerne
     world = make_world(manifest["seed"], bs.n_entities)
     held_out = {d["prompt"] for t in splits.values() for s in ("validation", "test") for d in t[s]
                 if d["skill"] != "facts"}
-    for e in S.experts_for(manifest["quick"]):  # the composer's centroids: each expert's own kind of input
+    partition = (manifest.get("partition") or {}).get("name")  # a partition family's experts and its own joint
+    experts = experts_of(manifest["quick"], partition)
+    for e in experts:  # the composer's centroids: each expert's own kind of input
         w = conflict_world(world, manifest["seed"]) if e.world == "conflict" else world
         stream = Mixture(e.mixture, w, held_out, f"{manifest['seed']}-{e.name}-calibration-{seed}", e.conventions)
         P.write_prompts(out / "calibration" / f"{e.name}.jsonl", stream, CALIBRATION_PROMPTS)
@@ -100,8 +104,11 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool, kerne
         from tqdm.auto import tqdm
 
         with tqdm(total=steps, desc="demo joint reference", unit="step", disable=not progress) as bar:
-            losses = train(joint, Mixture(dict.fromkeys(SKILLS, 1), world, held_out, f"{manifest['seed']}-joint-{seed}"),
-                           tokenizer, steps=steps, lr=1e-3, batch=bs.batch, answers_only=True, seed=seed + 7919,
+            stream = f"{manifest['seed']}-joint-{seed}" + (f"-{partition}" if partition else "")
+            part_seed, part_tasks = parse_partition(partition) if partition else (0, 0)
+            torch_seed = seed + 7919 + 1000 * (10 * part_seed + part_tasks)  # 0 for the family's own joint
+            losses = train(joint, Mixture(dict.fromkeys(SKILLS, 1), world, held_out, stream),
+                           tokenizer, steps=steps, lr=1e-3, batch=bs.batch, answers_only=True, seed=torch_seed,
                            desc="joint", progress=bar)
         save_checkpoint(joint, tokenizer, out / "joint")
     record = {"probe_version": PROBE_VERSION, "seed": seed, "family": info["root"], "kernels": kernels,
@@ -109,7 +116,7 @@ def _build(out: Path, info: dict, seed: int, threads: int, progress: bool, kerne
               "sizes": {n: {s: len(d) for s, d in t.items()} for n, t in splits.items()},
               "joint": {"path": "joint", "mixture": dict.fromkeys(SKILLS, 1), "steps": steps, "lr": 1e-3,
                         "final_loss": sum(losses[-10:]) / len(losses[-10:])},
-              "calibration": {e.name: f"calibration/{e.name}.jsonl" for e in S.experts_for(manifest["quick"])}}
+              "calibration": {e.name: f"calibration/{e.name}.jsonl" for e in experts}}
     return P.finish(out, record)
 
 
