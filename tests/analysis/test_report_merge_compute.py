@@ -1,6 +1,6 @@
 """FLOPs, memory and seconds of every data-based merge (the Chain of Merges paper's Fig. 5, extended): a real small
-run of RegMean, CoM, MaTS, Fisher, ProDistill and the trained Localize-and-Stitch on helpers' tiny family, its
-report's table against counts written here in float64 from the config and the run's own records."""
+run of RegMean, CoM, MaTS, Fisher, ProDistill, the trained Localize-and-Stitch, AdaMerging and AdaMerging++ on
+helpers' tiny family, its report's table against counts written here in float64 from the config and the run's own records."""
 
 import json
 from pathlib import Path
@@ -15,7 +15,7 @@ from wildmerge.analysis.report.write import write_report
 from wildmerge.cli import main
 from wildmerge.run import RunFolder
 
-METHODS = ["regmean", "com", "mats", "fisher", "prodistill", "localize_stitch_trained"]
+METHODS = ["regmean", "com", "mats", "fisher", "prodistill", "localize_stitch_trained", "adamerging", "adamerging_pp"]
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +75,9 @@ def _counts64(cfg: dict, diag: dict) -> tuple:
     if method == "prodistill":
         t = sum(used(c, p["samples"]) for c in cal)
         return L * t * block * (2 + 3 * p["steps"]), (n + 1) * weights * 4 + 2 * t * h * 4
+    if method in ("adamerging", "adamerging_pp"):  # every step: batch_size texts of each expert, of its mean length
+        texts = sum(p["iterations"] * min(p["batch_size"], c["samples"]) * c["tokens"] / c["samples"] for c in cal)
+        return 3 * model * texts, (n + 2) * P * 4
     assert method == "localize_stitch_trained"
     per_step = [c["tokens"] / -(-c["samples"] // c["batch_size"]) for c in cal]
     return 3 * model * sum(p["steps"] * s for s in per_step), 7 * P * 4
