@@ -1,6 +1,7 @@
 """FLOPs, memory and seconds of every data-based merge (the Chain of Merges paper's Fig. 5, extended): a real small
 run of RegMean, CoM, MaTS, Fisher, ProDistill, the trained Localize-and-Stitch, AdaMerging and AdaMerging++ on
-helpers' tiny family, its report's table against counts written here in float64 from the config and the run's own records."""
+helpers' tiny family, its report's table against counts written here in float64 from the config and the run's own
+records."""
 
 import json
 from pathlib import Path

@@ -151,8 +151,8 @@ def count(method: str, config, calibration: List[dict], params: dict) -> Dict[st
         return {"flops": float(3 * F_model * tokens), "memory_bytes": float(7 * P * FLOAT_BYTES)}
     if method in ("adamerging", "adamerging_pp"):
         steps, size = int(params.get("iterations", 100)), int(params.get("batch_size", 16))
-        tokens = sum(steps * min(size, int(c.get("samples") or size)) * int(c["tokens"]) / max(1, int(c.get("samples") or 1))
-                     for c in calibration)
+        tokens = sum(steps * min(size, int(c.get("samples") or size)) * int(c["tokens"])
+                     / max(1, int(c.get("samples") or 1)) for c in calibration)
         passes = 3 + (params.get("loss", "entropy") == "tas")  # the tas loss: each expert's own forward too
         return {"flops": float(passes * F_model * tokens), "memory_bytes": float((n + 2) * P * FLOAT_BYTES)}
     raise ValueError(f"no count for {method!r}; counted: {', '.join(DATA_METHODS)}")

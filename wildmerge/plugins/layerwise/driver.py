@@ -3,9 +3,9 @@
 
 mergekit merges one tensor at a time and never runs a model, but these methods need each layer's input
 activations (RegMean, CoM, MaTS) or each expert's gradients on its own data (Fisher, the trained Localize,
-AdaMerging), so they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends those recipes
-here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work; ``merge_layerwise`` is the
-Python door.
+AdaMerging), so they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends
+those recipes here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work;
+``merge_layerwise`` is the Python door.
 
 Everything is checked before any heavy work, in phases (the recipe, the models and their architecture, the
 calibration data, the engine's job); then the output is written: an ordinary Hugging Face checkpoint, atomically,
@@ -289,7 +289,8 @@ def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], pr
     return job, out_dtype
 
 
-OWN_ENGINE = ("fisher", "localize_stitch_trained", "adamerging", "adamerging_pp")  # the rest run on the chain engine of RegMean / CoM
+# whole-model engines; the rest run on the chain engine of RegMean / CoM
+OWN_ENGINE = ("fisher", "localize_stitch_trained", "adamerging", "adamerging_pp")
 
 
 def _diagnostics(inputs: _Inputs, job, out_dtype, started: float, report: Dict) -> Dict[str, Any]:
