@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from helpers import lm_family, one_thread, token_family, write_pool  # noqa: F401  (fixtures; one_thread: autouse)
+from helpers import lm_family, one_thread, run_mergekit_yaml, token_family, write_pool  # noqa: F401  (one_thread: autouse)
 from safetensors.torch import load_file
 
 from wildmerge.plugins.layerwise.adamerging import (
@@ -203,7 +203,23 @@ def test_an_expert_without_data_is_refused_before_any_model_loads(lm_family, tmp
     assert "data: generate" in err and not (run / "models").exists()
 
 
-# ---- the protocol on the quick demo family ------------------------------------------------------------------------
+# ---- the shipped recipes through the stock mergekit-yaml, and the protocol, on the quick demo family -------------
+
+
+@pytest.mark.parametrize("method", ["adamerging", "adamerging_pp"])
+def test_stock_mergekit_yaml_runs_the_shipped_recipe_on_the_demo_family(tmp_path, method):
+    from wildmerge.families.demo.family import ensure_family
+    from wildmerge.recipes.render import render_recipe
+
+    demo = ensure_family(seed=0, quick=True, progress=False)  # the shared cache (~/.cache/wildmerge/demo)
+    names = sorted(demo["experts"])[:2]
+    recipe = render_recipe(method, demo["base"], [demo["experts"][n] for n in names], {})
+    recipe["parameters"]["iterations"] = 3  # the recipe's other settings as shipped; 3 steps keep the test short
+    for m, n in zip(recipe["models"], names):
+        m["calibration"] = {"data": f"demo:unlabelled/{n}"}  # what the protocol's recipes name (64 texts each)
+    diag = run_mergekit_yaml(recipe, tmp_path, WILDMERGE_DEMO_QUICK="1")
+    assert diag["method"] == method and len(diag["coefficients"]) == 2 and len(diag["losses"]) == 3
+    assert diag["parameters"]["init"] == 0.3 and diag["parameters"]["loss"] == "entropy"
 
 
 PROTOCOL = ["--pool", "demo", "--methods", "adamerging,adamerging_pp", "--sizes", "2,3", "--k", "1", "--no-full"]
