@@ -106,7 +106,8 @@ def test_every_data_based_merge_is_counted_and_timed_from_its_records(run, lm_fa
 
 def test_adamerging_is_counted_from_its_settings(lm_family):  # noqa: F811
     """AdaMerging (``tune --adamerging``, outside a run's plan): forward and backward of the whole merged model on
-    ``iterations x batch_size`` sequences of ``seq_len`` tokens; the base, N task vectors and the merge in memory."""
+    ``iterations x batch_size`` sequences of ``seq_len`` tokens of each expert; the base, N task vectors and the merge
+    in memory."""
     from transformers import AutoConfig
 
     from wildmerge.analysis.flops import count, model_flops, parameters
@@ -115,7 +116,7 @@ def test_adamerging_is_counted_from_its_settings(lm_family):  # noqa: F811
     cfg = json.loads((Path(lm_family["base"]) / "config.json").read_text())
     h, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
     got = count("adamerging", config, [{"tokens": 1}] * 3, {"iterations": 5, "batch_size": 4, "seq_len": 16})
-    assert got["flops"] == 3 * model_flops(config) * 5 * 4 * 16
+    assert got["flops"] == 3 * model_flops(config) * 3 * 5 * 4 * 16  # 3 experts
     heads = cfg["num_attention_heads"]
     kv, hd, inter = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or h // heads, cfg["intermediate_size"]
     block = 2.0 * (h * (heads + 2 * kv) * hd + heads * hd * h + 2 * h * inter + inter * h)
