@@ -76,8 +76,9 @@ def _counts64(cfg: dict, diag: dict) -> tuple:
     if method == "prodistill":
         t = sum(used(c, p["samples"]) for c in cal)
         return L * t * block * (2 + 3 * p["steps"]), (n + 1) * weights * 4 + 2 * t * h * 4
-    if method in ("adamerging", "adamerging_pp"):  # every step: batch_size texts of each expert, of its mean length
-        texts = sum(p["iterations"] * min(p["batch_size"], c["samples"]) * c["tokens"] / c["samples"] for c in cal)
+    if method in ("adamerging", "adamerging_pp"):  # every step: samples_per_step texts of each expert (mean length)
+        texts = sum(p["iterations"] * min(p["samples_per_step"], c["samples"]) * c["tokens"] / c["samples"]
+                    for c in cal)
         return 3 * model * texts, (n + 2) * P * 4
     assert method == "localize_stitch_trained"
     per_step = [c["tokens"] / -(-c["samples"] // c["batch_size"]) for c in cal]

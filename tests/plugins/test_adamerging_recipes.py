@@ -162,7 +162,7 @@ def _recipe(fam, method, params):
 @pytest.mark.parametrize("method,granularity", [("adamerging", "layer"), ("adamerging", "task"),
                                                 ("adamerging_pp", "layer")])
 def test_the_merge_is_the_learned_coefficients_on_the_task_vectors(family, tmp_path, method, granularity):
-    params = {"iterations": 8, "lr": 0.02, "batch_size": N_SAMPLES, "granularity": granularity}
+    params = {"iterations": 8, "lr": 0.02, "samples_per_step": N_SAMPLES, "granularity": granularity}
     if method == "adamerging_pp":
         params["density"] = 0.3
     out = merge_layerwise(_recipe(family, method, params), tmp_path / "out", device="cpu", progress=False)

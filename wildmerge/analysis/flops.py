@@ -27,8 +27,8 @@ forwards, float32 buffers of 4 bytes. ``P`` is the parameter count from the conf
   states.
 - Localize-and-Stitch (trained): per expert ``steps`` forward and backward passes of the whole model on one batch
   each: ``3 F_model`` per token of those batches. Memory: the model and six model-sized float32 tensors (``7 P``).
-- AdaMerging / AdaMerging++: ``iterations`` forward and backward passes of the merged model on ``batch_size``
-  sequences of each expert (of its mean length, or of ``seq_len`` tokens when the settings give it):
+- AdaMerging / AdaMerging++: ``iterations`` forward and backward passes of the merged model on
+  ``samples_per_step`` (tune's ``batch_size``) sequences of each expert (of its mean length, or of ``seq_len`` tokens when the settings give it):
   ``3 F_model`` per token (``4`` with the ``tas`` loss, which runs
   the expert too). Memory: the base, N task vectors and the merged model (``(N + 2) P`` floats).
 """
@@ -151,7 +151,8 @@ def count(method: str, config, calibration: List[dict], params: dict) -> Dict[st
         tokens = sum(steps * _per_step(c) for c in calibration)
         return {"flops": float(3 * F_model * tokens), "memory_bytes": float(7 * P * FLOAT_BYTES)}
     if method in ("adamerging", "adamerging_pp"):
-        steps, size = int(params.get("iterations", 100)), int(params.get("batch_size", 16))
+        steps = int(params.get("iterations", 100))
+        size = int(params.get("samples_per_step", params.get("batch_size", 16)))
         if "seq_len" in params:  # tune --adamerging's settings: sequences of seq_len tokens
             tokens = n * steps * size * int(params["seq_len"])
         else:  # a recipe's merge: each expert's calibration record, sequences of its mean length

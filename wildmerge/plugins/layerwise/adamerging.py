@@ -17,8 +17,9 @@ over the non-padding tokens of each expert's batch, averaged over the experts; `
 reality-check paper's Eq. 6-7): ``mean_t mean_tokens (1 - cos(f(x; theta(lambda)), f(x; theta_t)))`` with ``f`` the
 final hidden states, pulling the merge towards each expert on that expert's data.
 
-Adam on ``lambda``, ``batch_size`` sequences per expert and step drawn (reshuffled every pass, seeded) from its
-unlabelled texts; coefficients clamped to ``[0, 1]`` after each step (``clamp``; the AdaMerging code clamps them).
+Adam on ``lambda``, ``batch_size`` (a recipe's ``samples_per_step``) sequences per expert and step drawn
+(reshuffled every pass, seeded) from its unlabelled texts; coefficients clamped to ``[0, 1]`` after each step
+(``clamp``; the AdaMerging code clamps them).
 The paper learns on the tasks' unlabelled test inputs; wildmerge learns on each expert's own data
 (``expert_data/``: the pool's ``data:``), as every data-based method here does.
 """
@@ -191,7 +192,8 @@ def learn_coefficients(model, base: Dict[str, torch.Tensor], taus: List[Dict[str
 def settings_of(params) -> AdaMergingSettings:
     """The optimiser's settings from a recipe's parameters (``AdaMergingParams``)."""
     return AdaMergingSettings(loss=params.loss, iterations=params.iterations, lr=params.lr,
-                              batch_size=params.batch_size, init=params.init, clamp=params.clamp, seed=params.seed)
+                              batch_size=params.samples_per_step, init=params.init, clamp=params.clamp,
+                              seed=params.seed)
 
 
 def run_adamerging(job, save_tensor: Callable[[str, torch.Tensor], None]) -> Dict:

@@ -122,7 +122,8 @@ class AdaMergingParams(MethodParams):
                              "blocks), or one per expert")
     iterations: int = Field(100, ge=1, le=1000000, description="Adam steps (each: every expert's batch)")
     lr: float = Field(0.005, gt=0.0, allow_inf_nan=False, description="Adam's learning rate on the coefficients")
-    batch_size: int = Field(16, ge=1, le=100000, description="unlabelled sequences per expert and step")
+    # not batch_size: that key of a recipe's hyperparameters sets the calibration's token batches
+    samples_per_step: int = Field(16, ge=1, le=100000, description="unlabelled sequences per expert and step")
     init: float = Field(0.3, ge=0.0, le=1.0, allow_inf_nan=False, description="every coefficient's start")
     clamp: bool = Field(True, description="clamp the coefficients to [0, 1] after every step")
     seed: int = Field(0, ge=0, description="the order the sequences are drawn in")
