@@ -25,7 +25,6 @@ The paper learns on the tasks' unlabelled test inputs; wildmerge learns on each 
 """
 
 import dataclasses
-import logging
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -34,8 +33,6 @@ from typing_extensions import Literal
 
 from wildmerge.errors import ConfigError
 from wildmerge.plugins.model_pass import layer_index
-
-log = logging.getLogger("wildmerge")
 
 
 class AdaMergingSettings(BaseModel):
