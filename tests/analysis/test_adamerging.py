@@ -13,7 +13,8 @@ import torch
 from safetensors.numpy import load_file
 
 from helpers import lm_family  # noqa: F401  (fixture)
-from wildmerge.analysis.tas.adamerging import AdaMergingSettings, _batches_cycle, adamerge, groups_of, merged_parameters
+from wildmerge.analysis.tas.adamerging import adamerge
+from wildmerge.plugins.layerwise.adamerging import AdaMergingSettings, batches_cycle, groups_of, merged_parameters
 
 TEXTS = {0: ["The sky is blue", "Grass is green", "Fire is hot", "Ice is cold", "A cat says meow"] * 2,
          1: ["1 plus 1 equals 2", "2 plus 3 equals 5", "4 plus 4 equals 8", "Two plus two is four"] * 3}
@@ -33,7 +34,7 @@ def test_steps_draw_samples_across_batches_of_other_widths():
     """The data comes in batches padded each to its own width; a step's batch mixes them, padded anew."""
     first = (torch.tensor([[5, 6, 7], [8, 9, 0]]), torch.tensor([[1, 1, 1], [1, 1, 0]]))
     second = (torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[1, 1, 1, 1, 1]]))
-    ids, mask = next(_batches_cycle([first, second], size=3, seed=0))
+    ids, mask = next(batches_cycle([first, second], size=3, seed=0))
     assert ids.shape == mask.shape == (3, 5)
     got = sorted(tuple(r[m.bool()].tolist()) for r, m in zip(ids, mask))
     assert got == [(1, 2, 3, 4, 5), (5, 6, 7), (8, 9)]

@@ -1,6 +1,7 @@
 """FLOPs, memory and seconds of every data-based merge (the Chain of Merges paper's Fig. 5, extended): a real small
-run of RegMean, CoM, MaTS, Fisher, ProDistill and the trained Localize-and-Stitch on helpers' tiny family, its
-report's table against counts written here in float64 from the config and the run's own records."""
+run of RegMean, CoM, MaTS, Fisher, ProDistill, the trained Localize-and-Stitch, AdaMerging and AdaMerging++ on
+helpers' tiny family, its report's table against counts written here in float64 from the config and the run's own
+records."""
 
 import json
 from pathlib import Path
@@ -15,7 +16,7 @@ from wildmerge.analysis.report.write import write_report
 from wildmerge.cli import main
 from wildmerge.run import RunFolder
 
-METHODS = ["regmean", "com", "mats", "fisher", "prodistill", "localize_stitch_trained"]
+METHODS = ["regmean", "com", "mats", "fisher", "prodistill", "localize_stitch_trained", "adamerging", "adamerging_pp"]
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,10 @@ def _counts64(cfg: dict, diag: dict) -> tuple:
     if method == "prodistill":
         t = sum(used(c, p["samples"]) for c in cal)
         return L * t * block * (2 + 3 * p["steps"]), (n + 1) * weights * 4 + 2 * t * h * 4
+    if method in ("adamerging", "adamerging_pp"):  # every step: samples_per_step texts of each expert (mean length)
+        texts = sum(p["iterations"] * min(p["samples_per_step"], c["samples"]) * c["tokens"] / c["samples"]
+                    for c in cal)
+        return 3 * model * texts, (n + 2) * P * 4
     assert method == "localize_stitch_trained"
     per_step = [c["tokens"] / -(-c["samples"] // c["batch_size"]) for c in cal]
     return 3 * model * sum(p["steps"] * s for s in per_step), 7 * P * 4
@@ -102,7 +107,8 @@ def test_every_data_based_merge_is_counted_and_timed_from_its_records(run, lm_fa
 
 def test_adamerging_is_counted_from_its_settings(lm_family):  # noqa: F811
     """AdaMerging (``tune --adamerging``, outside a run's plan): forward and backward of the whole merged model on
-    ``iterations x batch_size`` sequences of ``seq_len`` tokens; the base, N task vectors and the merge in memory."""
+    ``iterations x batch_size`` sequences of ``seq_len`` tokens of each expert; the base, N task vectors and the merge
+    in memory."""
     from transformers import AutoConfig
 
     from wildmerge.analysis.flops import count, model_flops, parameters
@@ -111,7 +117,7 @@ def test_adamerging_is_counted_from_its_settings(lm_family):  # noqa: F811
     cfg = json.loads((Path(lm_family["base"]) / "config.json").read_text())
     h, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
     got = count("adamerging", config, [{"tokens": 1}] * 3, {"iterations": 5, "batch_size": 4, "seq_len": 16})
-    assert got["flops"] == 3 * model_flops(config) * 5 * 4 * 16
+    assert got["flops"] == 3 * model_flops(config) * 3 * 5 * 4 * 16  # 3 experts
     heads = cfg["num_attention_heads"]
     kv, hd, inter = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or h // heads, cfg["intermediate_size"]
     block = 2.0 * (h * (heads + 2 * kv) * hd + heads * hd * h + 2 * h * inter + inter * h)

@@ -15,8 +15,8 @@ from wildmerge.cli import main
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).parents[2] / "merge_recipes" / "methods").glob("*.yml"))
 # the methods that read each expert's data (the tiny Llama has none) or a model pass
-DATA = {"regmean", "com", "fisher", "mats", "prodistill", "localize_stitch_trained", "metagpt_block",
-        "norm_avg_block", "lines_ta", "lines_consensus", "zhou2026_dare"}
+DATA = {"regmean", "com", "fisher", "mats", "prodistill", "localize_stitch_trained", "adamerging", "adamerging_pp",
+        "metagpt_block", "norm_avg_block", "lines_ta", "lines_consensus", "zhou2026_dare"}
 
 
 def _busy(stop):

@@ -97,7 +97,8 @@ def test_every_factor_and_data_method_says_where_it_comes_from():
     for device, table in cost.METHOD_FACTORS.items():
         assert table["ta"].value == 1.0 and all(f.value >= 1.0 and f.source for f in table.values()), device
     assert all(d.passes > 0 and d.texts > 0 and d.source for d in cost.DATA_PASSES.values())
-    assert set(cost.DATA_PASSES) == {"regmean", "mats", "com", "fisher", "prodistill", "localize_stitch_trained"}
+    assert set(cost.DATA_PASSES) == {"regmean", "mats", "com", "fisher", "prodistill", "localize_stitch_trained",
+                                     "adamerging", "adamerging_pp"}
 
 
 def test_the_default_rates_solve_the_measurements_they_state():

@@ -122,7 +122,7 @@ def test_layerwise_parameter_errors(raw, message):
 
 
 @pytest.mark.parametrize("recipe", ["com", "regmean", "mats", "fisher", "prodistill",
-                                    "localize_stitch_trained"])
+                                    "localize_stitch_trained", "adamerging", "adamerging_pp"])
 def test_layerwise_recipe_files_state_exactly_the_declared_defaults(recipe):
     data = load_method_recipe(recipe).recipe
     declared = LAYERWISE_METHODS[data["merge_method"]].params
@@ -185,7 +185,7 @@ def test_the_autoload_hook_watches_exactly_the_registry_list():
 
 
 @pytest.mark.parametrize("recipe", [r for r in list_method_recipes() if r not in (
-    "com", "regmean", "mats", "fisher", "prodistill", "localize_stitch_trained")])
+    "com", "regmean", "mats", "fisher", "prodistill", "localize_stitch_trained", "adamerging", "adamerging_pp")])
 def test_every_method_recipe_passes_the_declared_checks(recipe):
     data = load_method_recipe(recipe)
     config = MergeConfiguration.model_validate({

@@ -35,7 +35,7 @@ def test_labels_and_order_for_tables():
     assert method_label("gone_method") == "gone_method" and method_label(None) == ""
     order = table_order()  # the recipe files' table_order: the paper's table, then the data-based methods
     assert order == ("ta", "model_stock", "ties", "ta_sb", "ties_sb", "tsv_m", "iso_c", "iso_cts", "regmean", "com",
-                     "mats", "fisher", "prodistill")
+                     "mats", "fisher", "prodistill", "adamerging", "adamerging_pp")
     assert [display_rank(m) for m in order] == list(range(len(order)))
     assert display_rank("zhou2026_ta") == display_rank(float("nan")) == len(order)
     assert [method_label(m) for m in order] == [load_method_recipe(m).label for m in order]

@@ -2,7 +2,7 @@
 measured seconds and peak RSS (Buzzega et al., arXiv 2508.21421, App. C, Fig. 5, extended from RegMean / CoM to
 MaTS, Fisher merging, ProDistill, the trained Localize-and-Stitch and AdaMerging).
 
-Counts are ours, read from how our engines run each method (``plugins/layerwise/``, ``plugins/adamerging.py``),
+Counts are ours, read from how our engines run each method (``plugins/layerwise/``, ``plugins/layerwise/adamerging.py``),
 with the conventions of the CoM paper's count: linear projections only (``F_block`` FLOPs per token per decoder
 block), a whole-model pass adding the output head (``F_model = L F_block + 2 h V``), a backward pass counted as two
 forwards, float32 buffers of 4 bytes. ``P`` is the parameter count from the config.
@@ -27,8 +27,10 @@ forwards, float32 buffers of 4 bytes. ``P`` is the parameter count from the conf
   states.
 - Localize-and-Stitch (trained): per expert ``steps`` forward and backward passes of the whole model on one batch
   each: ``3 F_model`` per token of those batches. Memory: the model and six model-sized float32 tensors (``7 P``).
-- AdaMerging: ``iterations`` forward and backward passes of the merged model on ``batch_size`` sequences:
-  ``3 F_model`` per token. Memory: the base, N task vectors and the merged model (``(N + 2) P`` floats).
+- AdaMerging / AdaMerging++: ``iterations`` forward and backward passes of the merged model on
+  ``samples_per_step`` (tune's ``batch_size``) sequences of each expert (of its mean length, or of ``seq_len`` tokens when the settings give it):
+  ``3 F_model`` per token (``4`` with the ``tas`` loss, which runs
+  the expert too). Memory: the base, N task vectors and the merged model (``(N + 2) P`` floats).
 """
 
 import math
@@ -77,7 +79,7 @@ def accounting(config, tokens: List[int], chain: bool = True, diagnostics: bool 
 
 FLOAT_BYTES = 4
 DATA_METHODS = ("regmean", "chain_of_merges", "mats", "fisher", "prodistill", "localize_stitch_trained",
-                "adamerging")
+                "adamerging", "adamerging_pp")
 
 
 def _vocab(config) -> int:
@@ -148,7 +150,14 @@ def count(method: str, config, calibration: List[dict], params: dict) -> Dict[st
         steps = int(params.get("steps", 50))
         tokens = sum(steps * _per_step(c) for c in calibration)
         return {"flops": float(3 * F_model * tokens), "memory_bytes": float(7 * P * FLOAT_BYTES)}
-    if method == "adamerging":
-        tokens = int(params["iterations"]) * int(params["batch_size"]) * int(params["seq_len"])
-        return {"flops": float(3 * F_model * tokens), "memory_bytes": float((n + 2) * P * FLOAT_BYTES)}
+    if method in ("adamerging", "adamerging_pp"):
+        steps = int(params.get("iterations", 100))
+        size = int(params.get("samples_per_step", params.get("batch_size", 16)))
+        if "seq_len" in params:  # tune --adamerging's settings: sequences of seq_len tokens
+            tokens = n * steps * size * int(params["seq_len"])
+        else:  # a recipe's merge: each expert's calibration record, sequences of its mean length
+            tokens = sum(steps * min(size, int(c.get("samples") or size)) * int(c["tokens"])
+                         / max(1, int(c.get("samples") or 1)) for c in calibration)
+        passes = 3 + (params.get("loss", "entropy") == "tas")  # the tas loss: each expert's own forward too
+        return {"flops": float(passes * F_model * tokens), "memory_bytes": float((n + 2) * P * FLOAT_BYTES)}
     raise ValueError(f"no count for {method!r}; counted: {', '.join(DATA_METHODS)}")

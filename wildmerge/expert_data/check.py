@@ -16,6 +16,8 @@ NEEDS = {
     "fisher": "text",
     "prodistill": "text",
     "localize_stitch_trained": "text",
+    "adamerging": "text",
+    "adamerging_pp": "text",
     "tas": "text",
     "composer": "text",
     "activation metrics": "text",

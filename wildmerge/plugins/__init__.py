@@ -9,5 +9,6 @@
 - The host: ``entrypoint.py`` (``run_merge`` wrapped, ``wildmerge_checks``) and ``tensors_side_by_side.py`` (the
   planner that joins neighbouring CPU matrices of our per-tensor methods into one task).
 - ``layerwise/``: RegMean, Chain of Merges, MaTS (conjugate gradient on RegMean's Grams: ``mats.py``), Fisher merging
-  (``fisher.py``), ProDistill (``prodistill.py``), the trained Localize-and-Stitch (``localize_trained.py``); the
-  importance weights measured through any model (``reference.py``)."""
+  (``fisher.py``), ProDistill (``prodistill.py``), the trained Localize-and-Stitch (``localize_trained.py``),
+  AdaMerging and AdaMerging++ (``adamerging.py``, also ``tune --adamerging``'s optimiser); the importance weights
+  measured through any model (``reference.py``)."""

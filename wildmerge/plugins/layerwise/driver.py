@@ -1,11 +1,11 @@
 """The data-based methods from an ordinary mergekit recipe: ``merge_method: regmean`` / ``chain_of_merges`` /
-``mats`` / ``fisher`` / ``prodistill`` / ``localize_stitch_trained``.
+``mats`` / ``fisher`` / ``prodistill`` / ``localize_stitch_trained`` / ``adamerging`` / ``adamerging_pp``.
 
 mergekit merges one tensor at a time and never runs a model, but these methods need each layer's input
-activations (RegMean, CoM, MaTS) or each expert's gradients on its own data (Fisher, the trained Localize), so
-they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends those recipes
-here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work; ``merge_layerwise`` is the
-Python door.
+activations (RegMean, CoM, MaTS) or each expert's gradients on its own data (Fisher, the trained Localize,
+AdaMerging), so they have their own driver. mergekit's ``run_merge`` (wrapped in ``plugins/entrypoint.py``) sends
+those recipes here, so the stock ``mergekit-yaml recipe.yml out/`` and ``wildmerge merge`` both work;
+``merge_layerwise`` is the Python door.
 
 Everything is checked before any heavy work, in phases (the recipe, the models and their architecture, the
 calibration data, the engine's job); then the output is written: an ordinary Hugging Face checkpoint, atomically,
@@ -144,6 +144,12 @@ HOW = {
     "localize_stitch_trained": "Each model's mask over the parameters was trained on its own data (the model base + "
                                "sigmoid(S) * task vector, token cross-entropy + an L1 penalty on the mask), binarised, "
                                "and the masked task vectors stitched into the base (overlaps averaged).",
+    "adamerging": "Task arithmetic with one coefficient per model and decoder block (or per model), learned by Adam "
+                  "on each model's own unlabelled data to minimise the entropy of the merged model's predictions.",
+    "adamerging_pp": "AdaMerging on TIES-Merging's task vectors (trimmed per tensor to the top density by magnitude, "
+                     "one sign elected per entry, disagreeing entries dropped): one coefficient per model and decoder "
+                     "block (or per model), learned by Adam on each model's own unlabelled data to minimise the "
+                     "entropy of the merged model's predictions.",
 }
 REPORT = {"chain_of_merges": "The merging covariate shift (Eq. 8) per layer",
           "regmean": "The merging covariate shift (Eq. 8) per layer",
@@ -152,7 +158,9 @@ REPORT = {"chain_of_merges": "The merging covariate shift (Eq. 8) per layer",
           "prodistill": "The distillation loss before and after training, the coefficients and the merging "
                         "covariate shift (Eq. 8) per layer",
           "localize_stitch_trained": "Each model's task loss at the first and last step, mask share and change from "
-                                     "the initial mask, and the share of entries claimed twice"}
+                                     "the initial mask, and the share of entries claimed twice",
+          "adamerging": "The learned coefficients and the loss at every step",
+          "adamerging_pp": "The learned coefficients, the loss at every step and each trimmed vector's kept share"}
 
 
 def _check_out_empty(out: Path, method: str) -> None:
@@ -195,6 +203,8 @@ def _check_recipe(merge_config, raw: Optional[Dict[str, Any]], out_path) -> _Inp
                           "base_model and keep sim: true (or use omega_reference: merged)")
     if method == "prodistill" and base_ref is None:
         raise ConfigError("prodistill trains coefficients on task vectors, which need the base model: set base_model")
+    if method in ("adamerging", "adamerging_pp") and base_ref is None:
+        raise ConfigError(f"{method} learns coefficients of task vectors, which need the base model: set base_model")
     if method == "localize_stitch_trained" and base_ref is None:
         raise ConfigError("localize_stitch_trained trains masks on task vectors, which need the base model: set "
                           "base_model")
@@ -279,7 +289,8 @@ def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], pr
     return job, out_dtype
 
 
-OWN_ENGINE = ("fisher", "localize_stitch_trained")  # the rest run on the chain engine of RegMean / CoM
+# whole-model engines; the rest run on the chain engine of RegMean / CoM
+OWN_ENGINE = ("fisher", "localize_stitch_trained", "adamerging", "adamerging_pp")
 
 
 def _diagnostics(inputs: _Inputs, job, out_dtype, started: float, report: Dict) -> Dict[str, Any]:
@@ -309,6 +320,7 @@ def _write(inputs: _Inputs, job, out_dtype, out_path: Path, options, config_sour
     from transformers import AutoConfig
 
     from wildmerge.atomic import atomic_dir, write_json, write_text
+    from wildmerge.plugins.layerwise.adamerging import run_adamerging
     from wildmerge.plugins.layerwise.chain import run_chain
     from wildmerge.plugins.layerwise.fisher import run_fisher
     from wildmerge.plugins.layerwise.localize_trained import run_localize_trained
@@ -317,7 +329,8 @@ def _write(inputs: _Inputs, job, out_dtype, out_path: Path, options, config_sour
     shard = getattr(options, "out_shard_size", None) or 5 * 1000**3
     with atomic_dir(out_path) as tmp:
         writer = TensorWriter(str(tmp), max_shard_size=shard, safe_serialization=True)
-        engine = {"fisher": run_fisher, "localize_stitch_trained": run_localize_trained}.get(inputs.method, run_chain)
+        engine = {"fisher": run_fisher, "localize_stitch_trained": run_localize_trained, "adamerging": run_adamerging,
+                  "adamerging_pp": run_adamerging}.get(inputs.method, run_chain)
         report = engine(job, lambda n, t: writer.save_tensor(n, t.to(out_dtype) if t.is_floating_point() else t))
         writer.finalize()
         out_config = AutoConfig.from_pretrained(source)

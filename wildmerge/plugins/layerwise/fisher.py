@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from wildmerge.checkpoints import on_base_tokens
 from wildmerge.errors import WildmergeError
-from wildmerge.plugins.layerwise.io import WholeModelJob, load_eval_model
+from wildmerge.plugins.layerwise.io import WholeModelJob, load_eval_model, parameter_aliases
 
 log = logging.getLogger("wildmerge")
 
@@ -85,14 +85,6 @@ def diagonal_fisher(model: torch.nn.Module, seqs: Sequence[torch.Tensor], device
     return fisher
 
 
-
-
-def _aliases(model: torch.nn.Module) -> Dict[str, str]:
-    """Every parameter name (tied ones too) -> the name ``named_parameters`` keeps for it."""
-    first = {id(p): n for n, p in model.named_parameters()}
-    return {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False)}
-
-
 def _expert_fisher(job: WholeModelJob, i: int, names: List[str], acc: FisherAverage) -> Dict:
     """Expert i's Fisher on its own data, added to ``acc`` on the base's tokens; returns its report row."""
     expert = job.experts[i]
@@ -104,7 +96,7 @@ def _expert_fisher(job: WholeModelJob, i: int, names: List[str], acc: FisherAver
         seqs = [expert.rows[s] for s in seqs]
     model = load_eval_model(expert.path, job.device)  # dropout off: the Fisher of the model as it predicts
     fisher = diagonal_fisher(model, seqs, job.device, job.progress, f"Fisher {expert.path.name}")
-    alias = _aliases(model)
+    alias = parameter_aliases(model)
     state = dict(model.named_parameters(remove_duplicate=False))
     total, zero, count = 0.0, 0, 0
     for n in names:

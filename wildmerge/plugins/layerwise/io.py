@@ -51,6 +51,12 @@ def load_eval_model(path, device: str, frozen: bool = False) -> torch.nn.Module:
     return model.eval()
 
 
+def parameter_aliases(model: torch.nn.Module) -> Dict[str, str]:
+    """Every parameter name (tied ones too) -> the name ``named_parameters`` keeps for it."""
+    first = {id(p): n for n, p in model.named_parameters()}
+    return {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False)}
+
+
 class Checkpoint:
     """Tensor names -> safetensors file of one model folder, with per-tensor lazy reads.
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 from tqdm.auto import tqdm
 
-from wildmerge.plugins.layerwise.io import WholeModelJob, load_eval_model
+from wildmerge.plugins.layerwise.io import WholeModelJob, load_eval_model, parameter_aliases
 from wildmerge.plugins.layerwise.methods import LocalizeTrainedParams
 from wildmerge.plugins.localize_stitch import Stitch
 
@@ -94,14 +94,6 @@ def binarize(scores: Dict[str, torch.Tensor], settings: LocalizeTrainedParams) -
     return top_share(scores, settings.density)
 
 
-
-
-def _aliases(model: torch.nn.Module) -> Dict[str, str]:
-    """Every parameter name (tied ones too) -> the name ``named_parameters`` keeps for it."""
-    first = {id(p): n for n, p in model.named_parameters()}
-    return {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False)}
-
-
 def _expert(job: WholeModelJob, i: int, model, theta0, stitch: Dict[str, Stitch]) -> Dict:
     """Localize expert i on its own data and add its masked task vector to ``stitch``; returns its report row."""
     expert = job.experts[i]
@@ -125,7 +117,7 @@ def run_localize_trained(job: WholeModelJob, save_tensor: Callable[[str, torch.T
     """Merge every tensor of ``job`` and hand it to ``save_tensor``; returns the report."""
     model = load_eval_model(job.base.path, job.device, frozen=True)  # only the scores train
     theta0 = {n: p.detach().float() for n, p in model.named_parameters()}
-    alias = _aliases(model)
+    alias = parameter_aliases(model)
     stitch: Dict[str, Stitch] = {}
     rows = [_expert(job, i, model, theta0, stitch) for i in range(len(job.experts))]
     for n in job.base.names():

@@ -1,6 +1,5 @@
 """The data-based merge methods (RegMean, Chain of Merges, MaTS, Fisher merging, ProDistill, the trained
-Localize-and-Stitch): names, papers and parameters with
-their own defaults.
+Localize-and-Stitch, AdaMerging and AdaMerging++): names, papers and parameters with their own defaults.
 
 A module of its own so that the recipe check, the mergekit entry point and the layer-wise driver all read one
 table without importing each other.
@@ -109,6 +108,36 @@ class LocalizeTrainedParams(MethodParams):
     diagnostics: bool = Field(True, description="write each expert's losses, mask share and overlap")
 
 
+class AdaMergingParams(MethodParams):
+    """AdaMerging (Yang et al., ICLR 2024): coefficients of the task vectors per expert and decoder block (or per
+    expert), learned by Adam to minimise the entropy of the merged model's predictions on each expert's unlabelled
+    data. The paper: lr 1e-3, 500 steps, 16 samples, init 0.3; the defaults keep its reach (lr x steps = 0.5, init
+    0.3) in a fifth of the steps, small enough for the demo family on a CPU."""
+
+    loss: Literal["entropy", "tas"] = Field(
+        "entropy", description="entropy of the merged model's predictions (AdaMerging) or TAS' cosine gap to each "
+                               "expert's features (AdaMerging+TAS)")
+    granularity: Literal["layer", "task"] = Field(
+        "layer", description="one coefficient per expert and decoder block (plus one for the tensors outside the "
+                             "blocks), or one per expert")
+    iterations: int = Field(100, ge=1, le=1000000, description="Adam steps (each: every expert's batch)")
+    lr: float = Field(0.005, gt=0.0, allow_inf_nan=False, description="Adam's learning rate on the coefficients")
+    # not batch_size: that key of a recipe's hyperparameters sets the calibration's token batches
+    samples_per_step: int = Field(16, ge=1, le=100000, description="unlabelled sequences per expert and step")
+    init: float = Field(0.3, ge=0.0, le=1.0, allow_inf_nan=False, description="every coefficient's start")
+    clamp: bool = Field(True, description="clamp the coefficients to [0, 1] after every step")
+    seed: int = Field(0, ge=0, description="the order the sequences are drawn in")
+    diagnostics: bool = Field(True, description="write the coefficients and the loss at every step")
+
+
+class AdaMergingPPParams(AdaMergingParams):
+    """AdaMerging++: AdaMerging on TIES-Merging's task vectors (trimmed per tensor to the top ``density`` by
+    magnitude, a sign elected per entry, the disagreeing entries dropped)."""
+
+    density: float = Field(0.2, gt=0.0, le=1.0, allow_inf_nan=False,
+                           description="share of each task vector's entries TIES' trim keeps, per tensor")
+
+
 @dataclass(frozen=True)
 class LayerwiseMethod:
     label: str
@@ -145,4 +174,14 @@ LAYERWISE_METHODS = {
         paper="He, Hu, Lin, Zhang, Zhao: Localize-and-Stitch: Efficient Model Merging via Sparse Task Arithmetic, "
               "TMLR 2024, arXiv:2408.13656",
         params=LocalizeTrainedParams),
+    "adamerging": LayerwiseMethod(
+        label="AdaMerging",
+        paper="Yang, Wang, Shen, Liu, Guo, Wang, Tao: AdaMerging: Adaptive Model Merging for Multi-Task Learning, "
+              "ICLR 2024, arXiv:2310.02575",
+        params=AdaMergingParams),
+    "adamerging_pp": LayerwiseMethod(
+        label="AdaMerging++",
+        paper="Yang, Wang, Shen, Liu, Guo, Wang, Tao: AdaMerging: Adaptive Model Merging for Multi-Task Learning, "
+              "ICLR 2024, arXiv:2310.02575 (AdaMerging++: on TIES-Merging's task vectors)",
+        params=AdaMergingPPParams),
 }
