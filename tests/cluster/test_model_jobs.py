@@ -183,6 +183,15 @@ def queue():
                           text=True).stdout.strip()
 
 
+def queue_empties(seconds: int = 30) -> bool:
+    """Whether our jobs leave the queue within ``seconds`` (a task that wrote its result may take a moment)."""
+    for _ in range(seconds):
+        if not queue():
+            return True
+        time.sleep(1)
+    return not queue()
+
+
 def test_slurm_driver_killed_then_two_drivers_finish_the_run(local_run, slurm, tmp_path):
     """The driver is killed with kill -9 once a model is finished; two drivers started together then finish the
     run without redoing it, the queue empties, and the scores and job ids are the local executor's."""
@@ -207,11 +216,7 @@ def test_slurm_driver_killed_then_two_drivers_finish_the_run(local_run, slurm, t
     commands = {store.load(j).get("command") for j, _ in scores(run).values()}
     assert scores(run) == scores(local_run) and tables(run) == tables(local_run)
     no_leftovers(run)
-    for _ in range(30):  # a task that wrote its result may take a moment to leave the queue
-        if not queue():
-            break
-        time.sleep(1)
-    assert not queue()
+    assert queue_empties()
     for folder in merged(run):
         info = read_merge_info(folder)
         assert info.executor == "slurm" and info.node.startswith("slurm job")
@@ -273,11 +278,7 @@ def test_a_slurm_job_lost_twice_is_recorded_failed_and_nothing_is_left(slurm, tm
         else:  # the base and the experts
             assert record["status"] == "ok" and record["executor"] == "slurm"
     no_leftovers(run)
-    for _ in range(30):
-        if not queue():
-            break
-        time.sleep(1)
-    assert not queue()
+    assert queue_empties()
 
 
 def test_a_slurm_job_lost_once_is_submitted_again_and_the_run_is_the_local_one(local_run, slurm, tmp_path):
@@ -298,8 +299,4 @@ def test_a_slurm_job_lost_once_is_submitted_again_and_the_run_is_the_local_one(l
     assert proc.returncode == 0 and cancelled and "submitting them once more" in text, text[-3000:]
     assert scores(run) == scores(local_run) and tables(run) == tables(local_run)
     no_leftovers(run)
-    for _ in range(30):
-        if not queue():
-            break
-        time.sleep(1)
-    assert not queue()
+    assert queue_empties()
