@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+import search_recording
 from wildmerge.atomic import write_json, write_text
 from wildmerge.eval.screening.stats import paired_interval, screen_items, suite_score
 from wildmerge.search.bandit import EXPERT, Space, search
@@ -243,6 +244,10 @@ def main() -> None:
     p.add_argument("--recorded-only", action="store_true",
                    help="record nothing: replay on the candidates already in --out's items.json (a recording that "
                         "is still running, or was stopped)")
+    p.add_argument("--save-recording", metavar="FILE.json.gz",
+                   help="also write the recording as one file (items, arms, the family's record), to replay anywhere")
+    p.add_argument("--from-recording", metavar="FILE.json.gz",
+                   help="replay from a recording file (benchmarks/recordings/): no family, no model, no recording")
     args = p.parse_args()
     out = Path(args.out)
     if args.replot:
@@ -252,28 +257,16 @@ def main() -> None:
         plot(results, out / "best_vs_cost")
         print(table(results))
         return
-    import torch
-
-    from wildmerge.recipes.method import load_methods
-
-    torch.set_num_threads(args.threads)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    rec = Recording(out, args.pool, args.suite, args.limit, args.workers)
-    methods = load_methods(args.methods.split(","))
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(range(2, len(rec.experts) + 1))
-    arms = recorded_set(rec, methods, sizes, args.per_size, args.record_seed)
-    if args.recorded_only:
-        arms = recorded_arms(arms, rec.items)
-        rec.specs = {cid: s for cid, s in rec.specs.items() if cid in rec.items}
+    if args.from_recording:  # offline: no family, no model
+        loaded, seconds = search_recording.load(args.from_recording), {}
+        items, arms, merges, expert_ids = loaded["items"], loaded["arms"], loaded["merges"], loaded["experts"]
     else:
-        rec.record(["base"] + [cid for cid, s in rec.specs.items() if s["recipe"] is None]
-                   + [cid for cid, s in rec.specs.items() if s["recipe"] is not None], args.batch)
+        items, arms, merges, expert_ids, seconds = record(args, out)
     if args.no_experts:
         arms = {a: v for a, v in arms.items() if a[0] != EXPERT}
-    items = rec.items
-    merges = [cid for cid, s in rec.specs.items() if s["recipe"] is not None]
-    experts = {cid: suite_score(items[cid]) for cid, s in rec.specs.items() if s["recipe"] is None}
+    experts = {cid: suite_score(items[cid]) for cid in expert_ids}
     results = {"args": vars(args), "resolution": resolution(items, merges), "seeds": {},
                "best_expert": [max(experts, key=experts.get), max(experts.values())],
                "arms": {f"{a[0]}@{a[1]}": [list(s) for s in v] for a, v in arms.items()},
@@ -294,11 +287,45 @@ def main() -> None:
     if args.summary_seeds:  # the same budgets on more seeds: the searches' own luck averaged out
         results["summary_seeds"] = summary(items, merges, arms, args, range(100, 100 + args.summary_seeds),
                                            results["resolution"]["median_half_width_points"])
-    results["seconds"] = {**rec.seconds, "wall": time.perf_counter() - started}
+    results["seconds"] = {**seconds, "wall": time.perf_counter() - started}
     write_json(out / "results.json", results)
     write_text(out / "table.md", table(results))
     plot(results, out / "best_vs_cost")
     print(table(results))
+
+
+def record(args, out: Path):
+    """Record what is missing (or, with ``--recorded-only``, take what is there); with ``--save-recording``, write it
+    as one file. Returns the items, the arms, the merges and experts in recording order, and the seconds spent."""
+    import torch
+
+    from wildmerge.analysis.report.environment import family_record, family_root
+    from wildmerge.recipes.method import load_methods
+    from wildmerge.versions import record as versions_record
+
+    torch.set_num_threads(args.threads)
+    rec = Recording(out, args.pool, args.suite, args.limit, args.workers)
+    methods = load_methods(args.methods.split(","))
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(range(2, len(rec.experts) + 1))
+    arms = recorded_set(rec, methods, sizes, args.per_size, args.record_seed)
+    if args.recorded_only:
+        arms = recorded_arms(arms, rec.items)
+        rec.specs = {cid: s for cid, s in rec.specs.items() if cid in rec.items}
+    else:
+        rec.record(["base"] + [cid for cid, s in rec.specs.items() if s["recipe"] is None]
+                   + [cid for cid, s in rec.specs.items() if s["recipe"] is not None], args.batch)
+    merges = [cid for cid, s in rec.specs.items() if s["recipe"] is not None]
+    experts = [cid for cid, s in rec.specs.items() if s["recipe"] is None]
+    if args.save_recording:
+        root = family_root(rec.base)
+        meta = {"pool": args.pool, "suite": args.suite, "limit": args.limit, "methods": args.methods,
+                "sizes": args.sizes, "per_size": args.per_size, "record_seed": args.record_seed,
+                "family": family_record(root, ["base", *rec.experts]) if root else None,
+                "versions": versions_record()}
+        search_recording.save(args.save_recording, {c: rec.items[c] for c in ["base", *experts, *merges]}, arms,
+                              merges, experts, meta)
+        print(f"wrote {args.save_recording}: {len(merges)} merges, {len(experts)} experts and the base")
+    return rec.items, arms, merges, experts, rec.seconds
 
 
 def summary(items: dict, merges: list, arms: dict, args, seeds, half_width: float) -> dict:
