@@ -246,6 +246,9 @@ def main() -> None:
                         "is still running, or was stopped)")
     p.add_argument("--save-recording", metavar="FILE.json.gz",
                    help="also write the recording as one file (items, arms, the family's record), to replay anywhere")
+    p.add_argument("--record-only", action="store_true",
+                   help="record (and save) but replay nothing: a held-out testbed's recording, made before the "
+                        "search's rules are frozen")
     p.add_argument("--from-recording", metavar="FILE.json.gz",
                    help="replay from a recording file (benchmarks/recordings/): no family, no model, no recording")
     args = p.parse_args()
@@ -264,6 +267,9 @@ def main() -> None:
         items, arms, merges, expert_ids = loaded["items"], loaded["arms"], loaded["merges"], loaded["experts"]
     else:
         items, arms, merges, expert_ids, seconds = record(args, out)
+        if args.record_only:
+            print(f"recorded {len(merges)} merges, {len(expert_ids)} experts and the base; nothing replayed")
+            return
     if args.no_experts:
         arms = {a: v for a, v in arms.items() if a[0] != EXPERT}
     experts = {cid: suite_score(items[cid]) for cid in expert_ids}
