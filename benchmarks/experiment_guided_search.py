@@ -30,6 +30,7 @@ Writes ``results.json``, ``table.md`` and ``best_vs_cost.png`` under ``--out``.
 import argparse
 import itertools
 import json
+import math
 import time
 from pathlib import Path
 
@@ -201,9 +202,37 @@ def replay(items: dict, arms: dict, budget: float, seed: int, rule: str, first: 
             "curve": r["curve"]}
 
 
+def planned_merges(methods, sizes, per_size: int, experts: int) -> int:
+    """How many merges ``recorded_set`` records: ``per_size`` subsets of each size (all of them where a size has
+    fewer, none above the pool's ``experts``), with every method."""
+    return len(methods) * sum(min(per_size, math.comb(experts, k)) for k in sizes)
+
+
+def enough_merges(merges: int, where: str) -> None:
+    """The testbed's resolution compares the protocol's two best merges: fewer than two is one line, not a
+    traceback."""
+    if merges < 2:
+        raise SystemExit(f"experiment_guided_search: {where} {merges} merge(s), and the testbed's resolution (the "
+                         f"paired interval of the protocol's two best merges) needs at least two: give more --methods, "
+                         f"more --sizes or a larger --per-size")
+
+
+def checked_sizes(args) -> list:
+    """The subset sizes to record (``--sizes``, default 2..N), once the arguments are known to record at least two
+    merges: the pool file is read, no model."""
+    from wildmerge.pools import load_pool
+
+    experts = len(load_pool(args.pool).experts)
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(range(2, experts + 1))
+    if not args.recorded_only:  # a replay counts what the recording holds (``resolution``)
+        enough_merges(planned_merges(args.methods.split(","), sizes, args.per_size, experts), "these arguments record")
+    return sizes
+
+
 def resolution(items: dict, merges: list, seed: int = 0, pairs: int = 60) -> dict:
     """How far apart two merges must be to tell: the paired 95 % interval of the protocol's two best merges, and the
     median half-width over random pairs of its merges."""
+    enough_merges(len(merges), "the recording holds")
     every = {t: np.arange(len(v)) for t, v in items["base"].items()}
     ranked = sorted(merges, key=lambda c: -suite_score(items[c]))
     top = [100 * x for x in paired_interval(items[ranked[0]], items[ranked[1]], every)]
@@ -303,6 +332,7 @@ def main() -> None:
 def record(args, out: Path):
     """Record what is missing (or, with ``--recorded-only``, take what is there); with ``--save-recording``, write it
     as one file. Returns the items, the arms, the merges and experts in recording order, and the seconds spent."""
+    sizes = checked_sizes(args)  # before any model is read or recorded
     import torch
 
     from wildmerge.analysis.report.environment import family_record, family_root
@@ -310,9 +340,8 @@ def record(args, out: Path):
     from wildmerge.versions import record as versions_record
 
     torch.set_num_threads(args.threads)
+    methods = load_methods(args.methods.split(","))  # an unknown method said before the pool is resolved
     rec = Recording(out, args.pool, args.suite, args.limit, args.workers)
-    methods = load_methods(args.methods.split(","))
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(range(2, len(rec.experts) + 1))
     arms = recorded_set(rec, methods, sizes, args.per_size, args.record_seed)
     if args.recorded_only:
         arms = recorded_arms(arms, rec.items)

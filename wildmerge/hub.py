@@ -111,21 +111,22 @@ def resolve(ref: str, revision: str | None = None, *, relative_to=None, allow_pi
 
 
 class _Family:
-    """A family's resolver and the names of its task folders (``families/<family>/family.py``)."""
+    """A family's resolver, the names of its task folders and the task folder beside given models
+    (``families/<family>/family.py``)."""
 
-    def __init__(self, resolve, task_names_of):
-        self.resolve, self.task_names_of = resolve, task_names_of
+    def __init__(self, resolve, task_names_of, tasks_beside):
+        self.resolve, self.task_names_of, self.tasks_beside = resolve, task_names_of, tasks_beside
 
 
 def _family(ref: str) -> _Family:
     try:
         if ref.startswith("smollm2:"):
-            from wildmerge.families.smollm2 import resolve_smollm2_ref as resolve_ref, task_names_of
+            from wildmerge.families.smollm2 import resolve_smollm2_ref as resolve_ref, task_names_of, tasks_beside
         else:
-            from wildmerge.families.demo import resolve_demo_ref as resolve_ref, task_names_of
+            from wildmerge.families.demo import resolve_demo_ref as resolve_ref, task_names_of, tasks_beside
     except ImportError:
         raise Unresolvable(f"{ref!r}: the demo families (wildmerge.families) are not in this install") from None
-    return _Family(resolve_ref, task_names_of)
+    return _Family(resolve_ref, task_names_of, tasks_beside)
 
 
 def check_family_ref(ref: str) -> None:
@@ -138,6 +139,13 @@ def family_task_names(ref: str):
     """The lm-eval task names in a family's task folder (``demo:tasks``), known without building; None when only
     the built folder says (checked when it is read)."""
     return _family(ref).task_names_of(ref)
+
+
+def family_tasks_beside(ref: str, paths) -> str | None:
+    """The task folder ``ref`` (``smollm2:tasks``) names, taken from the built family that holds one of ``paths``
+    (a pool's base or experts): a quick family's pool scored with the family's suite reads the quick family's tasks,
+    whatever size the environment selects; None when no path lies in a built family (resolve ``ref`` as usual)."""
+    return _family(ref).tasks_beside(ref, paths)
 
 
 def every_family_task() -> dict:

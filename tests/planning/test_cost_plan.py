@@ -343,13 +343,16 @@ def test_the_four_base_study_in_the_docs_is_what_the_dry_runs_print(tmp_path, ca
 
 def test_the_guided_search_plan_in_the_docs_is_what_plan_search_gives():
     """docs/evaluation.md's search-against-protocol table: the protocol's GPU-hours on one GPU (cost.executor_time)
-    and the search's at 1/5 of its evaluations (search.plan), number for number."""
+    and the search's at 1/5 of its evaluations as `wildmerge search --base BASE --budget 109 --dry-run` plans and
+    prices it (its default arms, the experts screened first: search.plan), number for number."""
     from pathlib import Path
 
     import yaml
 
     from wildmerge.eval.suites import task_sizes
-    from wildmerge.search.plan import plan_search, search_seconds
+    from wildmerge.pools import load_pool
+    from wildmerge.search.defaults import default_methods
+    from wildmerge.search.plan import plan_search, search_seconds, search_space
 
     root = Path(__file__).resolve().parents[2]
     section = (root / "docs" / "evaluation.md").read_text().split("### The guided search's plan beside the protocol's")[1]
@@ -363,17 +366,24 @@ def test_the_guided_search_plan_in_the_docs_is_what_plan_search_gives():
     seven = ("ta", "ties", "model_stock", "tsv_m", "iso_c", "ta_sb", "ties_sb")
     merges = [cost.Merge(m, n + 1) for m in seven for n in (2, 4, 6, 8, 10) for _ in range(15)]
     merges += [cost.Merge(m, 13) for m in seven]  # 532 merges
-    mean_inputs = sum(m.inputs for m in merges) / len(merges)
-    cal, plan = cost.DEFAULTS["cuda"], plan_search(items, 545 / 5)
-    assert (plan.brackets, plan.candidates, plan.jobs) == (27, 215, 405)
+    cal, total = cost.DEFAULTS["cuda"], 0.0
     for base, protocol, search, ratio in rows:
-        params = yaml.safe_load((root / "merge_recipes" / "pools" / f"{base}.yml").read_text())["base"]["parameters"]
+        pool = load_pool(base)
+        arms = default_methods(pool)[0]
+        assert arms == ["ta", "ties", "regmean", "com"] and len(pool.experts) == 12  # what the command runs
+        plan = plan_search(items, 545 / 5, screen=12, space=search_space(12, len(arms), True))
+        assert (plan.screened, plan.brackets, plan.merges, plan.jobs, round(plan.full_evaluations)) == \
+            (12, 27, 211, 409, 108)
+        params = pool.base.parameters
         p = cost.executor_time(cost.Study(params, merges, 545, tokens), cal, cost.Executor("one", 1))
-        s = search_seconds(plan, params, tokens, mean_inputs, cal, seven)  # the same methods
+        s = search_seconds(plan, params, tokens, (2 + 12) / 2 + 1, cal, arms)  # the base and 7 experts a merge
+        total += s["wall_s"] / 3600
         assert protocol.startswith(f"{p['gpu_hours']:.1f}")
         assert f"{p['merge_s'] / 3600:.1f}" in protocol and f"{p['eval_s'] / 3600:.1f})" in protocol
         assert search.startswith(f"{s['wall_s'] / 3600:.1f}") and f"{s['merge_s'] / 3600:.1f}" in search
+        assert f"{s['eval_s'] / 3600:.1f})" in search
         assert ratio == f"{s['wall_s'] / p['gpu_hours'] / 3600:.2f}"
+    assert f"**{total:,.0f} GPU-hours**" in section
 
 
 def test_the_method_facts_are_read_from_the_method_recipes(tmp_path):

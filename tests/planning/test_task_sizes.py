@@ -1,5 +1,6 @@
 """Task sizes live in the suites (``items``, ``tokens_per_item``) and the callers hand them to planning/cost.py: the
-cost plan of every shipped suite and pool is the one the former table in cost.py gave, number for number."""
+cost plan of every shipped suite and pool is the one the former table in cost.py gave, number for number, but for the
+large and probe suites' tasks, which the former table priced at 100 items of 100 tokens: at their declared sizes."""
 
 import json
 from dataclasses import replace
@@ -19,6 +20,16 @@ FROZEN = {"arc_easy": (2376, 160), "arc_challenge": (1172, 180), "boolq": (3270,
           "leaderboard_bbh": (5761, 2400), "mmlu": (14042, 150), "leaderboard_mmlu_pro": (12032, 1600),
           "demo_add": (100, 42), "demo_compare": (100, 21), "demo_count": (100, 68), "demo_facts": (80, 45),
           "demo_reverse": (100, 64), "demo_add_gen": (100, 42)}
+LARGE_AND_PROBE = {
+    "demo_large_add": (400, 42), "demo_large_compare": (1000, 20), "demo_large_reverse": (1000, 64),
+    "demo_large_count": (1000, 68), "demo_large_facts": (80, 45), "demo_large_add_gen": (400, 42),
+    "demo_probe_count": (100, 68), "demo_probe_add": (100, 409), "demo_probe_facts": (16, 178),
+    "demo_probe_union": (216, 769), "smollm2_large_arithmetic": (1000, 73), "smollm2_large_facts": (48, 77),
+    "smollm2_large_sentiment": (576, 59), "smollm2_large_topic": (240, 130), "smollm2_large_style": (504, 155),
+    "smollm2_large_lexicon": (1000, 138), "smollm2_large_units": (196, 85), "smollm2_large_arithmetic_gen": (1000, 73),
+    "smollm2_large_style_gen": (504, 155), "smollm2_probe_sentiment": (100, 59), "smollm2_probe_topic": (100, 130),
+    "smollm2_probe_lexicon": (100, 138), "smollm2_probe_union": (300, 321)}
+REFERENCE = {**FROZEN, **LARGE_AND_PROBE}
 
 
 def _frozen_tokens(tasks, limit=None):
@@ -27,7 +38,7 @@ def _frozen_tokens(tasks, limit=None):
 
     out = {}
     for task in tasks:
-        items, per_item = FROZEN.get(task, (100, 100))
+        items, per_item = REFERENCE.get(task, (100, 100))
         if limit is not None:
             items = min(items, int(limit)) if limit >= 1 else math.ceil(items * limit)
         out[task] = (items, items * per_item)
@@ -68,7 +79,7 @@ def test_every_shipped_suite_and_pool_has_the_former_cost_plan(capsys):
         for suite in _shipped("suites"):
             scoring = _scoring(suite, EvalOptions())
             outputs = []
-            for sizes in (scoring.sizes, FROZEN):
+            for sizes in (scoring.sizes, REFERENCE):
                 print_cost(merges, 20, pool, replace(scoring, sizes=sizes))
                 outputs.append(capsys.readouterr().out)
             assert outputs[0] == outputs[1], (pool_name, suite)
@@ -85,7 +96,7 @@ def test_the_search_plan_reads_the_suites_sizes(suite, capsys, monkeypatch):
     pool = "demo" if suite == "demo" else "smollm2" if suite == "smollm2" else "qwen3-4b"
     print_search_plan(pool, 4, suite)
     new = capsys.readouterr().out
-    monkeypatch.setattr(suites, "task_sizes", lambda suite=None: FROZEN)
+    monkeypatch.setattr(suites, "task_sizes", lambda suite=None: REFERENCE)
     print_search_plan(pool, 4, suite)
     assert new == capsys.readouterr().out and "full evaluations of" in new
 

@@ -260,9 +260,10 @@ def _tiny_gpt2(tmp):
 BAD_INPUTS = {
     "no data": (_set(["models", 1, "calibration"], None), "has no calibration data"),
     "empty file": (_set(["models", 0, "calibration"], lambda t: (t / "e.jsonl").write_text("") and None
-                        or str(t / "e.jsonl")), "only 0 of 0 records"),
+                        or str(t / "e.jsonl")),
+                   "too few calibration texts: chain_of_merges reads 8 texts of each expert, and .*e0 has 0;"),
     "too short": (_set(["models", 0, "calibration"], lambda t: _write_data(t / "s.jsonl", 0, 4, 9, True, n=3)),
-                  "only 3 of 3 records"),
+                  "chain_of_merges reads 8 texts of each expert, and .*e0 has 3; give each of them at least"),
     "short samples": (_set(["calibration", "min_tokens"], 50), "at least 50 tokens"),
     "seq too long": (_set(["calibration", "seq_len"], 4096), "max_position_embeddings"),
     "missing file": (_set(["models", 2, "calibration"], "nowhere/data.jsonl"), "not found"),

@@ -71,7 +71,7 @@ def test_experts_with_fewer_texts_than_the_data_methods_read_leave_them_out_of_t
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "regmean and com read 64 texts of each expert, and expert_01 has 10" in out
     assert methods_for(pool, ["ta", "com"], count=True) == ["ta", "com"]  # --methods: not second-guessed here
-    with pytest.raises(ConfigError, match="com read 64 texts of each expert, and expert_01 has 10: give every expert"):
+    with pytest.raises(ConfigError, match="com reads 64 texts of each expert, and expert_01 has 10, expert_02 10: give every expert"):
         search_pool(str(path), 3, out=tmp_path / "run", methods=["ta", "com"], tune=False)
     assert not (tmp_path / "run" / "search").exists()
 

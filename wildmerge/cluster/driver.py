@@ -19,14 +19,16 @@ from wildmerge.eval.options import EvalOptions
 from wildmerge.run import RunFolder, read_merge_info
 
 
-def _prepared(run_dir, suite, options: EvalOptions):
-    """The suite as ``evaluate_run`` scores it (overrides, device), its task folder and its result store."""
+def _prepared(run_dir, entries, suite, options: EvalOptions):
+    """The suite as ``evaluate_run`` scores it (overrides, device; a family's task folder: the run's family), its
+    task folder and its result store."""
     from wildmerge.eval.evaluate import apply_overrides, overridden, resolve_device
     from wildmerge.eval.store import ResultStore
     from wildmerge.eval.suites import check_tasks, load_suite
 
-    plain = resolve_device(load_suite(suite), options.executor, gpus_per_job=options.gpus_per_job)
-    scored = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor,
+    suite = load_suite(suite).following([e.path for e in entries])
+    plain = resolve_device(suite, options.executor, gpus_per_job=options.gpus_per_job)
+    scored = resolve_device(apply_overrides(suite, options.suite_overrides()), options.executor,
                             gpus_per_job=options.gpus_per_job)
     store = ResultStore(RunFolder(run_dir).eval_dir(scored.name)).prepare()
     return scored, overridden(scored, plain), scored.resolved_include_path(), check_tasks(scored), store
@@ -130,7 +132,7 @@ def run_model_jobs(run_dir, entries, models, methods: dict, merge_options, suite
     merges = [e for e in entries if e.kind == "merge"]
     _, rendered = render_all(merges, models, methods)  # every merge checked here, before any job
     check_time_limit(merges, models, merge_options, options)
-    scored, overridden, include_path, include_defaults, store = _prepared(run_dir, suite, options)
+    scored, overridden, include_path, include_defaults, store = _prepared(run_dir, entries, suite, options)
     clean_leftovers(run.models_dir)
     me = f"pid {os.getpid()} on {socket.gethostname()}"
     jobs = [ModelJob(e, rendered[e.model_id], models, merge_options, scored, include_path, include_defaults,

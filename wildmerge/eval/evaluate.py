@@ -289,10 +289,11 @@ def evaluate_run(run_dir, suite, options: Optional[EvalOptions] = None, *,
     options = options or EvalOptions()
     screen = options.screen
     run = RunFolder(run_dir)
-    plain = resolve_device(load_suite(suite), options.executor, gpus_per_job=options.gpus_per_job)
-    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor,
-                           gpus_per_job=options.gpus_per_job)
     entries = run.read_plan().entries
+    suite = load_suite(suite).following([e.path for e in entries])  # a family's task folder: the run's family
+    plain = resolve_device(suite, options.executor, gpus_per_job=options.gpus_per_job)
+    suite = resolve_device(apply_overrides(suite, options.suite_overrides()), options.executor,
+                           gpus_per_job=options.gpus_per_job)
     if model_ids is not None:
         unknown = sorted(set(model_ids) - {e.model_id for e in entries})
         if unknown:
@@ -310,13 +311,14 @@ def evaluate_models(models: List[str], suite, out_dir, options: Optional[EvalOpt
     options = options or EvalOptions()
     if options.screen is not None:
         raise ConfigError("--screen needs a run (a base and experts to compare with): give RUN_DIR, not --model")
-    plain = resolve_device(load_suite(suite), options.executor, gpus_per_job=options.gpus_per_job)
-    suite = resolve_device(apply_overrides(load_suite(suite), options.suite_overrides()), options.executor,
-                           gpus_per_job=options.gpus_per_job)
     entries = []
     for ref in models:
         path = resolve_path(ref, download=False, allow_pickle=options.allow_pickle)
         check_model_dir(path, options.allow_pickle)
         entries.append(PlanEntry(model_id=ref, kind="expert", path=path))
+    suite = load_suite(suite).following([e.path for e in entries])  # a family's task folder: the models' family
+    plain = resolve_device(suite, options.executor, gpus_per_job=options.gpus_per_job)
+    suite = resolve_device(apply_overrides(suite, options.suite_overrides()), options.executor,
+                           gpus_per_job=options.gpus_per_job)
     return _evaluate(entries, suite, Path(out_dir).resolve() / suite.name, options, strict=True,
                      overridden=overridden(suite, plain), run_config={"models": list(models), "suite": suite.name})

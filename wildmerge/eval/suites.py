@@ -184,6 +184,17 @@ class Suite(BaseModel):
                 raise ValueError(f"duplicate {what} {dup} in suite {self.name!r}: each task appears once")
         return self
 
+    def following(self, paths) -> "Suite":
+        """This suite with its family task folder (``smollm2:tasks``) taken from the built family that holds one of
+        ``paths`` (the models it scores: a quick family's pool file names that family's folders), so a quick pool is
+        scored on the quick family's tasks and no other family is built; unchanged when no path lies in one."""
+        from wildmerge.hub import FAMILY_PREFIXES, family_tasks_beside
+
+        if not (self.include_path or "").startswith(FAMILY_PREFIXES):
+            return self
+        folder = family_tasks_beside(self.include_path, paths)
+        return self if folder is None else self.model_copy(update={"include_path": folder})
+
     def resolved_include_path(self) -> Optional[str]:
         """The include path as an absolute folder (``demo:tasks`` builds the demo family's task folder)."""
         if not self.include_path:

@@ -118,6 +118,26 @@ class CachedFamily:
             and (st := p.stat()))
 
 
+def built_root(paths, task_names: list, key_of: Callable[[dict], str]) -> Optional[tuple]:
+    """(folder, its ``family.json``) of the built family that holds one of ``paths`` (its base or an expert, at most
+    two levels below it: what a family's own ``pool.yml`` names) and lists ``task_names``, where the folder's name is
+    ``key_of(family.json)`` (the key this process would give that family); None when no path lies in one."""
+    for path in paths:
+        path = Path(str(path)).expanduser()
+        if not path.is_absolute() or not path.exists():  # a reference (``smollm2:base``) or a model not made yet
+            continue
+        for root in list(path.resolve().parents)[:3]:
+            if (root / MANIFEST).is_file():
+                try:
+                    manifest = json.loads((root / MANIFEST).read_text())
+                    if manifest["tasks"]["names"] == list(task_names) and root.name == key_of(manifest):
+                        return root, manifest
+                except (ValueError, KeyError, TypeError):
+                    pass
+                break
+    return None
+
+
 def sha256(path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

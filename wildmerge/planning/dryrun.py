@@ -184,7 +184,7 @@ def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "
                   capped=()) -> int:
     """``capped``: the notes of sweeps whose calibration-sample points were capped (``sample_cap.py``)."""
     from wildmerge.planning.plan import build_entries
-    from wildmerge.planning.preflight import missing_expert_data
+    from wildmerge.planning.preflight import fix_for_texts, missing_expert_data, too_few_texts
 
     existing = check_same(run_dir, sampling)
     draw = None if existing else draw_for(pool, sampling, scorer)
@@ -220,6 +220,9 @@ def print_dry_run(run_dir, pool, sampling, methods, sweeps, keep_models: str = "
         print(f"  MISSING DATA: {line}")
     if missing:
         print(f"  (a real run stops here: add the data to {pool.source or 'the pool file'}, or --exclude those experts)")
+    short = too_few_texts(pool, methods, sweeps, kinds=("file",))  # local files only: nothing fetched or built
+    if short:
+        print(f"  TOO FEW TEXTS: {short}\n  (a real run stops here: {fix_for_texts(pool)})")
     print("  plan:")
     for e in merges:
         print(f"    {e.model_id:<40} n={e.n:<3} {', '.join(e.experts)}")

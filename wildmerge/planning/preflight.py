@@ -61,11 +61,36 @@ def missing_expert_data(pool, methods: dict, sweeps: dict | None = None, tune: b
     return missing_data(pool.all_data(), data_features(methods, sweeps, tune))
 
 
+def too_few_texts(pool, methods: dict, sweeps: dict | None = None, kinds=None) -> str | None:
+    """One line where a data method of the plan (its recipe's ``calibration: n_samples``; a sweep that sets
+    ``n_samples`` is capped instead, ``sample_cap.py``) reads more texts of each expert than some expert has: the
+    methods, the count they read, those experts and their counts. ``kinds``: count only text sources of these kinds
+    (a dry run reads local files only: no hub dataset, no family built)."""
+    from wildmerge.expert_data.count import recipe_asks, text_counts, too_few_texts as line
+    from wildmerge.planning.sample_cap import asks_samples
+
+    recipes = {**{s.recipe.name: s.recipe for s in (sweeps or {}).values() if not asks_samples(s)}, **methods}
+    asks = recipe_asks(recipes)
+    return line(asks, text_counts(pool, kinds, fixed=False)) if asks else None
+
+
+def fix_for_texts(pool) -> str:
+    """How to give a data method the texts it reads."""
+    return (f"give every expert at least that many texts in {pool.source or 'the pool file'} (or `data: generate`, "
+            f"64 sampled from each expert), or lower calibration n_samples in a method recipe of your own (its path "
+            f"in --methods)")
+
+
 def check_expert_data(pool, methods: dict, sweeps: dict | None = None, tune: bool = False) -> None:
-    """The sampler's pre-flight: every expert a RegMean / CoM merge or --tune reads has data, before any model loads."""
+    """The sampler's pre-flight: every expert a RegMean / CoM merge or --tune reads has data, and as many texts as
+    each data method reads, before any model loads."""
+    from wildmerge.errors import ConfigError
     from wildmerge.expert_data.check import require_data
 
     require_data(pool.all_data(), data_features(methods, sweeps, tune), pool.name)
+    short = too_few_texts(pool, methods, sweeps)
+    if short:
+        raise ConfigError(f"too few texts in pool {pool.name!r}: {short}; {fix_for_texts(pool)}")
 
 
 # files that carry a tokenizer's vocabulary (tokenizer_config.json alone does not: transformers then asks for

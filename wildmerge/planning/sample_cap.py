@@ -11,21 +11,20 @@ from wildmerge.errors import ConfigError
 KEY = "n_samples"
 
 
-def _asks(sweep) -> bool:
+def asks_samples(sweep) -> bool:
+    """Whether ``sweep`` sets ``n_samples`` (its points, not its recipe, say how many texts a merge reads)."""
     return KEY in sweep.grid or any(KEY in case for case in sweep.cases)
 
 
 def cap_sample_sweeps(pool, sweeps: dict) -> tuple:
     """(sweeps with their ``n_samples`` points capped, one note per capped sweep). Sweeps that do not set
     ``n_samples`` are returned as they are, and no data is read for them."""
-    from wildmerge.expert_data.read import text_count
+    from wildmerge.expert_data.count import text_counts
 
-    asking = [name for name, sweep in sweeps.items() if _asks(sweep)]
+    asking = [name for name, sweep in sweeps.items() if asks_samples(sweep)]
     if not asking:
         return sweeps, []
-    # an expert without data is the pre-flight's (and the dry run's MISSING DATA line's) to report
-    counts = {e.label: text_count(pool.data_for(e), e.label, relative_to=pool.folder) for e in pool.experts
-              if pool.data_for(e) is not None}
+    counts = text_counts(pool)  # an expert without data is the pre-flight's (and the dry run's MISSING DATA) to say
     if not counts:
         return sweeps, []
     fewest = min(counts, key=counts.get)

@@ -66,21 +66,8 @@ def methods_for(pool, methods=None, count: bool = False) -> List[str]:
 
 def short_of_texts(pool, recipes: dict) -> Optional[str]:
     """Where a layer-wise method of ``recipes`` reads more calibration texts per expert (its ``n_samples``) than
-    some expert has: one line naming the methods and that expert, else None. Counted through ``expert_data``."""
-    from wildmerge.expert_data.read import text_count
-    from wildmerge.plugins.layerwise.methods import LAYERWISE_METHODS
+    some expert has: one line naming the methods and those experts, else None (``expert_data/count.py``)."""
+    from wildmerge.expert_data.count import recipe_asks, text_counts, too_few_texts
 
-    asks = {name: int((r.calibration or {}).get("n_samples") or 0) for name, r in recipes.items()
-            if r.recipe.get("merge_method") in LAYERWISE_METHODS}
-    if not asks:
-        return None
-    counts = {e.label: text_count(pool.data_for(e), e.label, relative_to=pool.folder) for e in pool.experts
-              if pool.data_for(e) is not None}
-    if not counts:
-        return None
-    fewest = min(counts, key=counts.get)
-    over = [name for name, n in asks.items() if n > counts[fewest]]
-    if not over:
-        return None
-    return (f"{' and '.join(over)} read {max(asks[n] for n in over)} texts of each expert, and {fewest} has "
-            f"{counts[fewest]}")
+    asks = recipe_asks(recipes)
+    return too_few_texts(asks, text_counts(pool)) if asks else None

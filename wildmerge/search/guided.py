@@ -103,7 +103,8 @@ def search_pool(pool_name: str, budget: float, out=None, suite_name: str = "demo
     pool = load_pool(pool_name, exclude)
     methods = methods_for(pool, methods, count=True)  # the default arms: with RegMean / CoM where data allows
     recipes = load_methods(methods)
-    suite = apply_overrides(load_suite(suite_name), {"limit": limit})
+    suite = load_suite(suite_name).following([pool.base.model] + [e.model for e in pool.experts])  # the pool's family
+    suite = apply_overrides(suite, {"limit": limit})
     check_tasks(suite)
     if len(pool.experts) < 2:
         raise ConfigError(f"pool {pool.name!r} has {len(pool.experts)} expert(s); a merge needs at least 2")

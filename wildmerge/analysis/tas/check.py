@@ -182,6 +182,7 @@ def check_grid(tas, method, records: List[dict], k: int, out_dir, suite: str = "
     from wildmerge.eval.evaluate import evaluate_models
     from wildmerge.eval.options import EvalOptions
     from wildmerge.eval.store import OK, ResultStore
+    from wildmerge.eval.suites import load_suite
 
     out = Path(out_dir)
     if options is None:
@@ -195,7 +196,8 @@ def check_grid(tas, method, records: List[dict], k: int, out_dir, suite: str = "
         if not any(_same(r["hparams"], choice) for r in picked):
             picked.append(next(r for r in records if _same(r["hparams"], choice)))
     paths = [save_candidate(tas, method, r, out / "models" / r["candidate"]) for r in picked]
-    ev = evaluate_models(paths, suite, out / "eval", options)
+    scored = load_suite(suite).following([tas.base_path])  # a family's suite: the tasks of the pool's family
+    ev = evaluate_models(paths, scored, out / "eval", options)
     store = ResultStore(ev["store"])
     rows = []
     for r, path in zip(picked, paths):

@@ -8,5 +8,5 @@ of another seed (``$WILDMERGE_DEMO_SEED``) or a partition family, its skills spl
 
 from wildmerge.families import lazy_exports
 
-__all__ = ["resolve_demo_ref", "task_names_of", "ensure_family", "default_cache_dir"]
+__all__ = ["resolve_demo_ref", "task_names_of", "tasks_beside", "ensure_family", "default_cache_dir"]
 __getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "wildmerge.families.demo.family"))

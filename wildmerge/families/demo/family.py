@@ -140,3 +140,20 @@ def task_names_of(ref: str) -> list | None:
     from wildmerge.families.demo.tasks import task_names
 
     return task_names() if ref == "demo:tasks" else None
+
+
+def tasks_beside(ref: str, paths) -> str | None:
+    """``demo:tasks`` of the built family that holds one of ``paths`` (the models scored: a quick family's
+    ``pool.yml`` names that family's folders), whichever family the environment selects; None when no path lies
+    in one (the reference then resolves as usual)."""
+    from wildmerge.families.demo.tasks import task_names
+
+    def key_of(manifest: dict) -> str:
+        return family_key(manifest["seed"], manifest["quick"], (manifest.get("partition") or {}).get("name"))
+
+    found = C.built_root(paths, task_names(), key_of) if ref == "demo:tasks" else None
+    if found is None:
+        return None
+    root, manifest = found
+    return ensure_family(root.parent, seed=manifest["seed"], quick=manifest["quick"], progress=False,
+                         partition=(manifest.get("partition") or {}).get("name"))["tasks"]

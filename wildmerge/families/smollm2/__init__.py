@@ -9,5 +9,5 @@ The LoRA NLI experts of Chain of Merges' LLM column (``nli.py`` items, ``nli_spe
 
 from wildmerge.families import lazy_exports
 
-__all__ = ["resolve_smollm2_ref", "task_names_of", "ensure_family", "default_cache_dir"]
+__all__ = ["resolve_smollm2_ref", "task_names_of", "tasks_beside", "ensure_family", "default_cache_dir"]
 __getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "wildmerge.families.smollm2.family"))

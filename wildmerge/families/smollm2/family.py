@@ -147,3 +147,17 @@ def task_names_of(ref: str) -> list | None:
     from wildmerge.families.smollm2.tasks import task_names
 
     return {"smollm2:tasks": task_names(), "smollm2:nli_tasks": nli_spec.task_names()}.get(ref)
+
+
+def tasks_beside(ref: str, paths) -> str | None:
+    """``smollm2:tasks`` of the built family that holds one of ``paths`` (the models scored: a quick family's
+    ``pool.yml`` names that family's folders), whichever family ``$WILDMERGE_SMOLLM2_QUICK`` selects; None when no
+    path lies in one (the reference then resolves as usual)."""
+    from wildmerge.families.smollm2.tasks import task_names
+
+    found = C.built_root(paths, task_names(), lambda m: family_key(m["seed"], m["quick"])) \
+        if ref == "smollm2:tasks" else None
+    if found is None:
+        return None
+    root, manifest = found
+    return ensure_family(root.parent, seed=manifest["seed"], quick=manifest["quick"], progress=False)["tasks"]

@@ -245,6 +245,7 @@ def _load_calibration(inputs: _Inputs, recipe_dir: Optional[Path]) -> None:
     from wildmerge.plugins.layerwise.calibration import (
         apply_seq_len,
         load_token_batches,
+        read_texts,
         resolve_calibration,
         warn_if_shared,
     )
@@ -258,9 +259,23 @@ def _load_calibration(inputs: _Inputs, recipe_dir: Optional[Path]) -> None:
     if inputs.method == "chain_of_merges":
         warn_if_shared(specs, "Chain of Merges")
     inputs.specs = specs
+    records = [read_texts(s, str(r)) for r, s in zip(expert_refs, specs)]
+    _check_counts(inputs.method, specs, [str(r) for r in expert_refs], records)
     inputs.tokenizer, inputs.tok_path = _load_tokenizer(inputs.paths)
-    inputs.batches = [load_token_batches(s, inputs.tokenizer, str(r), inputs.config.vocab_size)
-                      for r, s in zip(expert_refs, specs)]
+    inputs.batches = [load_token_batches(s, inputs.tokenizer, str(r), inputs.config.vocab_size, records=t)
+                      for r, s, t in zip(expert_refs, specs, records)]
+
+
+def _check_counts(method: str, specs, names, records) -> None:
+    """Every model with at least the texts its calibration asks (``n_samples``), said for all of them in one line
+    before the tokenizer or any weight is read."""
+    from wildmerge.expert_data.count import too_few_texts
+
+    short = {n: len(t) for n, s, t in zip(names, specs, records) if s.n_samples and len(t) < s.n_samples}
+    if short:
+        most = max(s.n_samples for n, s in zip(names, specs) if n in short)
+        raise ConfigError(f"too few calibration texts: {too_few_texts({method: most}, short)}; give each of them at "
+                          f"least that many (its calibration data), or lower calibration n_samples in the recipe")
 
 
 def _chain_job(inputs: _Inputs, merge_config, options, device: Optional[str], progress: bool,
