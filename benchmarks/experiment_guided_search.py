@@ -289,10 +289,10 @@ def main() -> None:
         plot(results, out / "best_vs_cost")
         print(table(results))
         return
-    out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     if args.from_recording:  # offline: no family, no model
         loaded, seconds = search_recording.load(args.from_recording), {}
+        out.mkdir(parents=True, exist_ok=True)
         items, arms, merges, expert_ids = loaded["items"], loaded["arms"], loaded["merges"], loaded["experts"]
     else:
         items, arms, merges, expert_ids, seconds = record(args, out)
@@ -341,6 +341,7 @@ def record(args, out: Path):
 
     torch.set_num_threads(args.threads)
     methods = load_methods(args.methods.split(","))  # an unknown method said before the pool is resolved
+    out.mkdir(parents=True, exist_ok=True)
     rec = Recording(out, args.pool, args.suite, args.limit, args.workers)
     arms = recorded_set(rec, methods, sizes, args.per_size, args.record_seed)
     if args.recorded_only:

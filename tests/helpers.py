@@ -319,3 +319,17 @@ def python_output(code: str, **env) -> str:
             full.pop(key)
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
                           check=True).stdout.strip()
+
+
+def benchmark_module(name: str):
+    """``benchmarks/<name>.py`` imported as the script sees its folder (its neighbours, e.g. ``search_recording``,
+    importable), for tests of a benchmark's own functions."""
+    import importlib.util
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

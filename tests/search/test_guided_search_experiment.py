@@ -2,22 +2,19 @@
 than two is one clear line, said from the arguments before anything is resolved or recorded, and by the replay of a
 recording that holds fewer."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import benchmark_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("experiment_guided_search",
-                                                  ROOT / "benchmarks" / "experiment_guided_search.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("experiment_guided_search")
 
 
 LINE = "needs at least two: give more --methods, more --sizes or a larger --per-size"

@@ -1,24 +1,18 @@
 """The search's tables in docs/results.md are the ones the benchmark renders from its recorded results: a number in
 the docs cannot drift from ``benchmarks/results/guided_search_*.json``."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import benchmark_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _benchmark():
-    if str(ROOT / "benchmarks") not in sys.path:  # the script imports its neighbour, as when run as a script
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("experiment_guided_search",
-                                                  ROOT / "benchmarks" / "experiment_guided_search.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("experiment_guided_search")
 
 
 @pytest.mark.parametrize("testbed", ["demo_large", "demo_large_no_experts", "smollm2_large",
